@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs, from Debian's packages, everything cohort's build, tests, benchmarks and examples need.
+# Idempotent and non-interactive: skips what is present, runs `apt-get update` only when it must
+# install something. Usage: deploy/install-deps.sh   (as root, or with sudo available)
+set -euo pipefail
+
+packages=(
+  bazel-bootstrap g++ git
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libucx-dev ucx-utils
+  libspdlog-dev libfmt-dev
+  libgtest-dev libgmock-dev
+  libtorch-dev
+  libyaml-cpp-dev libsqlite3-dev libsystemd-dev
+  dataset-fashion-mnist
+  # Benchmarks only: the peers cohort is measured against, never linked into cohort.
+  libopenmpi-dev openmpi-bin python3-torch
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  sudo="sudo"
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "install-deps: done"
