@@ -1,0 +1,55 @@
+#pragma once
+
+// Work: the handle of an asynchronous operation (a point-to-point transfer or a collective).
+// Follows c10d's contract: wait(timeout), is_completed(), error(). Every operation carries its own
+// deadline, so it always completes (successfully or with an error) within that time.
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "worker/base/status.h"
+#include "worker/comm/deadline.h"
+
+namespace cohort::comm {
+
+class Work {
+ public:
+  virtual ~Work() = default;
+
+  // Blocks until the operation finishes or `timeout` passes. Returns the operation's status, or
+  // DEADLINE_EXCEEDED if `timeout` ran out first (the operation then continues and fails on its
+  // own deadline). Thread-safe.
+  virtual Status wait(Duration timeout) = 0;
+  // Blocks until the operation finishes; it does, within its own deadline.
+  Status wait() { return wait(Duration::max()); }
+
+  // Non-blocking. True once the operation succeeded or failed.
+  virtual bool is_completed() = 0;
+  // OK while pending or after success; the failure otherwise. Non-blocking.
+  virtual Status error() = 0;
+};
+
+// A Work completed by another thread through complete(). The building block for collectives run
+// on a communicator's executor and for the loopback transport.
+class CompletionWork : public Work {
+ public:
+  // Finishes the work with `status` and wakes every waiter. Later calls are ignored.
+  void complete(Status status);
+
+  using Work::wait;
+  Status wait(Duration timeout) override;
+  bool is_completed() override;
+  Status error() override;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable done_cv_;
+  std::optional<Status> result_;
+};
+
+// An already finished Work (e.g. a zero-byte operation, or an argument error found at the call).
+std::shared_ptr<Work> completed_work(Status status);
+
+}  // namespace cohort::comm
