@@ -39,6 +39,8 @@ bool parse_size(const std::string& text, size_t* bytes) {
   return true;
 }
 
+int iterations_for(size_t bytes, int base) { return bytes <= (64u << 10) ? base * 10 : base; }
+
 void print_header(std::FILE* out, const std::string& title) {
   std::fprintf(out, "# %s\n", title.c_str());
   std::fprintf(out, "#%13s %13s %8s %7s %6s %11s %8s %8s %7s\n", "size", "count", "type", "redop", "root", "time",

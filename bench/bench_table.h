@@ -33,6 +33,10 @@ struct TableRow {
   long wrong = 0;  // -1: not checked
 };
 
+// Timed iterations at `bytes`: `base` for large messages, 10× for ≤ 64 KiB where one call takes
+// microseconds and timer noise would dominate. cohort-bench and its peers share this rule.
+int iterations_for(size_t bytes, int base);
+
 void print_header(std::FILE* out, const std::string& title);
 void print_row(std::FILE* out, const TableRow& row, const std::string& op, int ranks);
 

@@ -63,8 +63,9 @@ int main(int argc, char** argv) {
     for (int w = 0; w < o.warmup; ++w) MPI_Allreduce(send.data(), recv.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     MPI_Barrier(MPI_COMM_WORLD);
     double start = MPI_Wtime();
-    for (int it = 0; it < o.iters; ++it) MPI_Allreduce(send.data(), recv.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    double mine = (MPI_Wtime() - start) / o.iters * 1e6, slowest = 0;
+    int iters = cohort::bench::iterations_for(bytes, o.iters);
+    for (int it = 0; it < iters; ++it) MPI_Allreduce(send.data(), recv.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    double mine = (MPI_Wtime() - start) / iters * 1e6, slowest = 0;
     MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     long wrong = -1;
     if (o.check) {

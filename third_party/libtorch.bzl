@@ -38,11 +38,13 @@ cc_library(
     linkopts = [
         "-L{lib}",
         "-Wl,-rpath,{lib}",
-        "-Wl,--no-as-needed",
+        # Operator registration happens in static initialisers: keep every library even if no
+        # symbol is referenced directly, without changing --as-needed for libraries after these.
+        "-Wl,--push-state,--no-as-needed",
         "-ltorch",
         "-ltorch_cpu",
         "-lc10",
-        "-Wl,--as-needed",
+        "-Wl,--pop-state",
         "-lpthread",
     ],
 )

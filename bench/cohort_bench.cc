@@ -1,0 +1,330 @@
+// cohort-bench: collective benchmarks over cohort's communicators, in nccl-tests' conventions.
+//
+//   cohort-bench -np 4 -b 8 -e 64M -f 4 --op allreduce --check
+//   cohort-bench -np 2 --kind hierarchical --op allgather -b 1K -e 16M
+//   RANK=.. WORLD_SIZE=.. MASTER_ADDR=.. MASTER_PORT=.. cohort-bench --init env://   (any launcher)
+//
+// With -np N it starts N local ranks itself (processes over UCX, bootstrapped through a file
+// store in a temporary directory) and rank 0 prints the table. Each row is the slowest rank's
+// average time per call; busbw uses nccl-tests' factors (bench_table.h).
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "bench/bench_table.h"
+#include "worker/base/logging.h"
+#include "worker/comm/bootstrap.h"
+#include "worker/comm/testing/typed_values.h"
+
+namespace {
+
+using cohort::Status;
+using cohort::StatusOr;
+using cohort::ok_status;
+using namespace cohort::comm;  // NOLINT(build/namespaces): a benchmark main
+
+constexpr int kDefaultIters = 20;
+constexpr int kDefaultWarmup = 5;
+constexpr const char* kChildEnv = "COHORT_BENCH_CHILD";
+
+constexpr const char* kUsage = R"(usage: cohort-bench [options]
+
+Measures cohort's collectives like nccl-tests: one row per message size with the time per call,
+algorithm bandwidth and bus bandwidth, and with --check the number of wrong elements.
+
+  -np N               start N local ranks (processes over UCX) (default 1)
+  --init URL          join an existing job instead: env://, tcp://host:port, file:///path
+  --op OP             allreduce (default), broadcast, reduce, allgather, reduce_scatter, alltoall
+  --kind KIND         communicator: naive, flat (default), hierarchical, two_dimensional, single_node, pure_nccl
+  --algo ALGO         force an algorithm: ring, rhd, recursive_doubling, binomial, pairwise, linear
+  --dtype T           f16 bf16 f32 (default) f64 i8 u8 i32 i64
+  --redop OP          sum (default) prod min max avg
+  -b SIZE / -e SIZE   smallest / largest message in bytes, e.g. 8, 64K, 64M (default 8 .. 64M)
+  -f FACTOR           multiply the size by FACTOR each row (default 4)
+  -n ITERS            timed calls per size, ×10 at ≤ 64 KiB (default 20)
+  -w WARMUP           untimed calls per size (default 5)
+  --root R            root of broadcast / reduce (default 0)
+  -c, --check         verify every result against a reference; #wrong counts bad elements
+  --device D          cpu (default) or cuda (needs a --config=cuda build)
+  --timeout SECONDS   per-operation timeout (default 300)
+  -h, --help          this help
+)";
+
+struct Options {
+  int np = 1;
+  std::string init;
+  std::string op = "allreduce";
+  std::string kind = "flat";
+  std::string algo = "auto";
+  std::string dtype = "f32";
+  std::string redop = "sum";
+  size_t begin = 8, end = size_t{64} << 20, factor = 4;
+  int iters = kDefaultIters, warmup = kDefaultWarmup, root = 0;
+  bool check = false;
+  std::string device = "cpu";
+  int timeout_s = 300;
+};
+
+bool parse_args(int argc, char** argv, Options* o, std::string* error) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](std::string* out) {
+      if (i + 1 >= argc) return false;
+      *out = argv[++i];
+      return true;
+    };
+    std::string v;
+    if (a == "-h" || a == "--help") { std::fputs(kUsage, stdout); std::exit(0); }
+    else if (a == "-c" || a == "--check") o->check = true;
+    else if (a == "-np" && value(&v)) o->np = std::atoi(v.c_str());
+    else if (a == "--init" && value(&v)) o->init = v;
+    else if (a == "--op" && value(&v)) o->op = v;
+    else if (a == "--kind" && value(&v)) o->kind = v;
+    else if (a == "--algo" && value(&v)) o->algo = v;
+    else if (a == "--dtype" && value(&v)) o->dtype = v;
+    else if (a == "--redop" && value(&v)) o->redop = v;
+    else if (a == "-b" && value(&v) && cohort::bench::parse_size(v, &o->begin)) {}
+    else if (a == "-e" && value(&v) && cohort::bench::parse_size(v, &o->end)) {}
+    else if (a == "-f" && value(&v)) o->factor = std::strtoul(v.c_str(), nullptr, 10);
+    else if (a == "-n" && value(&v)) o->iters = std::atoi(v.c_str());
+    else if (a == "-w" && value(&v)) o->warmup = std::atoi(v.c_str());
+    else if (a == "--root" && value(&v)) o->root = std::atoi(v.c_str());
+    else if (a == "--device" && value(&v)) o->device = v;
+    else if (a == "--timeout" && value(&v)) o->timeout_s = std::atoi(v.c_str());
+    else { *error = "unknown or incomplete argument '" + a + "'"; return false; }
+  }
+  static const std::vector<std::string> ops = {"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "alltoall"};
+  if (std::find(ops.begin(), ops.end(), o->op) == ops.end()) { *error = "unknown --op '" + o->op + "'"; return false; }
+  if (o->np < 1) { *error = "-np must be at least 1"; return false; }
+  if (o->begin == 0 || o->end < o->begin) { *error = "need 0 < -b <= -e"; return false; }
+  if (o->device != "cpu" && o->device != "cuda") { *error = "--device must be cpu or cuda"; return false; }
+  return true;
+}
+
+// One benchmark rank: sweeps the sizes, rank 0 prints.
+class BenchRank {
+ public:
+  BenchRank(Communicator& comm, const Options& o, DataType dtype, ReduceOp redop)
+      : comm_(comm), o_(o), dtype_(dtype), redop_(redop), n_(comm.size()), me_(comm.rank()) {}
+
+  Status run() {
+    size_t esize = element_size(dtype_);
+    if (me_ == 0) {
+      cohort::bench::print_header(stdout, "cohort-bench: " + o_.op + " on " + std::to_string(n_) + " ranks, " +
+                                              comm_.kind() + " communicator, algorithm " + o_.algo);
+    }
+    for (size_t bytes : cohort::bench::size_sweep(o_.begin, o_.end, o_.factor, esize * block_multiple())) {
+      COHORT_RETURN_IF_ERROR(run_size(bytes / esize));
+    }
+    return ok_status();
+  }
+
+ private:
+  // Ops whose buffers hold one block per rank need counts divisible by the rank count.
+  size_t block_multiple() const { return (o_.op == "reduce_scatter" || o_.op == "alltoall") ? n_ : 1; }
+
+  double input(size_t i) const {
+    if (redop_ == ReduceOp::kProduct) return 1 + ((me_ + i) % 2);
+    return (me_ + 1) + static_cast<double>(i % 7);
+  }
+
+  double reduced(size_t i) const {
+    double k = static_cast<double>(i % 7);
+    switch (redop_) {
+      case ReduceOp::kSum: return n_ * (n_ + 1) / 2.0 + n_ * k;
+      case ReduceOp::kMin: return 1 + k;
+      case ReduceOp::kMax: return n_ + k;
+      case ReduceOp::kProduct: return std::pow(2.0, (i % 2 == 0) ? n_ / 2 : (n_ + 1) / 2);
+      case ReduceOp::kAvg: {
+        double sum = n_ * (n_ + 1) / 2.0 + n_ * k;
+        return is_floating(dtype_) ? sum / n_ : std::trunc(sum / n_);
+      }
+    }
+    return 0;
+  }
+
+  void fill(size_t count) {
+    for (size_t i = 0; i < count; ++i) testing::write_value(send_.data(), dtype_, i, input(i));
+  }
+
+  std::shared_ptr<Work> issue(size_t count) {
+    CallOptions call{std::chrono::seconds(o_.timeout_s), true};
+    void* s = send_.data();
+    void* r = recv_.data();
+    if (o_.op == "allreduce") return comm_.allreduce(s, r, count, dtype_, redop_, call);
+    if (o_.op == "broadcast") return comm_.broadcast(r, count, dtype_, o_.root, call);
+    if (o_.op == "reduce") return comm_.reduce(s, r, count, dtype_, redop_, o_.root, call);
+    if (o_.op == "allgather") return comm_.allgather(s, r, count / n_ > 0 ? count / n_ : 1, dtype_, call);
+    if (o_.op == "reduce_scatter") return comm_.reduce_scatter(s, r, count / n_, dtype_, redop_, call);
+    return comm_.alltoall(s, r, count / n_, dtype_, call);
+  }
+
+  long count_wrong(size_t count) {
+    long wrong = 0;
+    auto bad = [&](double got, double want) {
+      double tol = is_floating(dtype_) ? 1e-2 * std::max(1.0, std::fabs(want)) : 0;
+      return std::fabs(got - want) > tol;
+    };
+    if (o_.op == "allreduce" || (o_.op == "reduce" && me_ == o_.root)) {
+      for (size_t i = 0; i < count; ++i) wrong += bad(testing::read_value(recv_.data(), dtype_, i), reduced(i));
+    } else if (o_.op == "reduce_scatter") {
+      size_t block = count / n_;
+      for (size_t j = 0; j < block; ++j) wrong += bad(testing::read_value(recv_.data(), dtype_, j), reduced(me_ * block + j));
+    } else if (o_.op == "broadcast") {
+      // The root broadcasts its input(i) computed with me_ == root.
+      for (size_t i = 0; i < count; ++i) {
+        double want = (o_.root + 1) + static_cast<double>(i % 7);
+        wrong += bad(testing::read_value(recv_.data(), dtype_, i), want);
+      }
+    } else if (o_.op == "allgather") {
+      size_t block = count / n_ > 0 ? count / n_ : 1;
+      for (int r = 0; r < n_; ++r) {
+        for (size_t j = 0; j < block; ++j) wrong += bad(testing::read_value(recv_.data(), dtype_, r * block + j), (r + 1) + double(j % 7));
+      }
+    } else if (o_.op == "alltoall") {
+      size_t block = count / n_;
+      for (int r = 0; r < n_; ++r) {
+        for (size_t j = 0; j < block; ++j) wrong += bad(testing::read_value(recv_.data(), dtype_, r * block + j), (r + 1) + double((me_ * block + j) % 7));
+      }
+    }
+    return wrong;
+  }
+
+  Status run_size(size_t count) {
+    size_t esize = element_size(dtype_);
+    size_t recv_count = o_.op == "allgather" ? (count / n_ > 0 ? count / n_ : 1) * n_ : count;
+    send_.assign(count * esize, 0);
+    recv_.assign(recv_count * esize, 0);
+    fill(count);
+    if (o_.op == "broadcast" && me_ == o_.root) std::memcpy(recv_.data(), send_.data(), count * esize);
+    for (int w = 0; w < o_.warmup; ++w) COHORT_RETURN_IF_ERROR(issue(count)->wait());
+    COHORT_RETURN_IF_ERROR(comm_.barrier({std::chrono::seconds(o_.timeout_s), true})->wait());
+    int iters = cohort::bench::iterations_for(count * esize, o_.iters);
+    auto start = Clock::now();
+    for (int it = 0; it < iters; ++it) COHORT_RETURN_IF_ERROR(issue(count)->wait());
+    double mine = std::chrono::duration<double, std::micro>(Clock::now() - start).count() / iters;
+    COHORT_ASSIGN_OR_RETURN(double slowest, comm_.allreduce_obj(mine, ReduceOp::kMax));
+    long wrong = -1;
+    if (o_.check) {
+      // A fresh run from fresh inputs (reduce ops change the buffers in place).
+      fill(count);
+      if (o_.op == "broadcast") {
+        if (me_ == o_.root) std::memcpy(recv_.data(), send_.data(), count * esize);
+        else std::fill(recv_.begin(), recv_.end(), 0);
+      }
+      COHORT_RETURN_IF_ERROR(issue(count)->wait());
+      COHORT_ASSIGN_OR_RETURN(double total, comm_.allreduce_obj(static_cast<double>(count_wrong(count))));
+      wrong = static_cast<long>(total);
+    }
+    if (me_ == 0) {
+      cohort::bench::TableRow row{count * esize, count, std::string(data_type_name(dtype_)),
+                                  std::string(reduce_op_name(redop_)), o_.op == "broadcast" || o_.op == "reduce" ? o_.root : -1,
+                                  slowest, wrong};
+      cohort::bench::print_row(stdout, row, o_.op, n_);
+    }
+    return ok_status();
+  }
+
+  Communicator& comm_;
+  const Options& o_;
+  const DataType dtype_;
+  const ReduceOp redop_;
+  const int n_, me_;
+  std::vector<uint8_t> send_, recv_;
+};
+
+int run_rank(const Options& o) {
+  auto dtype = parse_data_type(o.dtype);
+  auto redop = parse_reduce_op(o.redop);
+  auto algo = parse_algorithm(o.algo);
+  for (const Status& s : {dtype.status(), redop.status(), algo.status()}) {
+    if (!s.ok()) {
+      std::fprintf(stderr, "cohort-bench: %s\n", s.message().c_str());
+      return 2;
+    }
+  }
+  if (o.device == "cuda") {
+    std::fprintf(stderr, "cohort-bench: --device cuda needs a CUDA build (bazel build --config=cuda //bench:cohort-bench)\n");
+    return 2;
+  }
+  CommunicatorOptions comm_options;
+  comm_options.algorithm = *algo;
+  comm_options.timeout = std::chrono::seconds(o.timeout_s);
+  auto comm = create_communicator(o.kind, InitOptions::from_url(o.init), comm_options);
+  if (!comm.ok()) {
+    std::fprintf(stderr, "cohort-bench: %s\n", comm.status().to_string().c_str());
+    return 1;
+  }
+  Status status = BenchRank(**comm, o, *dtype, *redop).run();
+  if (!status.ok()) {
+    std::fprintf(stderr, "cohort-bench rank %d: %s\n", (*comm)->rank(), status.to_string().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+// -np N: re-executes this binary N times as ranks bootstrapped through a file store.
+int spawn_local_ranks(int argc, char** argv, const Options& o) {
+  char dir_template[] = "/tmp/cohort-bench-XXXXXX";
+  if (mkdtemp(dir_template) == nullptr) {
+    std::perror("cohort-bench: mkdtemp");
+    return 1;
+  }
+  std::string store = std::string(dir_template) + "/store";
+  std::vector<pid_t> children;
+  for (int rank = 0; rank < o.np; ++rank) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      std::string url = "file://" + store + "?rank=" + std::to_string(rank) + "&world_size=" + std::to_string(o.np);
+      setenv(kChildEnv, "1", 1);
+      std::vector<char*> args(argv, argv + argc);
+      std::string init_flag = "--init";
+      args.push_back(init_flag.data());
+      args.push_back(url.data());
+      args.push_back(nullptr);
+      execv("/proc/self/exe", args.data());
+      std::perror("cohort-bench: execv");
+      _exit(127);
+    }
+    children.push_back(pid);
+  }
+  int result = 0;
+  for (size_t done = 0; done < children.size(); ++done) {
+    int status = 0;
+    pid_t pid = wait(&status);
+    bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (!ok && result == 0) {
+      result = 1;
+      // One rank failed: the others would only time out; stop them now.
+      for (pid_t child : children) {
+        if (child != pid) kill(child, SIGTERM);
+      }
+    }
+  }
+  std::error_code ignored;
+  std::filesystem::remove_all(dir_template, ignored);
+  return result;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  std::string error;
+  if (!parse_args(argc, argv, &o, &error)) {
+    std::fprintf(stderr, "cohort-bench: %s\n\n%s", error.c_str(), kUsage);
+    return 2;
+  }
+  cohort::init_logging("cohort-bench");
+  if (std::getenv(kChildEnv) == nullptr && o.init.empty()) return spawn_local_ranks(argc, argv, o);
+  return run_rank(o);
+}

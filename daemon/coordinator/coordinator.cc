@@ -1,0 +1,521 @@
+#include "daemon/coordinator/coordinator.h"
+
+#include <string.h>  // sigabbrev_np
+
+#include <algorithm>
+#include <utility>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "daemon/coordinator/job_spec_validation.h"
+
+namespace cohort::coordinator {
+
+namespace {
+
+SlotRequest request_of(const cohort::v1::JobSpec& spec) {
+  return SlotRequest{spec.nodes(), spec.procs_per_node(), spec.gpus_per_proc()};
+}
+
+bool exited_cleanly(const TaskExit& exit) { return exit.signal == 0 && exit.exit_code == 0; }
+
+// "rank 3 on node node-b exited with code 1" / "... was killed by signal 9 (SIGKILL)".
+std::string describe_exit(const TaskExit& exit) {
+  if (exit.signal != 0) {
+    const char* abbrev = sigabbrev_np(exit.signal);
+    return fmt::format("rank {} on node {} was killed by signal {}{}", exit.rank, exit.node_id, exit.signal,
+                       abbrev != nullptr ? fmt::format(" (SIG{})", abbrev) : "");
+  }
+  return fmt::format("rank {} on node {} exited with code {}", exit.rank, exit.node_id, exit.exit_code);
+}
+
+}  // namespace
+
+// ---- construction and recovery ----
+
+StatusOr<std::unique_ptr<Coordinator>> Coordinator::open(CoordinatorOptions options, const Clock* clock) {
+  if (clock == nullptr) return invalid_argument_error("Coordinator::open: clock is null");
+  if (options.data_dir.empty()) {
+    return invalid_argument_error("the coordinator needs a data directory for its job records (--data-dir)");
+  }
+  COHORT_ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::open(options.data_dir));
+  COHORT_ASSIGN_OR_RETURN(JobStore::Snapshot snapshot, store->load_all());
+  std::unique_ptr<Coordinator> coordinator(new Coordinator(std::move(options), clock, std::move(store)));
+  {
+    std::lock_guard<std::mutex> lock(coordinator->mu_);
+    COHORT_RETURN_IF_ERROR(coordinator->recover_locked(std::move(snapshot)));
+  }
+  return coordinator;
+}
+
+Coordinator::Coordinator(CoordinatorOptions options, const Clock* clock, std::unique_ptr<JobStore> store)
+    : options_(std::move(options)), clock_(clock), store_(std::move(store)), nodes_(options_.node_lease) {}
+
+Coordinator::~Coordinator() { shutdown(); }
+
+Status Coordinator::recover_locked(JobStore::Snapshot snapshot) {
+  for (JobEvent& event : snapshot.events) {
+    next_event_seq_ = std::max(next_event_seq_, event.seq + 1);
+    publish_locked(std::move(event));
+  }
+  for (Job& job : snapshot.jobs) {
+    next_job_seq_ = std::max(next_job_seq_, job.seq + 1);
+    const std::string id = job.id;
+    jobs_.emplace(id, std::move(job));
+  }
+  AgentOrders unused;  // no node is registered yet, so there is nobody to send stops to
+  for (auto& item : jobs_) {
+    Job& job = item.second;
+    switch (job.state()) {
+      case JobState::kPending:
+        COHORT_RETURN_IF_ERROR(scheduler_.enqueue(job.id, job.seq, request_of(job.spec)));
+        break;
+      case JobState::kPlaced:
+      case JobState::kRunning:
+        // The attempt's tasks may still run, but its rendezvous and task tracking died with the old
+        // coordinator; the attempt cannot finish cleanly, so it fails through the restart policy.
+        fail_attempt_locked(job,
+                            fmt::format("the coordinator restarted while attempt {} was {}; its tasks are no "
+                                        "longer tracked",
+                                        job.attempt(), job_state_name(job.state())),
+                            unused);
+        break;
+      default:
+        break;
+    }
+  }
+  if (!jobs_.empty()) {
+    spdlog::info("coordinator: recovered {} job(s) from {}, {} queued", jobs_.size(), store_->path(),
+                 scheduler_.size());
+  }
+  return ok_status();
+}
+
+// ---- nodes ----
+
+StatusOr<AgentOrders> Coordinator::register_node(NodeInfo info) {
+  COHORT_RETURN_IF_ERROR(NodeRegistry::validate(info));
+  std::lock_guard<std::mutex> lock(mu_);
+  AgentOrders orders;
+  if (nodes_.contains(info.node_id)) {
+    node_lost_locked(
+        info.node_id,
+        fmt::format("node {} re-registered: its agent restarted and lost its tasks", info.node_id), orders);
+  }
+  const std::string id = info.node_id;
+  COHORT_RETURN_IF_ERROR(nodes_.register_node(std::move(info), clock_->now()));
+  spdlog::info("coordinator: node {} registered", id);
+  return orders;
+}
+
+Status Coordinator::heartbeat(const std::string& node_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return nodes_.heartbeat(node_id, clock_->now());
+}
+
+std::vector<NodeStatus> Coordinator::list_nodes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return nodes_.list();
+}
+
+// ---- jobs ----
+
+StatusOr<std::string> Coordinator::submit(const cohort::v1::JobSpec& spec) {
+  COHORT_RETURN_IF_ERROR(validate_job_spec(spec));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shutting_down_)
+    return unavailable_error("the coordinator is shutting down; submit again once it is back");
+  Job job;
+  job.seq = next_job_seq_++;
+  job.id = fmt::format("{}-{}", spec.name(), job.seq);
+  job.spec = spec;
+  job.machine = JobStateMachine(spec.restart_policy().max_restarts());
+  job.submit_unix_ms = clock_->unix_millis();
+
+  JobEvent event;
+  event.seq = next_event_seq_++;
+  event.job_id = job.id;
+  event.unix_ms = job.submit_unix_ms;
+  event.change = JobTransition{JobState::kPending, JobState::kPending, job.attempt(), job.machine.reason()};
+  // Durable before acknowledged: a job the client was told about survives a crash.
+  COHORT_RETURN_IF_ERROR(store_->save(job, event).with_context("cannot record job " + job.id));
+  COHORT_RETURN_IF_ERROR(scheduler_.enqueue(job.id, job.seq, request_of(job.spec)));
+  const std::string id = job.id;
+  jobs_.emplace(id, std::move(job));
+  publish_locked(std::move(event));
+  return id;
+}
+
+StatusOr<Job> Coordinator::get_job(const std::string& job_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return not_found_error("no job '{}'; `cohort list` shows the known jobs", job_id);
+  return it->second;
+}
+
+std::vector<Job> Coordinator::list_jobs() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Job> jobs;
+  jobs.reserve(jobs_.size());
+  for (const auto& item : jobs_) jobs.push_back(item.second);
+  std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) { return a.seq < b.seq; });
+  return jobs;
+}
+
+StatusOr<AgentOrders> Coordinator::cancel(const std::string& job_id, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  COHORT_ASSIGN_OR_RETURN(Job * job, find_job_locked(job_id));
+  if (is_terminal(job->state())) {
+    return failed_precondition_error("job {} already finished: {} ({})", job_id, job_state_name(job->state()),
+                                     job->machine.reason());
+  }
+  const std::string why = reason.empty() ? "cancelled by a client" : reason;
+  const AttemptKey key{job->id, job->attempt()};
+  const JobState before = job->state();
+  AgentOrders orders;
+  transition_locked(*job, JobState::kCancelled, why);
+  if (before == JobState::kPending) {
+    scheduler_.remove(job_id);
+    job->waiting_for.clear();
+  } else {
+    stop_attempt_locked(key, cancelled_error("job {} was cancelled: {}", job_id, why), orders);
+  }
+  return orders;
+}
+
+AgentOrders Coordinator::tick() {
+  std::lock_guard<std::mutex> lock(mu_);
+  AgentOrders orders;
+  if (shutting_down_) return orders;
+  for (const std::string& node_id : nodes_.expire(clock_->now())) {
+    spdlog::warn("coordinator: node {} lost (no heartbeat for {})", node_id, format_duration(nodes_.lease()));
+    node_lost_locked(
+        node_id, fmt::format("node {} lost: no heartbeat for {}", node_id, format_duration(nodes_.lease())),
+        orders);
+  }
+  place_locked(orders);
+  return orders;
+}
+
+Status Coordinator::report_tasks_started(const std::string& node_id, const std::string& job_id, int attempt) {
+  std::lock_guard<std::mutex> lock(mu_);
+  COHORT_ASSIGN_OR_RETURN(Job * job, find_job_locked(job_id));
+  COHORT_RETURN_IF_ERROR(check_attempt_locked(*job, attempt));
+  const AttemptKey key{job_id, attempt};
+  auto it = attempts_.find(key);
+  if (it == attempts_.end()) return ok_status();  // the attempt is over; nothing to start
+  if (it->second.placement.find_node(node_id) == nullptr) {
+    return invalid_argument_error("job {} attempt {} has no tasks on node {} (its nodes: {})", job_id,
+                                  attempt, node_id, it->second.placement.node_list());
+  }
+  it->second.started_nodes.insert(node_id);
+  maybe_running_locked(key);
+  return ok_status();
+}
+
+StatusOr<AgentOrders> Coordinator::report_task_exit(const TaskExit& exit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  COHORT_ASSIGN_OR_RETURN(Job * job, find_job_locked(exit.job_id));
+  COHORT_RETURN_IF_ERROR(check_attempt_locked(*job, exit.attempt));
+  AgentOrders orders;
+  const AttemptKey key{exit.job_id, exit.attempt};
+  auto it = attempts_.find(key);
+  // Forgotten attempts (every rank accounted for, or from before a coordinator restart) need nothing.
+  if (it == attempts_.end()) return orders;
+  LiveAttempt& live = it->second;
+  const NodeAssignment* node = live.placement.find_node(exit.node_id);
+  if (node == nullptr || !node->holds_rank(exit.rank)) {
+    const NodeAssignment* owner = live.placement.node_of_rank(exit.rank);
+    return invalid_argument_error(
+        "task exit report for job {} attempt {}: rank {} is not placed on node {} ({})", exit.job_id,
+        exit.attempt, exit.rank, exit.node_id,
+        owner != nullptr ? "it runs on node " + owner->node_id : "no such rank");
+  }
+  if (live.live_ranks.count(exit.rank) == 0) return orders;  // a repeated report
+
+  // A task that exited had started, even if the agent's start report has not arrived yet.
+  live.started_nodes.insert(exit.node_id);
+  maybe_running_locked(key);
+  rank_exited_locked(key, exit.rank, /*node_is_gone=*/false);
+  if (is_active_locked(key)) {
+    if (!exited_cleanly(exit)) {
+      fail_attempt_locked(*job, describe_exit(exit), orders);
+    } else if (live.live_ranks.empty()) {
+      transition_locked(*job, JobState::kSucceeded,
+                        fmt::format("all {} rank(s) exited with code 0", live.placement.world_size()));
+    }
+  }
+  forget_if_drained_locked(key);
+  return orders;
+}
+
+Status Coordinator::report_metrics(const std::string& job_id, int attempt, const Metrics& metrics) {
+  std::lock_guard<std::mutex> lock(mu_);
+  COHORT_ASSIGN_OR_RETURN(Job * job, find_job_locked(job_id));
+  COHORT_RETURN_IF_ERROR(check_attempt_locked(*job, attempt));
+  // A superseded attempt's late report would mix two runs' numbers.
+  if (attempt != job->attempt() || is_terminal(job->state())) return ok_status();
+  job->last_metrics = metrics;
+  JobEvent event;
+  event.seq = next_event_seq_++;
+  event.job_id = job_id;
+  event.unix_ms = clock_->unix_millis();
+  event.kind = JobEvent::Kind::kMetrics;
+  event.metrics = metrics;
+  publish_locked(std::move(event));
+  return ok_status();
+}
+
+// ---- rendezvous and events ----
+
+StatusOr<std::shared_ptr<Rendezvous>> Coordinator::rendezvous(const std::string& job_id, int attempt) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto job = jobs_.find(job_id);
+  if (job == jobs_.end()) return not_found_error("no job '{}'", job_id);
+  auto it = attempts_.find(AttemptKey{job_id, attempt});
+  if (it == attempts_.end()) {
+    return failed_precondition_error("job {} attempt {} has no rendezvous: the job is {} at attempt {} ({})",
+                                     job_id, attempt, job_state_name(job->second.state()),
+                                     job->second.attempt(), job->second.machine.reason());
+  }
+  return it->second.rendezvous;
+}
+
+StatusOr<std::vector<JobEvent>> Coordinator::events(const std::string& job_id, int64_t after_seq,
+                                                    Duration timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (jobs_.count(job_id) == 0) return not_found_error("no job '{}'", job_id);
+  auto has_new = [&] {
+    auto it = job_events_.find(job_id);
+    return it != job_events_.end() && !it->second.empty() && it->second.back().seq > after_seq;
+  };
+  events_changed_.wait_until(lock, std::chrono::steady_clock::now() + timeout,
+                             [&] { return shutting_down_ || has_new(); });
+  if (shutting_down_)
+    return unavailable_error("the coordinator is shutting down; watch again once it is back");
+  std::vector<JobEvent> out;
+  auto it = job_events_.find(job_id);
+  if (it == job_events_.end()) return out;
+  for (const JobEvent& event : it->second) {
+    if (event.seq > after_seq) out.push_back(event);
+  }
+  return out;
+}
+
+void Coordinator::shutdown() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shutting_down_) return;
+  shutting_down_ = true;
+  for (auto& item : attempts_) {
+    item.second.rendezvous->close(unavailable_error("the coordinator is shutting down"));
+  }
+  // Metrics are written with the job's next state change; a job still running has had none since.
+  for (const auto& item : jobs_) {
+    const Job& job = item.second;
+    if (is_terminal(job.state()) || !job.last_metrics) continue;
+    Status stored = store_->upsert_job(job);
+    if (!stored.ok())
+      spdlog::error("coordinator: job {}: could not store its metrics: {}", job.id, stored.to_string());
+  }
+  events_changed_.notify_all();
+}
+
+// ---- internals (mu_ held) ----
+
+StatusOr<Job*> Coordinator::find_job_locked(const std::string& job_id) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return not_found_error("no job '{}'", job_id);
+  return &it->second;
+}
+
+Status Coordinator::check_attempt_locked(const Job& job, int attempt) const {
+  if (attempt < 1 || attempt > job.attempt()) {
+    return invalid_argument_error("job {} has no attempt {}; its attempts are 1 .. {}", job.id, attempt,
+                                  job.attempt());
+  }
+  return ok_status();
+}
+
+bool Coordinator::is_active_locked(const AttemptKey& key) const {
+  auto it = jobs_.find(key.first);
+  if (it == jobs_.end() || it->second.attempt() != key.second) return false;
+  return it->second.state() == JobState::kPlaced || it->second.state() == JobState::kRunning;
+}
+
+void Coordinator::record_locked(Job& job, const JobTransition& change) {
+  const int64_t now = clock_->unix_millis();
+  if (change.to == JobState::kRunning) job.start_unix_ms = now;
+  if (is_terminal(change.to)) job.end_unix_ms = now;
+  JobEvent event;
+  event.seq = next_event_seq_++;
+  event.job_id = job.id;
+  event.unix_ms = now;
+  event.change = change;
+  Status stored = store_->save(job, event);
+  if (!stored.ok()) {
+    spdlog::error("coordinator: job {}: could not store {} -> {}: {}", job.id, job_state_name(change.from),
+                  job_state_name(change.to), stored.to_string());
+  }
+  spdlog::info("coordinator: job {} attempt {}: {} -> {}: {}", job.id, change.attempt,
+               job_state_name(change.from), job_state_name(change.to), change.reason);
+  publish_locked(std::move(event));
+}
+
+bool Coordinator::transition_locked(Job& job, JobState to, std::string reason) {
+  StatusOr<JobTransition> change = job.machine.transition(to, std::move(reason));
+  if (!change.ok()) {
+    // Callers check the state first; reaching this is a coordinator bug, not a user error.
+    spdlog::error("coordinator: job {}: {}", job.id, change.status().to_string());
+    return false;
+  }
+  record_locked(job, *change);
+  return true;
+}
+
+void Coordinator::publish_locked(JobEvent event) {
+  std::deque<JobEvent>& log = job_events_[event.job_id];
+  log.push_back(std::move(event));
+  while (log.size() > std::max<size_t>(options_.max_events_per_job, 1)) log.pop_front();
+  events_changed_.notify_all();
+}
+
+void Coordinator::place_locked(AgentOrders& orders) {
+  std::vector<NodeCapacity> capacity;
+  for (const NodeStatus& node : nodes_.list()) {
+    capacity.push_back(NodeCapacity{node.info.node_id, node.info.address, node.free_slots, node.free_gpus});
+  }
+  ScheduleResult result = scheduler_.schedule(std::move(capacity));
+  for (ScheduledJob& placed : result.placed) {
+    Job& job = jobs_.at(placed.job_id);
+    // The scheduler placed onto the registry's own free capacity under this lock, so reserving
+    // cannot fail; if it ever does, undo and re-queue rather than over-commit a node.
+    std::vector<const NodeAssignment*> reserved;
+    Status status;
+    for (const NodeAssignment& node : placed.placement.nodes) {
+      status = nodes_.reserve(node.node_id, node.num_ranks, node.gpus);
+      if (!status.ok()) break;
+      reserved.push_back(&node);
+    }
+    if (!status.ok()) {
+      spdlog::error("coordinator: job {}: placement could not be reserved: {}", job.id, status.to_string());
+      for (const NodeAssignment* node : reserved) nodes_.release(node->node_id, node->num_ranks, node->gpus);
+      scheduler_.enqueue(job.id, job.seq, request_of(job.spec)).ignore_error();
+      continue;
+    }
+
+    const AttemptKey key{job.id, job.attempt()};
+    LiveAttempt live;
+    live.placement = placed.placement;
+    for (const NodeAssignment& node : live.placement.nodes) {
+      for (int rank = node.first_rank; rank < node.first_rank + node.num_ranks; ++rank)
+        live.live_ranks.insert(rank);
+    }
+    live.rendezvous = std::make_shared<Rendezvous>(job.id, job.attempt(), live.placement);
+    job.placement = live.placement;
+    job.waiting_for.clear();
+    transition_locked(
+        job, JobState::kPlaced,
+        fmt::format("placed {} rank(s) on {}", live.placement.world_size(), live.placement.node_list()));
+    for (const NodeAssignment& node : live.placement.nodes) {
+      LaunchOrder launch;
+      launch.job_id = job.id;
+      launch.attempt = job.attempt();
+      launch.node = node;
+      launch.world_size = live.placement.world_size();
+      launch.num_nodes = static_cast<int>(live.placement.nodes.size());
+      launch.master_address = live.rendezvous->master_address();
+      launch.spec = job.spec;
+      orders.launches.push_back(std::move(launch));
+    }
+    attempts_.emplace(key, std::move(live));
+  }
+  for (const std::string& id : scheduler_.queued()) {
+    jobs_.at(id).waiting_for =
+        id == result.blocked_job_id
+            ? result.blocked_reason
+            : fmt::format("queued behind job {} (first in line)", result.blocked_job_id);
+  }
+}
+
+void Coordinator::fail_attempt_locked(Job& job, const std::string& reason, AgentOrders& orders) {
+  const AttemptKey key{job.id, job.attempt()};
+  StatusOr<JobTransition> change = job.machine.fail_attempt(reason);
+  if (!change.ok()) {
+    spdlog::error("coordinator: job {}: {}", job.id, change.status().to_string());
+    return;
+  }
+  record_locked(job, *change);
+  stop_attempt_locked(key, aborted_error("job {} attempt {} failed: {}", key.first, key.second, reason),
+                      orders);
+  if (job.state() == JobState::kPending) {
+    Status queued = scheduler_.enqueue(job.id, job.seq, request_of(job.spec));
+    if (!queued.ok()) spdlog::error("coordinator: job {}: cannot re-queue: {}", job.id, queued.to_string());
+  }
+}
+
+void Coordinator::stop_attempt_locked(const AttemptKey& key, const Status& why, AgentOrders& orders) {
+  auto it = attempts_.find(key);
+  if (it == attempts_.end()) return;
+  LiveAttempt& live = it->second;
+  // Wake every rank blocked in join, barrier or a store wait: their peers are going away.
+  live.rendezvous->close(why);
+  for (const NodeAssignment& node : live.placement.nodes) {
+    bool has_live_rank = false;
+    for (int rank = node.first_rank; rank < node.first_rank + node.num_ranks; ++rank) {
+      has_live_rank = has_live_rank || live.live_ranks.count(rank) != 0;
+    }
+    if (has_live_rank)
+      orders.stops.push_back(StopOrder{node.node_id, node.address, key.first, key.second, why.message()});
+  }
+}
+
+void Coordinator::node_lost_locked(const std::string& node_id, const std::string& reason,
+                                   AgentOrders& orders) {
+  std::vector<AttemptKey> affected;
+  for (const auto& item : attempts_) {
+    if (item.second.placement.find_node(node_id) != nullptr) affected.push_back(item.first);
+  }
+  for (const AttemptKey& key : affected) {
+    const NodeAssignment node = *attempts_.at(key).placement.find_node(node_id);
+    // Its ranks are gone with it; marking them first keeps stop orders away from the dead node.
+    for (int rank = node.first_rank; rank < node.first_rank + node.num_ranks; ++rank) {
+      rank_exited_locked(key, rank, /*node_is_gone=*/true);
+    }
+    if (is_active_locked(key)) fail_attempt_locked(jobs_.at(key.first), reason, orders);
+    forget_if_drained_locked(key);
+  }
+}
+
+void Coordinator::rank_exited_locked(const AttemptKey& key, int rank, bool node_is_gone) {
+  LiveAttempt& live = attempts_.at(key);
+  if (live.live_ranks.erase(rank) == 0) return;
+  const NodeAssignment* node = live.placement.node_of_rank(rank);
+  if (node == nullptr || node_is_gone) return;  // a gone node's capacity left with it
+  for (int r = node->first_rank; r < node->first_rank + node->num_ranks; ++r) {
+    if (live.live_ranks.count(r) != 0) return;
+  }
+  // The node's last rank of this attempt exited: its slots and GPUs are free for the next job.
+  nodes_.release(node->node_id, node->num_ranks, node->gpus);
+}
+
+void Coordinator::forget_if_drained_locked(const AttemptKey& key) {
+  auto it = attempts_.find(key);
+  if (it == attempts_.end() || !it->second.live_ranks.empty()) return;
+  const Job& job = jobs_.at(key.first);
+  it->second.rendezvous->close(aborted_error("job {} attempt {} is over (the job is {})", key.first,
+                                             key.second, job_state_name(job.state())));
+  attempts_.erase(it);
+}
+
+void Coordinator::maybe_running_locked(const AttemptKey& key) {
+  if (!is_active_locked(key)) return;
+  Job& job = jobs_.at(key.first);
+  const LiveAttempt& live = attempts_.at(key);
+  if (job.state() != JobState::kPlaced || live.started_nodes.size() != live.placement.nodes.size()) return;
+  transition_locked(job, JobState::kRunning,
+                    fmt::format("all {} rank(s) started on {} node(s)", live.placement.world_size(),
+                                live.placement.nodes.size()));
+}
+
+}  // namespace cohort::coordinator

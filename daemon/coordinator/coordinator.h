@@ -1,0 +1,242 @@
+#pragma once
+
+// Coordinator: the control plane's brain, as plain C++ that a unit test drives without a server.
+// It composes the NodeRegistry (nodes and leases), the Scheduler (gang placement, FIFO), the
+// JobStateMachine of each job (with its restart policy), one Rendezvous per placed attempt, and the
+// JobStore (SQLite in the data directory, so a restart loses no job).
+//
+// It never talks to agents itself: calls that require agents to act return AgentOrders (launch
+// these tasks, stop those) that the gRPC layer carries out, then reports back what happened
+// (report_tasks_started, report_task_exit). Time comes from an injected Clock; tick() is the
+// periodic step (expire nodes, place queued jobs) the server calls every second or so and after
+// each submit.
+//
+//   SystemClock clock;
+//   CoordinatorOptions options;
+//   options.data_dir = "/var/lib/cohort";
+//   COHORT_ASSIGN_OR_RETURN(auto coordinator, Coordinator::open(options, &clock));
+//   COHORT_ASSIGN_OR_RETURN(std::string id, coordinator->submit(spec));
+//   AgentOrders orders = coordinator->tick();   // → Agent.LaunchTasks on each placed node
+//
+// Attempt life: placed (slots reserved, rendezvous open, launch orders out) → RUNNING once every
+// node reported its tasks started → every rank exits 0: SUCCEEDED; any rank exits non-zero, is
+// killed, or its node is lost: the attempt fails (the others get stop orders, the rendezvous closes
+// so no rank waits on a dead peer) and the restart policy decides PENDING (attempt + 1) or FAILED.
+// A node's slots are released when every rank of the attempt on it has exited (or the node is
+// lost), so a restarted attempt never overlaps a draining one.
+//
+// Thread-safe: every public method takes one internal lock. Only events() and the Rendezvous
+// methods block (with timeouts); methods that write a job state block on the database's fsync.
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cohort/v1/job.pb.h"
+#include "daemon/coordinator/clock.h"
+#include "daemon/coordinator/job.h"
+#include "daemon/coordinator/job_store.h"
+#include "daemon/coordinator/node_registry.h"
+#include "daemon/coordinator/placement.h"
+#include "daemon/coordinator/rendezvous.h"
+#include "daemon/coordinator/scheduler.h"
+#include "worker/base/status.h"
+
+namespace cohort::coordinator {
+
+// Events kept in memory per job for watchers (state changes stay in the database regardless);
+// bounds memory for long jobs that report metrics every few seconds.
+inline constexpr size_t kDefaultMaxEventsPerJob = 10000;
+
+struct CoordinatorOptions {
+  std::string data_dir;                                 // job database directory (required)
+  Duration node_lease = kDefaultNodeLease;              // a node silent this long is lost
+  size_t max_events_per_job = kDefaultMaxEventsPerJob;  // in-memory event history per job
+};
+
+// Start these tasks of an attempt on one node (Agent.LaunchTasks).
+struct LaunchOrder {
+  std::string job_id;
+  int attempt = 0;
+  NodeAssignment node;  // the node, its ranks and GPUs
+  int world_size = 0;
+  int num_nodes = 0;
+  std::string master_address;  // host of node rank 0
+  cohort::v1::JobSpec spec;
+};
+
+// Stop every task of an attempt on one node (Agent.StopTasks).
+struct StopOrder {
+  std::string node_id;
+  std::string address;
+  std::string job_id;
+  int attempt = 0;
+  std::string reason;
+};
+
+// What agents must do as a result of a coordinator call.
+struct AgentOrders {
+  std::vector<LaunchOrder> launches;
+  std::vector<StopOrder> stops;
+
+  bool empty() const { return launches.empty() && stops.empty(); }
+};
+
+// An agent saw a task exit.
+struct TaskExit {
+  std::string node_id;
+  std::string job_id;
+  int attempt = 0;
+  int rank = 0;
+  int exit_code = 0;  // the exit status when it exited by itself
+  int signal = 0;     // the signal that killed it, 0 if none
+};
+
+class Coordinator {
+ public:
+  // Opens the job store in options.data_dir, reloads every job and event, and recovers: queued
+  // jobs re-enter the queue; attempts that were PLACED or RUNNING when the last coordinator stopped
+  // are failed through the restart policy (their tasks are no longer tracked). `clock` is not owned
+  // and must outlive the coordinator. Blocks on disk I/O.
+  static StatusOr<std::unique_ptr<Coordinator>> open(CoordinatorOptions options, const Clock* clock);
+
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+  // Calls shutdown().
+  ~Coordinator();
+
+  // ---- nodes ----
+
+  // Registers a node (or re-registers it). Re-registering a live node means its agent restarted:
+  // the attempts with tasks there fail as on a lost node, and the orders stop their other tasks.
+  // INVALID_ARGUMENT for malformed info.
+  StatusOr<AgentOrders> register_node(NodeInfo info);
+  // Renews a node's lease. NOT_FOUND: the node must register again.
+  Status heartbeat(const std::string& node_id);
+  // Live nodes with free capacity, by node id.
+  std::vector<NodeStatus> list_nodes() const;
+  Duration node_lease() const { return nodes_.lease(); }
+
+  // ---- jobs ----
+
+  // Validates `spec`, records the job (durably) and queues it; returns its id. INVALID_ARGUMENT
+  // naming every bad field; UNAVAILABLE while shutting down; the store's error if it cannot write.
+  // Placement happens at the next tick().
+  StatusOr<std::string> submit(const cohort::v1::JobSpec& spec);
+  // A copy of one job's record. NOT_FOUND for an unknown id.
+  StatusOr<Job> get_job(const std::string& job_id) const;
+  // Copies of every job's record in submission order.
+  std::vector<Job> list_jobs() const;
+  // Cancels a job: PENDING leaves the queue; PLACED / RUNNING get stop orders for their tasks.
+  // NOT_FOUND for an unknown id; FAILED_PRECONDITION for a finished job.
+  StatusOr<AgentOrders> cancel(const std::string& job_id, const std::string& reason);
+
+  // The periodic step: expires nodes whose lease ran out (failing or restarting their jobs) and
+  // places queued jobs in FIFO order. Returns the launches and stops for agents.
+  AgentOrders tick();
+
+  // Every task of an attempt on `node_id` started. When all of the attempt's nodes have reported,
+  // the job is RUNNING. Reports for attempts that are over are ignored. NOT_FOUND for an unknown
+  // job; INVALID_ARGUMENT for a node outside the attempt's placement.
+  Status report_tasks_started(const std::string& node_id, const std::string& job_id, int attempt);
+
+  // A task exited. A non-zero exit or a signal fails the attempt (reason naming the rank, node and
+  // code) and returns stop orders for its other tasks; the last rank exiting 0 makes the job
+  // SUCCEEDED. Exits of attempts that are over only release their slots. NOT_FOUND for an unknown
+  // job; INVALID_ARGUMENT for a rank not placed on that node.
+  StatusOr<AgentOrders> report_task_exit(const TaskExit& exit);
+
+  // Records training progress of the current attempt (older attempts' reports are dropped) and
+  // publishes it to watchers. Stored with the job's next write. NOT_FOUND for an unknown job.
+  Status report_metrics(const std::string& job_id, int attempt, const Metrics& metrics);
+
+  // ---- rendezvous ----
+
+  // The rendezvous of a placed attempt, for the Rendezvous service to call into (its blocking
+  // calls run outside the coordinator's lock). NOT_FOUND for an unknown job; FAILED_PRECONDITION
+  // when that attempt is not placed (queued, finished, or superseded by a restart).
+  StatusOr<std::shared_ptr<Rendezvous>> rendezvous(const std::string& job_id, int attempt) const;
+
+  // ---- events ----
+
+  // The job's events with seq > after_seq, oldest first. When there are none yet, blocks up to
+  // `timeout` for one and then returns what there is (possibly nothing), so a WatchJob stream can
+  // check for a departed client between calls. NOT_FOUND for an unknown job; UNAVAILABLE once
+  // shutting down.
+  StatusOr<std::vector<JobEvent>> events(const std::string& job_id, int64_t after_seq, Duration timeout);
+
+  // Stops accepting jobs, closes every rendezvous and wakes every watcher (with UNAVAILABLE), and
+  // writes each unfinished job's latest metrics. Idempotent; blocks on disk I/O.
+  void shutdown();
+
+ private:
+  using AttemptKey = std::pair<std::string, int>;  // (job id, attempt)
+
+  // An attempt that holds slots: running, or failed/cancelled and still draining.
+  struct LiveAttempt {
+    Placement placement;
+    std::set<std::string> started_nodes;  // nodes whose tasks all started
+    std::set<int> live_ranks;             // ranks that have not exited
+    std::shared_ptr<Rendezvous> rendezvous;
+  };
+
+  Coordinator(CoordinatorOptions options, const Clock* clock, std::unique_ptr<JobStore> store);
+
+  Status recover_locked(JobStore::Snapshot snapshot);
+  StatusOr<Job*> find_job_locked(const std::string& job_id);
+  // INVALID_ARGUMENT for an attempt number the job never had.
+  Status check_attempt_locked(const Job& job, int attempt) const;
+  // Whether `key` is the job's current attempt and still PLACED or RUNNING.
+  bool is_active_locked(const AttemptKey& key) const;
+
+  // Moves the job to `to` and records it. An illegal move is a coordinator bug: logged, and the
+  // job is left as it was (returns false).
+  bool transition_locked(Job& job, JobState to, std::string reason);
+  // A transition's bookkeeping: timestamps, the event (stored with the job, published to
+  // watchers). A store failure is logged, not returned: the world already changed, and the next
+  // write of the job stores its whole record again.
+  void record_locked(Job& job, const JobTransition& change);
+  void publish_locked(JobEvent event);
+
+  // Places queued jobs; appends launch orders.
+  void place_locked(AgentOrders& orders);
+  // Fails the job's current attempt (the restart policy picks PENDING or FAILED), closes its
+  // rendezvous, and appends stop orders for its tasks still running.
+  void fail_attempt_locked(Job& job, const std::string& reason, AgentOrders& orders);
+  // Closes an attempt's rendezvous with `why` and appends stop orders for its nodes that still have
+  // live ranks.
+  void stop_attempt_locked(const AttemptKey& key, const Status& why, AgentOrders& orders);
+  // A node is gone: its ranks count as exited and the active attempts with ranks there fail.
+  void node_lost_locked(const std::string& node_id, const std::string& reason, AgentOrders& orders);
+  // A rank of `key` exited; when it was its node's last live rank, the node's reservation is
+  // released (unless the node itself is gone, taking its capacity with it).
+  void rank_exited_locked(const AttemptKey& key, int rank, bool node_is_gone);
+  // Forgets an attempt once every rank has exited.
+  void forget_if_drained_locked(const AttemptKey& key);
+  // PLACED → RUNNING once every node of the active attempt has started.
+  void maybe_running_locked(const AttemptKey& key);
+
+  const CoordinatorOptions options_;
+  const Clock* const clock_;
+  const std::unique_ptr<JobStore> store_;
+
+  mutable std::mutex mu_;
+  std::condition_variable events_changed_;  // a job event was published, or shutdown
+  bool shutting_down_ = false;
+  NodeRegistry nodes_;
+  Scheduler scheduler_;
+  std::map<std::string, Job> jobs_;                         // by id
+  std::map<AttemptKey, LiveAttempt> attempts_;              // attempts holding slots
+  std::map<std::string, std::deque<JobEvent>> job_events_;  // by job id, oldest first
+  int64_t next_job_seq_ = 1;
+  int64_t next_event_seq_ = 1;
+};
+
+}  // namespace cohort::coordinator

@@ -1,0 +1,472 @@
+#include "daemon/coordinator/coordinator.h"
+
+#include <chrono>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "daemon/coordinator/temp_dir.h"
+#include "daemon/coordinator/test_specs.h"
+
+namespace cohort::coordinator {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using testing::TempDir;
+using testing::valid_spec;
+
+constexpr Duration kLease = seconds(15);
+constexpr Duration kGenerous = seconds(30);  // never reached when the test passes
+
+bool contains(const std::string& text, const std::string& fragment) {
+  return text.find(fragment) != std::string::npos;
+}
+
+// The nodes that got stop orders, in order.
+std::vector<std::string> stopped_nodes(const AgentOrders& orders) {
+  std::vector<std::string> nodes;
+  for (const StopOrder& stop : orders.stops) nodes.push_back(stop.node_id);
+  return nodes;
+}
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override { open(); }
+
+  void open() {
+    CoordinatorOptions options;
+    options.data_dir = dir_.path();
+    options.node_lease = kLease;
+    auto coordinator = Coordinator::open(options, &clock_);
+    ASSERT_TRUE(coordinator.ok()) << coordinator.status().to_string();
+    coordinator_ = std::move(*coordinator);
+  }
+
+  void add_node(const std::string& id, int slots) {
+    NodeInfo info;
+    info.node_id = id;
+    info.address = id + ":7071";
+    info.hostname = id;
+    info.slots = slots;
+    auto orders = coordinator_->register_node(info);
+    ASSERT_TRUE(orders.ok()) << orders.status().to_string();
+    EXPECT_TRUE(orders->empty());
+  }
+
+  std::string submit(const cohort::v1::JobSpec& spec) {
+    auto id = coordinator_->submit(spec);
+    EXPECT_TRUE(id.ok()) << id.status().to_string();
+    return id.value_or("");
+  }
+
+  Job job(const std::string& id) {
+    auto job = coordinator_->get_job(id);
+    EXPECT_TRUE(job.ok()) << job.status().to_string();
+    return job.value_or(Job());
+  }
+
+  AgentOrders exit_task(const std::string& node, const std::string& id, int attempt, int rank, int code,
+                        int signal = 0) {
+    auto orders = coordinator_->report_task_exit(TaskExit{node, id, attempt, rank, code, signal});
+    EXPECT_TRUE(orders.ok()) << orders.status().to_string();
+    return orders.ok() ? *orders : AgentOrders();
+  }
+
+  // Places the queued jobs and reports every launched node started.
+  AgentOrders tick_and_start() {
+    AgentOrders orders = coordinator_->tick();
+    for (const LaunchOrder& launch : orders.launches) {
+      EXPECT_TRUE(
+          coordinator_->report_tasks_started(launch.node.node_id, launch.job_id, launch.attempt).ok());
+    }
+    return orders;
+  }
+
+  int free_slots(const std::string& node) {
+    for (const NodeStatus& status : coordinator_->list_nodes()) {
+      if (status.info.node_id == node) return status.free_slots;
+    }
+    return -1;
+  }
+
+  std::vector<JobState> state_history(const std::string& id) {
+    std::vector<JobState> states;
+    auto events = coordinator_->events(id, 0, Duration(0));
+    EXPECT_TRUE(events.ok());
+    for (const JobEvent& event : events.value_or(std::vector<JobEvent>())) {
+      if (event.kind == JobEvent::Kind::kStateChange) states.push_back(event.change.to);
+    }
+    return states;
+  }
+
+  // Declared before the coordinator, so they outlive it.
+  TempDir dir_;
+  FakeClock clock_;
+  std::unique_ptr<Coordinator> coordinator_;
+};
+
+TEST_F(CoordinatorTest, ARankExitingNonZeroFailsTheJobWithAReasonNamingTheRank) {
+  add_node("node-a", 2);
+  add_node("node-b", 2);
+  const std::string id = submit(valid_spec("mlp", 2, 2));
+  EXPECT_EQ(id, "mlp-1");
+  EXPECT_EQ(job(id).state(), JobState::kPending);
+
+  // Placement: both nodes, node-major ranks, one launch order per node.
+  AgentOrders orders = coordinator_->tick();
+  ASSERT_EQ(orders.launches.size(), 2u);
+  EXPECT_TRUE(orders.stops.empty());
+  const LaunchOrder& first = orders.launches[0];
+  EXPECT_EQ(first.job_id, id);
+  EXPECT_EQ(first.attempt, 1);
+  EXPECT_EQ(first.node.node_id, "node-a");
+  EXPECT_EQ(first.node.first_rank, 0);
+  EXPECT_EQ(first.world_size, 4);
+  EXPECT_EQ(first.num_nodes, 2);
+  EXPECT_EQ(first.master_address, "node-a");
+  EXPECT_EQ(orders.launches[1].node.node_id, "node-b");
+  EXPECT_EQ(orders.launches[1].node.first_rank, 2);
+  EXPECT_EQ(job(id).state(), JobState::kPlaced);
+  EXPECT_EQ(job(id).placement.world_size(), 4);
+  EXPECT_EQ(free_slots("node-a"), 0);
+  EXPECT_EQ(free_slots("node-b"), 0);
+
+  // RUNNING only once every node has started its tasks.
+  ASSERT_TRUE(coordinator_->report_tasks_started("node-a", id, 1).ok());
+  EXPECT_EQ(job(id).state(), JobState::kPlaced);
+  clock_.advance(seconds(3));
+  ASSERT_TRUE(coordinator_->report_tasks_started("node-b", id, 1).ok());
+  EXPECT_EQ(job(id).state(), JobState::kRunning);
+  EXPECT_EQ(job(id).start_unix_ms, FakeClock::kDefaultStartUnixMillis + 3000);
+
+  auto rendezvous = coordinator_->rendezvous(id, 1);
+  ASSERT_TRUE(rendezvous.ok()) << rendezvous.status().to_string();
+  std::shared_ptr<Rendezvous> rdzv = *rendezvous;
+
+  // Rank 3 dies: the job fails, the reason names it, and every node with live ranks gets a stop.
+  orders = exit_task("node-b", id, 1, 3, 1);
+  const Job failed = job(id);
+  EXPECT_EQ(failed.state(), JobState::kFailed);
+  EXPECT_EQ(failed.machine.reason(), "rank 3 on node node-b exited with code 1");
+  EXPECT_NE(failed.end_unix_ms, 0);
+  EXPECT_EQ(stopped_nodes(orders), (std::vector<std::string>{"node-a", "node-b"}));
+  EXPECT_TRUE(contains(orders.stops[0].reason, "rank 3 on node node-b exited with code 1"));
+
+  // No rank waits on the dead one: the rendezvous is closed with the reason.
+  Status joined = rdzv->join("node-a", 0, kGenerous).status();
+  EXPECT_EQ(joined.code(), StatusCode::kAborted);
+  EXPECT_TRUE(contains(joined.message(), "rank 3 on node node-b exited with code 1")) << joined.message();
+
+  // Slots come back as the stopped ranks exit, node by node.
+  exit_task("node-a", id, 1, 0, 0, 15);
+  exit_task("node-a", id, 1, 1, 0, 15);
+  EXPECT_EQ(free_slots("node-a"), 2);
+  EXPECT_EQ(free_slots("node-b"), 0);
+  exit_task("node-b", id, 1, 2, 0, 15);
+  EXPECT_EQ(free_slots("node-b"), 2);
+  EXPECT_EQ(job(id).state(), JobState::kFailed);  // the later exits change nothing
+  EXPECT_EQ(coordinator_->rendezvous(id, 1).status().code(), StatusCode::kFailedPrecondition);
+
+  EXPECT_EQ(state_history(id), (std::vector<JobState>{JobState::kPending, JobState::kPlaced,
+                                                      JobState::kRunning, JobState::kFailed}));
+}
+
+TEST_F(CoordinatorTest, EveryRankExitingZeroSucceeds) {
+  add_node("node-a", 2);
+  const std::string id = submit(valid_spec("ok", 1, 2));
+  AgentOrders orders = coordinator_->tick();
+  ASSERT_EQ(orders.launches.size(), 1u);
+  // The exits may overtake the agent's start report: an exited task had started.
+  EXPECT_TRUE(exit_task("node-a", id, 1, 0, 0).empty());
+  EXPECT_EQ(job(id).state(), JobState::kRunning);
+  EXPECT_TRUE(exit_task("node-a", id, 1, 1, 0).empty());
+  EXPECT_EQ(job(id).state(), JobState::kSucceeded);
+  EXPECT_EQ(job(id).machine.reason(), "all 2 rank(s) exited with code 0");
+  EXPECT_EQ(free_slots("node-a"), 2);
+  // A late start report for a finished attempt is harmless.
+  EXPECT_TRUE(coordinator_->report_tasks_started("node-a", id, 1).ok());
+  EXPECT_EQ(job(id).state(), JobState::kSucceeded);
+}
+
+TEST_F(CoordinatorTest, AnInvalidSpecIsRejectedBeforeAnythingIsQueued) {
+  add_node("node-a", 4);
+  cohort::v1::JobSpec spec = valid_spec();
+  spec.set_procs_per_node(0);
+  spec.set_communicator("mpi");
+  auto id = coordinator_->submit(spec);
+  ASSERT_FALSE(id.ok());
+  EXPECT_EQ(id.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(contains(id.status().message(), "procs_per_node is 0")) << id.status().message();
+  EXPECT_TRUE(contains(id.status().message(), "communicator 'mpi'")) << id.status().message();
+  EXPECT_TRUE(coordinator_->list_jobs().empty());
+  EXPECT_TRUE(coordinator_->tick().empty());
+}
+
+TEST_F(CoordinatorTest, AFailedAttemptWithRestartsLeftRunsAgainOnceItsSlotsDrain) {
+  add_node("node-a", 2);
+  cohort::v1::JobSpec spec = valid_spec("retry", 1, 2);
+  spec.mutable_restart_policy()->set_max_restarts(1);
+  const std::string id = submit(spec);
+  tick_and_start();
+  ASSERT_EQ(job(id).state(), JobState::kRunning);
+
+  AgentOrders orders = exit_task("node-a", id, 1, 0, 0, 9);
+  Job restarted = job(id);
+  EXPECT_EQ(restarted.state(), JobState::kPending);
+  EXPECT_EQ(restarted.attempt(), 2);
+  EXPECT_TRUE(contains(restarted.machine.reason(),
+                       "attempt 1 failed: rank 0 on node node-a was killed by "
+                       "signal 9 (SIGKILL); restarting (restart 1 of 1)"))
+      << restarted.machine.reason();
+  EXPECT_EQ(stopped_nodes(orders), (std::vector<std::string>{"node-a"}));
+
+  // Rank 1 of attempt 1 still holds its slot: attempt 2 must not overlap it.
+  EXPECT_TRUE(coordinator_->tick().launches.empty());
+  EXPECT_TRUE(contains(job(id).waiting_for, "needs 1 node(s) with 2 free slot(s)")) << job(id).waiting_for;
+  // Its late metrics belong to a dead attempt and are dropped.
+  ASSERT_TRUE(coordinator_->report_metrics(id, 1, Metrics{10, 0, 2.0, 0, 0, 0}).ok());
+  EXPECT_FALSE(job(id).last_metrics.has_value());
+  exit_task("node-a", id, 1, 1, 0, 15);
+  EXPECT_EQ(job(id).state(), JobState::kPending);
+
+  orders = coordinator_->tick();
+  ASSERT_EQ(orders.launches.size(), 1u);
+  EXPECT_EQ(orders.launches[0].attempt, 2);
+  EXPECT_EQ(job(id).state(), JobState::kPlaced);
+  EXPECT_EQ(coordinator_->rendezvous(id, 1).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(coordinator_->rendezvous(id, 2).ok());
+
+  // The second attempt fails too, and no restarts are left.
+  exit_task("node-a", id, 2, 1, 3);
+  EXPECT_EQ(job(id).state(), JobState::kFailed);
+  EXPECT_EQ(job(id).machine.reason(),
+            "rank 1 on node node-a exited with code 3 (attempt 2; all 1 restart(s) used)");
+}
+
+TEST_F(CoordinatorTest, ANodeThatMissesItsLeaseFailsItsJobAndOnlyTheLiveNodesGetStops) {
+  add_node("node-a", 1);
+  add_node("node-b", 1);
+  const std::string id = submit(valid_spec("lease", 2, 1));
+  tick_and_start();
+  ASSERT_EQ(job(id).state(), JobState::kRunning);
+
+  clock_.advance(seconds(10));
+  ASSERT_TRUE(coordinator_->heartbeat("node-a").ok());
+  clock_.advance(seconds(5));
+  EXPECT_TRUE(coordinator_->tick().empty()) << "node-b's lease ends exactly now: not yet lost";
+  clock_.advance(seconds(1));
+  AgentOrders orders = coordinator_->tick();
+
+  EXPECT_EQ(job(id).state(), JobState::kFailed);
+  EXPECT_EQ(job(id).machine.reason(), "node node-b lost: no heartbeat for 15.0 s");
+  EXPECT_EQ(stopped_nodes(orders), (std::vector<std::string>{"node-a"}));
+  ASSERT_EQ(coordinator_->list_nodes().size(), 1u);
+  EXPECT_EQ(coordinator_->heartbeat("node-b").code(), StatusCode::kNotFound);
+  exit_task("node-a", id, 1, 0, 0, 15);
+  EXPECT_EQ(free_slots("node-a"), 1);
+}
+
+TEST_F(CoordinatorTest, ALostNodesJobWithRestartsWaitsForCapacityAndRunsElsewhere) {
+  add_node("node-a", 1);
+  cohort::v1::JobSpec spec = valid_spec("mobile", 1, 1);
+  spec.mutable_restart_policy()->set_max_restarts(2);
+  const std::string id = submit(spec);
+  tick_and_start();
+  clock_.advance(kLease + seconds(1));
+  coordinator_->tick();
+  EXPECT_EQ(job(id).state(), JobState::kPending);
+  EXPECT_EQ(job(id).attempt(), 2);
+  EXPECT_TRUE(contains(job(id).waiting_for, "0 of 0 live node(s)")) << job(id).waiting_for;
+
+  add_node("node-c", 1);
+  AgentOrders orders = coordinator_->tick();
+  ASSERT_EQ(orders.launches.size(), 1u);
+  EXPECT_EQ(orders.launches[0].node.node_id, "node-c");
+  EXPECT_EQ(job(id).placement.nodes[0].node_id, "node-c");
+}
+
+TEST_F(CoordinatorTest, ReRegisteringALiveNodeMeansItsAgentRestartedAndItsTasksAreLost) {
+  add_node("node-a", 1);
+  add_node("node-b", 1);
+  const std::string id = submit(valid_spec("agent", 2, 1));
+  tick_and_start();
+  NodeInfo again;
+  again.node_id = "node-b";
+  again.address = "node-b:7071";
+  again.slots = 1;
+  auto orders = coordinator_->register_node(again);
+  ASSERT_TRUE(orders.ok());
+  EXPECT_EQ(stopped_nodes(*orders), (std::vector<std::string>{"node-a"}));
+  EXPECT_EQ(job(id).state(), JobState::kFailed);
+  EXPECT_TRUE(contains(job(id).machine.reason(), "node node-b re-registered")) << job(id).machine.reason();
+  EXPECT_EQ(free_slots("node-b"), 1);
+}
+
+TEST_F(CoordinatorTest, TheQueueIsFifoAndItsHeadBlocksJobsBehindIt) {
+  add_node("node-a", 2);
+  const std::string small = submit(valid_spec("small", 1, 1));
+  tick_and_start();
+  const std::string wide = submit(valid_spec("wide", 1, 2));
+  const std::string tiny = submit(valid_spec("tiny", 1, 1));
+  // One slot is free and `tiny` would fit it, but `wide` is first in line.
+  EXPECT_TRUE(coordinator_->tick().launches.empty());
+  EXPECT_TRUE(contains(job(wide).waiting_for, "needs 1 node(s) with 2 free slot(s) each; 0 of 1"))
+      << job(wide).waiting_for;
+  EXPECT_EQ(job(tiny).waiting_for, "queued behind job wide-2 (first in line)");
+
+  exit_task("node-a", small, 1, 0, 0);
+  AgentOrders orders = coordinator_->tick();
+  ASSERT_EQ(orders.launches.size(), 1u);
+  EXPECT_EQ(orders.launches[0].job_id, wide);
+  EXPECT_EQ(job(wide).waiting_for, "");
+  EXPECT_EQ(job(tiny).state(), JobState::kPending);
+}
+
+TEST_F(CoordinatorTest, CancelDequeuesAPendingJobAndStopsARunningOne) {
+  add_node("node-a", 1);
+  add_node("node-b", 1);
+  const std::string running = submit(valid_spec("running", 2, 1));
+  tick_and_start();
+  const std::string queued = submit(valid_spec("queued", 1, 1));
+
+  auto orders = coordinator_->cancel(queued, "");
+  ASSERT_TRUE(orders.ok());
+  EXPECT_TRUE(orders->empty());
+  EXPECT_EQ(job(queued).state(), JobState::kCancelled);
+  EXPECT_EQ(job(queued).machine.reason(), "cancelled by a client");
+
+  orders = coordinator_->cancel(running, "user pressed ^C");
+  ASSERT_TRUE(orders.ok());
+  EXPECT_EQ(stopped_nodes(*orders), (std::vector<std::string>{"node-a", "node-b"}));
+  EXPECT_EQ(job(running).state(), JobState::kCancelled);
+  EXPECT_EQ(job(running).machine.reason(), "user pressed ^C");
+
+  // The freed capacity does not revive the cancelled queued job.
+  exit_task("node-a", running, 1, 0, 0, 15);
+  exit_task("node-b", running, 1, 1, 0, 15);
+  EXPECT_TRUE(coordinator_->tick().launches.empty());
+
+  auto again = coordinator_->cancel(running, "");
+  EXPECT_EQ(again.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(contains(again.status().message(), "already finished: CANCELLED")) << again.status().message();
+  EXPECT_EQ(coordinator_->cancel("nope-9", "").status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(CoordinatorTest, MalformedReportsAreRejectedWithWhatIsWrong) {
+  add_node("node-a", 1);
+  add_node("node-b", 1);
+  const std::string id = submit(valid_spec("job", 2, 1));
+  tick_and_start();
+  auto wrong_node = coordinator_->report_task_exit(TaskExit{"node-a", id, 1, 1, 1, 0});
+  EXPECT_EQ(wrong_node.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(
+      contains(wrong_node.status().message(), "rank 1 is not placed on node node-a (it runs on node node-b)"))
+      << wrong_node.status().message();
+  EXPECT_EQ(coordinator_->report_task_exit(TaskExit{"node-a", id, 5, 0, 1, 0}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(coordinator_->report_task_exit(TaskExit{"node-a", "ghost-1", 1, 0, 1, 0}).status().code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(coordinator_->report_tasks_started("node-z", id, 1).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(job(id).state(), JobState::kRunning);
+}
+
+TEST_F(CoordinatorTest, ARestartedCoordinatorKeepsEveryJob) {
+  add_node("node-a", 4);
+  const std::string done = submit(valid_spec("done", 1, 1));
+  const std::string running = submit(valid_spec("running", 1, 1));
+  cohort::v1::JobSpec resilient = valid_spec("resilient", 1, 1);
+  resilient.mutable_restart_policy()->set_max_restarts(1);
+  const std::string restartable = submit(resilient);
+  tick_and_start();
+  exit_task("node-a", done, 1, 0, 0);
+  ASSERT_TRUE(coordinator_->report_metrics(running, 1, Metrics{50, 1, 0.5, 0.9, 100, 0}).ok());
+  const std::string queued = submit(valid_spec("queued", 1, 8));  // never fits a 4-slot node
+
+  coordinator_.reset();  // the coordinator stops (or crashes) ...
+  open();                // ... and a new one starts on the same data directory
+
+  std::vector<Job> jobs = coordinator_->list_jobs();
+  ASSERT_EQ(jobs.size(), 4u);
+  EXPECT_EQ(jobs[0].id, done);
+  EXPECT_EQ(jobs[0].state(), JobState::kSucceeded);
+  EXPECT_EQ(jobs[1].id, running);
+  EXPECT_EQ(jobs[1].state(), JobState::kFailed);
+  EXPECT_TRUE(contains(jobs[1].machine.reason(), "the coordinator restarted while attempt 1 was RUNNING"))
+      << jobs[1].machine.reason();
+  ASSERT_TRUE(jobs[1].last_metrics.has_value());  // written at shutdown
+  EXPECT_EQ(jobs[1].last_metrics->step, 50);
+  EXPECT_EQ(jobs[2].id, restartable);
+  EXPECT_EQ(jobs[2].state(), JobState::kPending);
+  EXPECT_EQ(jobs[2].attempt(), 2);
+  EXPECT_EQ(jobs[3].id, queued);
+  EXPECT_EQ(jobs[3].state(), JobState::kPending);
+  EXPECT_EQ(jobs[3].spec.procs_per_node(), 8);
+
+  // The event history survived too, and new ids continue after the old ones.
+  EXPECT_EQ(state_history(done), (std::vector<JobState>{JobState::kPending, JobState::kPlaced,
+                                                        JobState::kRunning, JobState::kSucceeded}));
+  EXPECT_EQ(submit(valid_spec("fresh", 1, 1)), "fresh-5");
+
+  // Nodes re-register after a coordinator restart; the restarted job runs again.
+  add_node("node-a", 4);
+  AgentOrders orders = coordinator_->tick();
+  ASSERT_EQ(orders.launches.size(), 1u);
+  EXPECT_EQ(orders.launches[0].job_id, restartable);
+  EXPECT_EQ(orders.launches[0].attempt, 2);
+}
+
+TEST_F(CoordinatorTest, WatchersGetStateChangesAndMetricsAsTheyHappen) {
+  add_node("node-a", 1);
+  const std::string id = submit(valid_spec("watched", 1, 1));
+  auto initial = coordinator_->events(id, 0, Duration(0));
+  ASSERT_TRUE(initial.ok());
+  ASSERT_EQ(initial->size(), 1u);
+  const int64_t seen = initial->back().seq;
+  EXPECT_EQ(initial->back().change.reason, "submitted");
+  EXPECT_EQ(initial->back().unix_ms, FakeClock::kDefaultStartUnixMillis);
+
+  // Nothing new: a zero timeout returns at once with nothing.
+  auto none = coordinator_->events(id, seen, Duration(0));
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+
+  // A watcher blocked on the job wakes when it is placed.
+  StatusOr<std::vector<JobEvent>> woken = internal_error("not woken");
+  std::thread watcher([&] { woken = coordinator_->events(id, seen, kGenerous); });
+  coordinator_->tick();
+  watcher.join();
+  ASSERT_TRUE(woken.ok()) << woken.status().to_string();
+  ASSERT_FALSE(woken->empty());
+  EXPECT_EQ(woken->front().change.to, JobState::kPlaced);
+  EXPECT_GT(woken->front().seq, seen);
+
+  ASSERT_TRUE(coordinator_->report_metrics(id, 1, Metrics{7, 0, 1.25, 0, 320.0, 0}).ok());
+  auto latest = coordinator_->events(id, woken->back().seq, Duration(0));
+  ASSERT_TRUE(latest.ok());
+  ASSERT_EQ(latest->size(), 1u);
+  EXPECT_EQ(latest->front().kind, JobEvent::Kind::kMetrics);
+  EXPECT_EQ(latest->front().metrics.step, 7);
+  EXPECT_DOUBLE_EQ(job(id).last_metrics->loss, 1.25);
+
+  EXPECT_EQ(coordinator_->events("ghost-1", 0, Duration(0)).status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(CoordinatorTest, ShutdownWakesWatchersClosesRendezvousAndRefusesJobs) {
+  add_node("node-a", 1);
+  const std::string id = submit(valid_spec("draining", 1, 1));
+  coordinator_->tick();
+  std::shared_ptr<Rendezvous> rdzv = coordinator_->rendezvous(id, 1).value();
+  const int64_t last = coordinator_->events(id, 0, Duration(0))->back().seq;
+  Status watched;
+  std::thread watcher([&] { watched = coordinator_->events(id, last, kGenerous).status(); });
+  coordinator_->shutdown();
+  watcher.join();
+  EXPECT_EQ(watched.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(rdzv->join("node-a", 0, kGenerous).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(coordinator_->submit(valid_spec()).status().code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(coordinator_->tick().empty());
+}
+
+}  // namespace
+}  // namespace cohort::coordinator

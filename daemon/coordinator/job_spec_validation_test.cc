@@ -1,0 +1,140 @@
+#include "daemon/coordinator/job_spec_validation.h"
+
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "daemon/coordinator/test_specs.h"
+
+namespace cohort::coordinator {
+namespace {
+
+using testing::valid_spec;
+
+// Expects an INVALID_ARGUMENT whose message contains every fragment.
+void expect_invalid(const cohort::v1::JobSpec& spec, std::initializer_list<std::string> fragments) {
+  Status status = validate_job_spec(spec);
+  ASSERT_EQ(status.code(), StatusCode::kInvalidArgument) << status.to_string();
+  for (const std::string& fragment : fragments) {
+    EXPECT_NE(status.message().find(fragment), std::string::npos)
+        << "missing '" << fragment << "' in: " << status.message();
+  }
+}
+
+// A two-stage pipeline over 2 ranks: rank 0 reads the data and sends to rank 1.
+cohort::v1::JobSpec pipeline_spec() {
+  cohort::v1::JobSpec spec = valid_spec("pipe", 1, 2);
+  cohort::v1::ModelParallelModel* model = spec.mutable_model_parallel();
+  cohort::v1::Stage* first = model->add_stages();
+  first->mutable_graph()->add_layers()->set_type("linear");
+  first->set_rank(0);
+  first->add_rank_out(1);
+  cohort::v1::Stage* second = model->add_stages();
+  second->set_torchscript_file("head.pt");
+  second->set_rank(1);
+  second->add_rank_in(0);
+  return spec;
+}
+
+TEST(JobSpecValidationTest, AValidSpecPasses) {
+  EXPECT_TRUE(validate_job_spec(valid_spec()).ok());
+  EXPECT_TRUE(validate_job_spec(pipeline_spec()).ok());
+  for (const char* kind : kCommunicatorKinds) {
+    cohort::v1::JobSpec spec = valid_spec();
+    spec.set_communicator(kind);
+    spec.set_gpus_per_proc(1);
+    EXPECT_TRUE(validate_job_spec(spec).ok()) << kind;
+  }
+}
+
+TEST(JobSpecValidationTest, CountsMustBePositiveAndTheMessageNamesFieldAndValue) {
+  cohort::v1::JobSpec spec = valid_spec();
+  spec.set_nodes(0);
+  expect_invalid(spec, {"nodes is 0; it must be at least 1"});
+  spec = valid_spec();
+  spec.set_procs_per_node(-2);
+  expect_invalid(spec, {"procs_per_node is -2"});
+  spec = valid_spec();
+  spec.set_batch_size(0);
+  expect_invalid(spec, {"batch_size is 0"});
+  spec = valid_spec();
+  spec.set_epochs(0);
+  expect_invalid(spec, {"epochs is 0"});
+}
+
+TEST(JobSpecValidationTest, EveryProblemIsReportedNotOnlyTheFirst) {
+  cohort::v1::JobSpec spec = valid_spec();
+  spec.set_nodes(0);
+  spec.set_epochs(0);
+  spec.set_communicator("ring");
+  expect_invalid(spec, {"nodes is 0", "epochs is 0", "communicator 'ring' is not a communicator kind",
+                        "naive, flat, hierarchical, two_dimensional, single_node, pure_nccl"});
+}
+
+TEST(JobSpecValidationTest, PureNcclNeedsGpus) {
+  cohort::v1::JobSpec spec = valid_spec();
+  spec.set_communicator("pure_nccl");
+  expect_invalid(spec, {"communicator 'pure_nccl' needs GPUs, but gpus_per_proc is 0"});
+}
+
+TEST(JobSpecValidationTest, NamesMustBeUsableInIdsAndUrls) {
+  cohort::v1::JobSpec spec = valid_spec("my job");
+  expect_invalid(spec, {"name 'my job' has ' ' at position 2"});
+  spec = valid_spec("");
+  expect_invalid(spec, {"name is empty"});
+  spec = valid_spec(std::string(65, 'x'));
+  expect_invalid(spec, {"is 65 characters; at most 64"});
+}
+
+TEST(JobSpecValidationTest, DatasetAndModelAndOptimizerMustBeGiven) {
+  cohort::v1::JobSpec spec = valid_spec();
+  spec.clear_dataset();
+  spec.clear_model();
+  spec.clear_optimizer();
+  expect_invalid(spec, {"dataset.kind is not set", "model is not set", "optimizer.kind is not set",
+                        "optimizer.lr is 0"});
+
+  spec = valid_spec();
+  spec.mutable_dataset()->set_kind(cohort::v1::IDX_DIR);
+  expect_invalid(spec, {"dataset.path is empty"});
+
+  spec = valid_spec();
+  spec.mutable_dataset()->set_input_shape(0, 0);
+  expect_invalid(spec, {"dataset.input_shape[0] is 0"});
+
+  spec = valid_spec();
+  spec.mutable_data_parallel()->mutable_graph()->clear_layers();
+  expect_invalid(spec, {"data_parallel.graph has no layers"});
+}
+
+TEST(JobSpecValidationTest, StageRanksMustLieInsideTheWorld) {
+  cohort::v1::JobSpec spec = pipeline_spec();
+  spec.mutable_model_parallel()->mutable_stages(1)->set_rank(2);
+  expect_invalid(spec, {"model_parallel.stages[1].rank is 2; the world has ranks 0 .. 1"});
+}
+
+TEST(JobSpecValidationTest, StageWiringMustBeDeclaredAtBothEnds) {
+  // Rank 1 receives from rank 0, but rank 0 sends nowhere: rank 1 would wait forever.
+  cohort::v1::JobSpec spec = pipeline_spec();
+  spec.mutable_model_parallel()->mutable_stages(0)->clear_rank_out();
+  expect_invalid(spec, {"stages[1].rank_in[0] is 0, but no stage on rank 0 sends to rank 1"});
+
+  spec = pipeline_spec();
+  spec.mutable_model_parallel()->mutable_stages(1)->clear_rank_in();
+  expect_invalid(spec, {"stages[0].rank_out[0] is 1, but no stage on rank 1 receives from rank 0"});
+
+  spec = pipeline_spec();
+  spec.mutable_model_parallel()->mutable_stages(0)->clear_body();
+  expect_invalid(spec, {"stages[0] has neither graph nor torchscript_file"});
+}
+
+TEST(JobSpecValidationTest, CheckpointingNeedsAnInterval) {
+  cohort::v1::JobSpec spec = valid_spec();
+  spec.mutable_checkpoint()->set_dir("/tmp/ckpt");
+  expect_invalid(spec, {"checkpoint.interval_epochs is 0"});
+  spec.mutable_checkpoint()->set_interval_epochs(1);
+  EXPECT_TRUE(validate_job_spec(spec).ok());
+}
+
+}  // namespace
+}  // namespace cohort::coordinator

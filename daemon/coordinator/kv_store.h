@@ -1,0 +1,82 @@
+#pragma once
+
+// KvStore: the in-memory key-value store behind one job attempt's `cohort://host:port/<job>` init
+// method. Its operations and their semantics are torch.distributed's Store contract, the same as
+// worker/comm's Store, so the gRPC adapter is a one-to-one mapping.
+//
+// Every blocking call takes a timeout and ends with DEADLINE_EXCEEDED naming the missing keys.
+// close() ends the store for good: every waiter wakes at once and every later call returns the
+// close reason — when an attempt fails, no rank is left waiting on a key its dead peer would
+// have set.
+//
+// Thread-safe: any number of threads (gRPC handlers) may call concurrently. Timeouts are real
+// time (steady_clock): they bound real threads.
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "daemon/coordinator/clock.h"
+#include "worker/base/status.h"
+
+namespace cohort::coordinator {
+
+// Default wait for a key; as worker/comm's kDefaultStoreTimeout, generous because ranks of a large
+// job may start minutes apart (image pulls, dataset staging).
+inline constexpr Duration kDefaultStoreTimeout = std::chrono::minutes(5);
+
+class KvStore {
+ public:
+  // `name` appears in error messages ("store of job mnist-3 attempt 1").
+  explicit KvStore(std::string name) : name_(std::move(name)) {}
+
+  // Sets `key`, replacing any value, and wakes its waiters. Non-blocking.
+  Status set(const std::string& key, std::string value);
+
+  // The value of `key`, waiting up to `timeout` for it to be set. Blocking.
+  StatusOr<std::string> get(const std::string& key, Duration timeout = kDefaultStoreTimeout);
+
+  // Adds `delta` to the decimal integer at `key` (missing counts as 0) and returns the new value.
+  // INVALID_ARGUMENT when the value is not an integer; OUT_OF_RANGE on overflow. Non-blocking.
+  StatusOr<int64_t> add(const std::string& key, int64_t delta);
+
+  // If `key` holds `expected` (a missing key matches only an empty `expected`), stores `desired`.
+  // Returns the value afterwards: `desired` when swapped, else the current value ("" if missing).
+  // Non-blocking.
+  StatusOr<std::string> compare_set(const std::string& key, const std::string& expected, std::string desired);
+
+  // Waits up to `timeout` until every key exists. Blocking.
+  Status wait(const std::vector<std::string>& keys, Duration timeout = kDefaultStoreTimeout);
+
+  // Whether every key exists now. Non-blocking.
+  StatusOr<bool> check(const std::vector<std::string>& keys) const;
+
+  // Deletes `key`; returns whether it existed. Non-blocking.
+  StatusOr<bool> delete_key(const std::string& key);
+
+  // The number of keys. Non-blocking.
+  StatusOr<int64_t> num_keys() const;
+
+  // Ends the store: waiters return `reason` now, later calls return it too. The first reason
+  // wins; an OK reason becomes CANCELLED. Non-blocking.
+  void close(Status reason);
+
+ private:
+  // Blocks until every key exists, the store closes, or the deadline passes. `op` names the
+  // calling operation for the timeout message.
+  Status wait_locked(std::unique_lock<std::mutex>& lock, const std::vector<std::string>& keys,
+                     Duration timeout, std::string_view op);
+  bool has_all_locked(const std::vector<std::string>& keys) const;
+
+  const std::string name_;
+  mutable std::mutex mu_;
+  std::condition_variable changed_;  // notified on set / add / compare_set / close
+  std::map<std::string, std::string> data_;
+  Status closed_;  // OK while open
+};
+
+}  // namespace cohort::coordinator

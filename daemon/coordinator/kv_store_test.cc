@@ -1,0 +1,117 @@
+#include "daemon/coordinator/kv_store.h"
+
+#include <chrono>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+namespace cohort::coordinator {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+// Long enough never to expire in a passing test: waits that succeed return as soon as they can.
+constexpr Duration kGenerous = seconds(30);
+// For the deliberate timeouts: short, so the test stays fast.
+constexpr Duration kShort = milliseconds(20);
+
+TEST(KvStoreTest, SetThenGetReturnsTheValueAndSetReplaces) {
+  KvStore store("test store");
+  ASSERT_TRUE(store.set("addr/0", "10.0.0.1:1234").ok());
+  EXPECT_EQ(store.get("addr/0", kGenerous).value(), "10.0.0.1:1234");
+  ASSERT_TRUE(store.set("addr/0", std::string("\0bin", 4)).ok());
+  EXPECT_EQ(store.get("addr/0", kGenerous).value(), std::string("\0bin", 4));
+}
+
+TEST(KvStoreTest, GetWaitsForAnotherThreadToSetTheKey) {
+  KvStore store("test store");
+  std::thread setter([&] { ASSERT_TRUE(store.set("nccl_id", "abc").ok()); });
+  EXPECT_EQ(store.get("nccl_id", kGenerous).value(), "abc");
+  setter.join();
+}
+
+TEST(KvStoreTest, AWaitThatRunsOutNamesTheMissingKeys) {
+  KvStore store("store of job mnist-1 attempt 1");
+  ASSERT_TRUE(store.set("present", "1").ok());
+  Status status = store.wait({"present", "absent/1", "absent/2"}, kShort);
+  EXPECT_EQ(status.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(status.message().find("'absent/1', 'absent/2'"), std::string::npos) << status.message();
+  EXPECT_EQ(status.message().find("'present'"), std::string::npos) << status.message();
+  EXPECT_NE(status.message().find("store of job mnist-1 attempt 1"), std::string::npos);
+  EXPECT_EQ(store.get("absent/1", kShort).status().code(), StatusCode::kDeadlineExceeded);
+}
+
+TEST(KvStoreTest, WaitReturnsOnceEveryKeyIsSetByConcurrentWriters) {
+  KvStore store("test store");
+  std::vector<std::thread> writers;
+  for (int rank = 0; rank < 5; ++rank) {
+    writers.emplace_back(
+        [&store, rank] { ASSERT_TRUE(store.set("rank/" + std::to_string(rank), "up").ok()); });
+  }
+  EXPECT_TRUE(store.wait({"rank/0", "rank/1", "rank/2", "rank/3", "rank/4"}, kGenerous).ok());
+  for (std::thread& writer : writers) writer.join();
+  EXPECT_EQ(store.num_keys().value(), 5);
+  EXPECT_TRUE(store.check({"rank/0", "rank/4"}).value());
+  EXPECT_FALSE(store.check({"rank/5"}).value());
+}
+
+TEST(KvStoreTest, AddCountsAtomicallyAcrossThreads) {
+  KvStore store("test store");
+  constexpr int kThreads = 8;
+  constexpr int kAddsPerThread = 100;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kAddsPerThread; ++i) ASSERT_TRUE(store.add("counter", 1).ok());
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(store.get("counter", kGenerous).value(), std::to_string(kThreads * kAddsPerThread));
+  EXPECT_EQ(store.add("counter", -800).value(), 0);
+}
+
+TEST(KvStoreTest, AddRejectsNonIntegersAndOverflow) {
+  KvStore store("test store");
+  ASSERT_TRUE(store.set("text", "12abc").ok());
+  Status status = store.add("text", 1).status();
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("holds '12abc'"), std::string::npos) << status.message();
+  ASSERT_TRUE(store.set("big", std::to_string(INT64_MAX)).ok());
+  EXPECT_EQ(store.add("big", 1).status().code(), StatusCode::kOutOfRange);
+}
+
+TEST(KvStoreTest, CompareSetSwapsOnlyOnAMatch) {
+  KvStore store("test store");
+  // A missing key matches only an empty expected value.
+  EXPECT_EQ(store.compare_set("leader", "someone", "rank-1").value(), "");
+  EXPECT_FALSE(store.check({"leader"}).value());
+  EXPECT_EQ(store.compare_set("leader", "", "rank-0").value(), "rank-0");
+  EXPECT_EQ(store.compare_set("leader", "", "rank-1").value(), "rank-0");
+  EXPECT_EQ(store.compare_set("leader", "rank-0", "rank-2").value(), "rank-2");
+}
+
+TEST(KvStoreTest, DeleteReportsWhetherTheKeyExisted) {
+  KvStore store("test store");
+  ASSERT_TRUE(store.set("k", "v").ok());
+  EXPECT_TRUE(store.delete_key("k").value());
+  EXPECT_FALSE(store.delete_key("k").value());
+  EXPECT_EQ(store.num_keys().value(), 0);
+}
+
+TEST(KvStoreTest, CloseWakesWaitersAtOnceAndFailsLaterCalls) {
+  KvStore store("test store");
+  Status waited;
+  std::thread waiter([&] { waited = store.get("never", kGenerous).status(); });
+  store.close(aborted_error("job x attempt 1 failed: rank 1 exited with code 1"));
+  waiter.join();
+  EXPECT_EQ(waited.code(), StatusCode::kAborted);
+  EXPECT_NE(waited.message().find("rank 1 exited"), std::string::npos);
+  EXPECT_EQ(store.set("k", "v").code(), StatusCode::kAborted);
+  EXPECT_EQ(store.num_keys().status().code(), StatusCode::kAborted);
+  store.close(cancelled_error("second reason"));  // the first reason wins
+  EXPECT_EQ(store.set("k", "v").code(), StatusCode::kAborted);
+}
+
+}  // namespace
+}  // namespace cohort::coordinator

@@ -1,0 +1,110 @@
+#include "daemon/coordinator/node_registry.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace cohort::coordinator {
+
+Status NodeRegistry::validate(const NodeInfo& info) {
+  if (info.node_id.empty()) return invalid_argument_error("node registration: node_id is empty");
+  if (info.address.empty()) {
+    return invalid_argument_error("node '{}': address is empty; the agent must report its host:port",
+                                  info.node_id);
+  }
+  if (info.slots < 1) {
+    return invalid_argument_error("node '{}': slots is {}; a node needs at least 1 slot", info.node_id,
+                                  info.slots);
+  }
+  std::set<int> indexes;
+  for (const GpuInfo& gpu : info.gpus) {
+    if (gpu.index < 0 || !indexes.insert(gpu.index).second) {
+      return invalid_argument_error("node '{}': GPU index {} is negative or listed twice", info.node_id,
+                                    gpu.index);
+    }
+  }
+  return ok_status();
+}
+
+Status NodeRegistry::register_node(NodeInfo info, TimePoint now) {
+  COHORT_RETURN_IF_ERROR(validate(info));
+  Entry entry;
+  entry.info = std::move(info);
+  entry.lease_expiry = now + lease_;
+  const std::string id = entry.info.node_id;
+  nodes_[id] = std::move(entry);
+  return ok_status();
+}
+
+Status NodeRegistry::heartbeat(const std::string& node_id, TimePoint now) {
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end()) {
+    return not_found_error(
+        "node '{}' is not registered (its lease expired or the coordinator restarted); register again",
+        node_id);
+  }
+  it->second.lease_expiry = now + lease_;
+  return ok_status();
+}
+
+std::vector<std::string> NodeRegistry::expire(TimePoint now) {
+  std::vector<std::string> lost;
+  for (auto it = nodes_.begin(); it != nodes_.end();) {
+    if (now > it->second.lease_expiry) {
+      lost.push_back(it->first);
+      it = nodes_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return lost;
+}
+
+Status NodeRegistry::reserve(const std::string& node_id, int slots, const std::vector<int>& gpus) {
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end())
+    return not_found_error("cannot reserve on node '{}': it is not registered", node_id);
+  Entry& entry = it->second;
+  const int free_slots = entry.info.slots - entry.used_slots;
+  if (slots > free_slots) {
+    return resource_exhausted_error("node '{}' has {} free slots; {} requested", node_id, free_slots, slots);
+  }
+  std::set<int> known;
+  for (const GpuInfo& gpu : entry.info.gpus) known.insert(gpu.index);
+  for (int gpu : gpus) {
+    if (known.count(gpu) == 0 || entry.used_gpus.count(gpu) != 0) {
+      return resource_exhausted_error("node '{}': GPU {} is not free", node_id, gpu);
+    }
+  }
+  entry.used_slots += slots;
+  entry.used_gpus.insert(gpus.begin(), gpus.end());
+  return ok_status();
+}
+
+void NodeRegistry::release(const std::string& node_id, int slots, const std::vector<int>& gpus) {
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end()) return;
+  Entry& entry = it->second;
+  entry.used_slots = std::max(0, entry.used_slots - slots);
+  for (int gpu : gpus) entry.used_gpus.erase(gpu);
+}
+
+NodeStatus NodeRegistry::status_of(const Entry& entry) {
+  NodeStatus status;
+  status.info = entry.info;
+  status.free_slots = entry.info.slots - entry.used_slots;
+  for (const GpuInfo& gpu : entry.info.gpus) {
+    if (entry.used_gpus.count(gpu.index) == 0) status.free_gpus.push_back(gpu.index);
+  }
+  std::sort(status.free_gpus.begin(), status.free_gpus.end());
+  status.lease_expiry = entry.lease_expiry;
+  return status;
+}
+
+std::vector<NodeStatus> NodeRegistry::list() const {
+  std::vector<NodeStatus> out;
+  out.reserve(nodes_.size());
+  for (const auto& item : nodes_) out.push_back(status_of(item.second));
+  return out;
+}
+
+}  // namespace cohort::coordinator

@@ -1,0 +1,103 @@
+#pragma once
+
+// NodeRegistry: the nodes the coordinator may place work on. A node registers with its capacity
+// and then holds a lease that each heartbeat renews; a node whose lease runs out is lost (its
+// agent crashed, its machine died, or the network split) and expire() removes it so that the
+// Coordinator can fail or restart the jobs that ran there.
+//
+// The registry also keeps each node's reservations (slots and GPUs held by placed attempts), so
+// free capacity is known in one place.
+//
+// Not thread-safe: the Coordinator serializes every call under its own lock. Non-blocking.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "daemon/coordinator/clock.h"
+#include "worker/base/status.h"
+
+namespace cohort::coordinator {
+
+// How long a node stays alive without a heartbeat. 15 s tolerates a few lost heartbeats and a
+// loaded coordinator, yet fails a dead node's jobs quickly enough that nobody waits on it long.
+inline constexpr Duration kDefaultNodeLease = std::chrono::seconds(15);
+// Agents heartbeat this many times per lease, so a single lost heartbeat never loses a node.
+inline constexpr int kHeartbeatsPerLease = 3;
+
+struct GpuInfo {
+  int index = 0;             // CUDA device index on the node
+  std::string model;         // e.g. "NVIDIA H100 80GB HBM3"
+  int64_t memory_bytes = 0;  // device memory
+};
+
+// A node as its agent describes it.
+struct NodeInfo {
+  std::string node_id;       // unique in the cluster
+  std::string address;       // the agent's host:port
+  std::string hostname;      // the machine's host name
+  int cores = 0;             // CPU cores for workers
+  int64_t memory_bytes = 0;  // memory for workers
+  std::vector<GpuInfo> gpus;
+  int slots = 0;  // worker processes it runs at once (>= 1)
+};
+
+// A node with its current free capacity, for listing and placement.
+struct NodeStatus {
+  NodeInfo info;
+  int free_slots = 0;
+  std::vector<int> free_gpus;  // GPU indexes not reserved, ascending
+  TimePoint lease_expiry;      // lost if no heartbeat arrives by then
+};
+
+class NodeRegistry {
+ public:
+  explicit NodeRegistry(Duration lease = kDefaultNodeLease) : lease_(lease) {}
+
+  Duration lease() const { return lease_; }
+
+  // OK when `info` can be registered; INVALID_ARGUMENT naming the problem otherwise.
+  static Status validate(const NodeInfo& info);
+
+  // Adds a node, or replaces the one with the same id (dropping its reservations: the caller has
+  // treated the old incarnation as lost), and starts its lease at `now`. INVALID_ARGUMENT when the
+  // info is malformed (empty id or address, slots < 1, repeated GPU index).
+  Status register_node(NodeInfo info, TimePoint now);
+
+  // Renews a node's lease from `now`. NOT_FOUND when the node is unknown (never registered, or
+  // already expired): its agent must register again.
+  Status heartbeat(const std::string& node_id, TimePoint now);
+
+  // Removes every node whose lease ended before `now` and returns their ids, ascending.
+  std::vector<std::string> expire(TimePoint now);
+
+  bool contains(const std::string& node_id) const { return nodes_.count(node_id) != 0; }
+
+  // Reserves `slots` slots and the given GPU indexes on a node. NOT_FOUND for an unknown node;
+  // RESOURCE_EXHAUSTED when they are not free (nothing is reserved then).
+  Status reserve(const std::string& node_id, int slots, const std::vector<int>& gpus);
+
+  // Returns a reservation. A node that is gone (expired) is ignored: its capacity went with it.
+  void release(const std::string& node_id, int slots, const std::vector<int>& gpus);
+
+  // Every live node with its free capacity, ordered by node id.
+  std::vector<NodeStatus> list() const;
+
+ private:
+  struct Entry {
+    NodeInfo info;
+    TimePoint lease_expiry;
+    int used_slots = 0;
+    std::set<int> used_gpus;
+  };
+
+  static NodeStatus status_of(const Entry& entry);
+
+  const Duration lease_;
+  std::map<std::string, Entry> nodes_;  // by node id: list() and placement see a stable order
+};
+
+}  // namespace cohort::coordinator

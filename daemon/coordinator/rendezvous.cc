@@ -1,0 +1,143 @@
+#include "daemon/coordinator/rendezvous.h"
+
+#include <utility>
+
+#include <fmt/ranges.h>
+
+namespace cohort::coordinator {
+
+std::string host_of_address(const std::string& address) {
+  if (!address.empty() && address.front() == '[') {
+    const size_t close = address.find(']');
+    return close == std::string::npos ? address : address.substr(1, close - 1);
+  }
+  const size_t colon = address.find(':');
+  // No colon: a bare host. More than one: a bare IPv6 literal without a port.
+  if (colon == std::string::npos || address.find(':', colon + 1) != std::string::npos) return address;
+  return address.substr(0, colon);
+}
+
+Rendezvous::Rendezvous(std::string job_id, int attempt, Placement placement)
+    : job_id_(std::move(job_id)),
+      attempt_(attempt),
+      placement_(std::move(placement)),
+      world_size_(placement_.world_size()),
+      master_address_(placement_.empty() ? std::string() : host_of_address(placement_.nodes.front().address)),
+      store_("store of job " + job_id_ + " attempt " + std::to_string(attempt_)) {}
+
+RankAssignment Rendezvous::assignment_for(const NodeAssignment& node, int local_slot) const {
+  RankAssignment a;
+  a.rank = node.first_rank + local_slot;
+  a.world_size = world_size_;
+  a.local_rank = local_slot;
+  a.local_world_size = node.num_ranks;
+  a.node_rank = node.node_rank;
+  a.num_nodes = static_cast<int>(placement_.nodes.size());
+  a.master_address = master_address_;
+  return a;
+}
+
+std::string Rendezvous::missing_ranks(const std::set<int>& present) const {
+  std::string out;
+  for (const NodeAssignment& node : placement_.nodes) {
+    std::string ranks;
+    for (int rank = node.first_rank; rank < node.first_rank + node.num_ranks; ++rank) {
+      if (present.count(rank) != 0) continue;
+      if (!ranks.empty()) ranks += ", ";
+      ranks += std::to_string(rank);
+    }
+    if (ranks.empty()) continue;
+    if (!out.empty()) out += "; ";
+    out += ranks + " (node " + node.node_id + ")";
+  }
+  return out;
+}
+
+StatusOr<RankAssignment> Rendezvous::join(const std::string& node_id, int local_slot, Duration timeout) {
+  const NodeAssignment* node = placement_.find_node(node_id);
+  if (node == nullptr) {
+    return invalid_argument_error("join {}: node '{}' is not in its placement (nodes: {})", describe(),
+                                  node_id, placement_.node_list());
+  }
+  if (local_slot < 0 || local_slot >= node->num_ranks) {
+    return invalid_argument_error("join {}: local slot {} is outside node '{}''s {} slot(s) (0 .. {})",
+                                  describe(), local_slot, node_id, node->num_ranks, node->num_ranks - 1);
+  }
+  const RankAssignment assignment = assignment_for(*node, local_slot);
+
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!closed_.ok()) return closed_;
+  joined_.insert(assignment.rank);
+  if (static_cast<int>(joined_.size()) == world_size_) changed_.notify_all();
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  changed_.wait_until(lock, deadline,
+                      [&] { return !closed_.ok() || static_cast<int>(joined_.size()) == world_size_; });
+  if (!closed_.ok()) return closed_;
+  if (static_cast<int>(joined_.size()) == world_size_) return assignment;
+  // The joined slot stays recorded: a worker that retries after this timeout is still counted.
+  return deadline_exceeded_error(
+      "rendezvous of {} timed out after {}: {} of {} rank(s) joined; missing rank(s) {}", describe(),
+      format_duration(timeout), joined_.size(), world_size_, missing_ranks(joined_));
+}
+
+Status Rendezvous::barrier(int rank, Duration timeout) {
+  if (rank < 0 || rank >= world_size_) {
+    return invalid_argument_error("barrier of {}: rank {} is outside the world of {}", describe(), rank,
+                                  world_size_);
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  auto left_error = [&] {
+    return aborted_error("barrier of {} cannot complete: rank(s) {} left the rendezvous", describe(),
+                         fmt::join(left_, ", "));
+  };
+  if (!closed_.ok()) return closed_;
+  if (!left_.empty()) return left_error();
+  if (!in_barrier_.insert(rank).second) {
+    return invalid_argument_error("barrier of {}: rank {} is already waiting in it", describe(), rank);
+  }
+  const int64_t generation = barrier_generation_;
+  if (static_cast<int>(in_barrier_.size()) == world_size_) {
+    // The last arrival opens the barrier for this generation and resets it for the next.
+    ++barrier_generation_;
+    in_barrier_.clear();
+    changed_.notify_all();
+    return ok_status();
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  changed_.wait_until(lock, deadline,
+                      [&] { return barrier_generation_ != generation || !closed_.ok() || !left_.empty(); });
+  if (barrier_generation_ != generation) return ok_status();
+  in_barrier_.erase(rank);  // withdrawn: a later call may arrive again
+  if (!closed_.ok()) return closed_;
+  if (!left_.empty()) return left_error();
+  std::set<int> arrived = in_barrier_;
+  arrived.insert(rank);
+  return deadline_exceeded_error("barrier of {} timed out after {} at rank {}: rank(s) {} never arrived",
+                                 describe(), format_duration(timeout), rank, missing_ranks(arrived));
+}
+
+Status Rendezvous::leave(int rank) {
+  if (rank < 0 || rank >= world_size_) {
+    return invalid_argument_error("leave {}: rank {} is outside the world of {}", describe(), rank,
+                                  world_size_);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (left_.insert(rank).second) changed_.notify_all();
+  return ok_status();
+}
+
+bool Rendezvous::all_left() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(left_.size()) == world_size_;
+}
+
+void Rendezvous::close(Status reason) {
+  if (reason.ok()) reason = cancelled_error("rendezvous of {} was closed", describe());
+  store_.close(reason);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!closed_.ok()) return;
+  closed_ = std::move(reason);
+  changed_.notify_all();
+}
+
+}  // namespace cohort::coordinator

@@ -1,0 +1,196 @@
+#include "daemon/coordinator/rendezvous.h"
+
+#include <chrono>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace cohort::coordinator {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+constexpr Duration kGenerous = seconds(30);    // never reached when the test passes
+constexpr Duration kShort = milliseconds(20);  // for the deliberate timeouts
+
+// `nodes` nodes named node-0.. at 10.0.0.<n>:7071, `per_node` ranks each, node-major ranks.
+Placement placement(int nodes, int per_node) {
+  Placement p;
+  for (int n = 0; n < nodes; ++n) {
+    p.nodes.push_back(NodeAssignment{"node-" + std::to_string(n),
+                                     "10.0.0." + std::to_string(n + 1) + ":7071",
+                                     n,
+                                     n * per_node,
+                                     per_node,
+                                     {}});
+  }
+  return p;
+}
+
+// Every slot of the placement joins from its own thread; returns the answers by (node, slot).
+std::vector<StatusOr<RankAssignment>> join_all(Rendezvous& rendezvous, int nodes, int per_node) {
+  std::vector<StatusOr<RankAssignment>> answers(static_cast<size_t>(nodes * per_node),
+                                                StatusOr<RankAssignment>(internal_error("not joined")));
+  std::vector<std::thread> threads;
+  for (int n = 0; n < nodes; ++n) {
+    for (int slot = 0; slot < per_node; ++slot) {
+      threads.emplace_back([&, n, slot] {
+        answers[static_cast<size_t>(n * per_node + slot)] =
+            rendezvous.join("node-" + std::to_string(n), slot, kGenerous);
+      });
+    }
+  }
+  for (std::thread& thread : threads) thread.join();
+  return answers;
+}
+
+class RendezvousSizesTest : public ::testing::TestWithParam<std::pair<int, int>> {};
+
+TEST_P(RendezvousSizesTest, EveryJoinerGetsTheRankThePlacementGaveItsSlot) {
+  const auto [nodes, per_node] = GetParam();
+  Rendezvous rendezvous("job-1", 1, placement(nodes, per_node));
+  std::vector<StatusOr<RankAssignment>> answers = join_all(rendezvous, nodes, per_node);
+  std::set<int> ranks;
+  for (int n = 0; n < nodes; ++n) {
+    for (int slot = 0; slot < per_node; ++slot) {
+      const auto& answer = answers[static_cast<size_t>(n * per_node + slot)];
+      ASSERT_TRUE(answer.ok()) << answer.status().to_string();
+      EXPECT_EQ(answer->rank, n * per_node + slot);
+      EXPECT_EQ(answer->world_size, nodes * per_node);
+      EXPECT_EQ(answer->local_rank, slot);
+      EXPECT_EQ(answer->local_world_size, per_node);
+      EXPECT_EQ(answer->node_rank, n);
+      EXPECT_EQ(answer->num_nodes, nodes);
+      EXPECT_EQ(answer->master_address, "10.0.0.1");
+      ranks.insert(answer->rank);
+    }
+  }
+  EXPECT_EQ(static_cast<int>(ranks.size()), nodes * per_node);
+}
+
+// World sizes 1, 2, 3, 4, 5 and 8, powers of two and not, one node and several.
+INSTANTIATE_TEST_SUITE_P(Sizes, RendezvousSizesTest,
+                         ::testing::Values(std::make_pair(1, 1), std::make_pair(1, 2), std::make_pair(3, 1),
+                                           std::make_pair(2, 2), std::make_pair(5, 1), std::make_pair(2, 4)));
+
+TEST(RendezvousTest, AJoinThatRunsOutNamesTheRanksThatNeverCame) {
+  Rendezvous rendezvous("mnist-4", 2, placement(2, 2));
+  auto answer = rendezvous.join("node-0", 1, kShort);
+  ASSERT_FALSE(answer.ok());
+  EXPECT_EQ(answer.status().code(), StatusCode::kDeadlineExceeded);
+  const std::string message = answer.status().message();
+  EXPECT_NE(message.find("job mnist-4 attempt 2"), std::string::npos) << message;
+  EXPECT_NE(message.find("1 of 4 rank(s) joined"), std::string::npos) << message;
+  EXPECT_NE(message.find("missing rank(s) 0 (node node-0); 2, 3 (node node-1)"), std::string::npos)
+      << message;
+}
+
+TEST(RendezvousTest, ARetriedJoinIsCountedOnceAndGetsTheSameAnswer) {
+  Rendezvous rendezvous("job", 1, placement(1, 2));
+  ASSERT_FALSE(rendezvous.join("node-0", 0, kShort).ok());  // alone: times out, stays recorded
+  std::thread other([&] { ASSERT_TRUE(rendezvous.join("node-0", 1, kGenerous).ok()); });
+  auto again = rendezvous.join("node-0", 0, kGenerous);
+  other.join();
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ(again->rank, 0);
+}
+
+TEST(RendezvousTest, JoinsFromOutsideThePlacementAreRejected) {
+  Rendezvous rendezvous("job", 1, placement(2, 2));
+  Status status = rendezvous.join("node-9", 0, kShort).status();
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("node 'node-9' is not in its placement (nodes: node-0, node-1)"),
+            std::string::npos)
+      << status.message();
+  status = rendezvous.join("node-1", 2, kShort).status();
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("local slot 2 is outside node 'node-1''s 2 slot(s)"), std::string::npos)
+      << status.message();
+}
+
+TEST(RendezvousTest, CloseWakesABlockedJoinWithTheReason) {
+  Rendezvous rendezvous("job", 1, placement(2, 1));
+  Status joined;
+  std::thread joiner([&] { joined = rendezvous.join("node-0", 0, kGenerous).status(); });
+  rendezvous.close(aborted_error("job job attempt 1 failed: node node-1 lost"));
+  joiner.join();
+  EXPECT_EQ(joined.code(), StatusCode::kAborted);
+  EXPECT_NE(joined.message().find("node node-1 lost"), std::string::npos);
+  // The store closes with it.
+  EXPECT_EQ(rendezvous.store().set("k", "v").code(), StatusCode::kAborted);
+}
+
+TEST(RendezvousTest, ABarrierOpensOnlyWhenEveryRankArrivesAndIsReusable) {
+  constexpr int kWorld = 5;
+  constexpr int kRounds = 3;
+  Rendezvous rendezvous("job", 1, placement(kWorld, 1));
+  std::vector<std::thread> ranks;
+  std::vector<Status> results(kWorld * kRounds);
+  for (int rank = 0; rank < kWorld; ++rank) {
+    ranks.emplace_back([&, rank] {
+      for (int round = 0; round < kRounds; ++round) {
+        // Each rank publishes a key before the barrier; after it, every rank's key must be there.
+        ASSERT_TRUE(rendezvous.store().set(fmt::format("r{}/{}", round, rank), "x").ok());
+        results[static_cast<size_t>(round * kWorld + rank)] = rendezvous.barrier(rank, kGenerous);
+        for (int peer = 0; peer < kWorld; ++peer) {
+          EXPECT_TRUE(rendezvous.store().check({fmt::format("r{}/{}", round, peer)}).value());
+        }
+      }
+    });
+  }
+  for (std::thread& rank : ranks) rank.join();
+  for (const Status& status : results) EXPECT_TRUE(status.ok()) << status.to_string();
+}
+
+TEST(RendezvousTest, ABarrierThatRunsOutNamesTheMissingRanksAndWithdrawsTheCaller) {
+  Rendezvous rendezvous("job", 1, placement(1, 3));
+  Status status = rendezvous.barrier(1, kShort);
+  EXPECT_EQ(status.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(status.message().find("rank(s) 0, 2 (node node-0) never arrived"), std::string::npos)
+      << status.message();
+  // Withdrawn: rank 1 may wait again, and a full barrier still opens.
+  std::thread r0([&] { EXPECT_TRUE(rendezvous.barrier(0, kGenerous).ok()); });
+  std::thread r2([&] { EXPECT_TRUE(rendezvous.barrier(2, kGenerous).ok()); });
+  EXPECT_TRUE(rendezvous.barrier(1, kGenerous).ok());
+  r0.join();
+  r2.join();
+}
+
+TEST(RendezvousTest, ALeavingRankAbortsTheBarrierForTheOthers) {
+  Rendezvous rendezvous("job", 1, placement(1, 3));
+  Status waited;
+  std::thread r0([&] { waited = rendezvous.barrier(0, kGenerous); });
+  ASSERT_TRUE(rendezvous.leave(2).ok());
+  r0.join();
+  EXPECT_EQ(waited.code(), StatusCode::kAborted);
+  EXPECT_NE(waited.message().find("rank(s) 2 left"), std::string::npos) << waited.message();
+  EXPECT_EQ(rendezvous.barrier(1, kGenerous).code(), StatusCode::kAborted);
+  EXPECT_FALSE(rendezvous.all_left());
+  ASSERT_TRUE(rendezvous.leave(0).ok());
+  ASSERT_TRUE(rendezvous.leave(1).ok());
+  ASSERT_TRUE(rendezvous.leave(1).ok());  // idempotent
+  EXPECT_TRUE(rendezvous.all_left());
+  EXPECT_EQ(rendezvous.leave(3).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(RendezvousTest, BarrierRejectsRanksOutsideTheWorld) {
+  Rendezvous rendezvous("job", 1, placement(1, 2));
+  EXPECT_EQ(rendezvous.barrier(2, kShort).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(rendezvous.barrier(-1, kShort).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(RendezvousTest, MasterAddressIsTheHostOfNodeRankZero) {
+  EXPECT_EQ(host_of_address("10.0.0.1:7071"), "10.0.0.1");
+  EXPECT_EQ(host_of_address("node-a.cluster:7071"), "node-a.cluster");
+  EXPECT_EQ(host_of_address("[fe80::1]:7071"), "fe80::1");
+  EXPECT_EQ(host_of_address("fe80::1"), "fe80::1");
+  EXPECT_EQ(host_of_address("node-a"), "node-a");
+  Rendezvous rendezvous("job", 1, placement(3, 1));
+  EXPECT_EQ(rendezvous.master_address(), "10.0.0.1");
+}
+
+}  // namespace
+}  // namespace cohort::coordinator

@@ -1,0 +1,359 @@
+#include "worker/autograd/collective_functions.h"
+
+#include <string>
+#include <vector>
+
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "worker/autograd/tensor_comm.h"
+
+namespace cohort::autograd {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+using comm::Communicator;
+using comm::ReduceOp;
+
+// Custom functions must return one entry per forward argument; the trailing non-tensor
+// arguments (communicator, root, ...) get undefined gradients, and extra undefined entries are
+// dropped by libtorch.
+variable_list grads(std::initializer_list<at::Tensor> list) {
+  variable_list out(list);
+  out.resize(out.size() + 8);
+  return out;
+}
+
+size_t count_of(const at::Tensor& t) { return static_cast<size_t>(t.numel()); }
+
+void check_root(const Communicator& comm, int root, const char* op) {
+  if (root < 0 || root >= comm.size()) {
+    throw std::runtime_error(
+        fmt::format("cohort autograd: {}: root {} is outside {}", op, root, comm.description()));
+  }
+}
+
+// xs must be [size, ...]: one block per rank.
+void check_blocks(const Communicator& comm, const at::Tensor& xs, const char* op) {
+  if (xs.dim() == 0 || xs.size(0) != comm.size()) {
+    throw std::runtime_error(fmt::format("cohort autograd: {}: expected a tensor of shape [{}, ...] (one block per "
+                                         "rank), got {}",
+                                         op, comm.size(), c10::str(xs.sizes())));
+  }
+}
+
+std::vector<int64_t> with_leading(int64_t n, at::IntArrayRef shape) {
+  std::vector<int64_t> out{n};
+  out.insert(out.end(), shape.begin(), shape.end());
+  return out;
+}
+
+// ---- allreduce ----
+
+at::Tensor run_allreduce(Communicator& comm, const at::Tensor& x, ReduceOp op) {
+  at::Tensor y = at::empty_like(x);
+  wait_or_throw(comm.allreduce(x.data_ptr(), y.data_ptr(), count_of(x), to_data_type(x.scalar_type()), op),
+                fmt::format("allreduce ({}) of {} elements", comm::reduce_op_name(op), x.numel()));
+  return y;
+}
+
+struct AllreduceFunction : torch::autograd::Function<AllreduceFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Communicator* comm, int64_t op) {
+    save_communicator(ctx, comm);
+    ctx->saved_data["op"] = op;
+    at::Tensor xc = contiguous_cpu(x, "allreduce");
+    at::Tensor y = run_allreduce(*comm, xc, static_cast<ReduceOp>(op));
+    ctx->save_for_backward({xc, y});
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    Communicator& comm = load_communicator(ctx);
+    auto op = static_cast<ReduceOp>(ctx->saved_data["op"].toInt());
+    auto saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const at::Tensor& y = saved[1];
+    at::Tensor grad = grad_outputs[0].contiguous();
+    switch (op) {
+      case ReduceOp::kSum:
+        return grads({run_allreduce(comm, grad, ReduceOp::kSum)});
+      case ReduceOp::kAvg:
+        return grads({run_allreduce(comm, grad, ReduceOp::kSum).div_(comm.size())});
+      case ReduceOp::kMax:
+      case ReduceOp::kMin: {
+        // One allreduce carries both the summed gradient and the number of ranks holding the
+        // extreme at each element (ties split the gradient evenly).
+        at::Tensor mask = x.eq(y).to(grad.scalar_type());
+        at::Tensor both = run_allreduce(comm, at::stack({grad, mask}).contiguous(), ReduceOp::kSum);
+        return grads({both[0].mul(mask).div(both[1].clamp_min(1))});
+      }
+      case ReduceOp::kProduct: {
+        // d(prod_r x_r)/dx_me = prod_{r != me} x_r, computed from everyone's values without
+        // dividing, so zeros in x are handled. One allgather carries values and gradients.
+        at::Tensor both = at::stack({x, grad}).contiguous();
+        at::Tensor all = at::empty(with_leading(comm.size(), both.sizes()), both.options());
+        wait_or_throw(comm.allgather(both.data_ptr(), all.data_ptr(), count_of(both), to_data_type(both.scalar_type())),
+                      "allreduce (prod) backward: allgather");
+        at::Tensor grad_sum = all.select(1, 1).sum(0);
+        at::Tensor others = at::ones_like(x);
+        for (int r = 0; r < comm.size(); ++r) {
+          if (r != comm.rank()) others.mul_(all[r][0]);
+        }
+        return grads({grad_sum.mul(others)});
+      }
+    }
+    throw std::runtime_error("cohort autograd: allreduce backward: unknown reduce op");
+  }
+};
+
+// ---- bcast ----
+
+struct BcastFunction : torch::autograd::Function<BcastFunction> {
+  // `input` is x at root and an anchor (or an undefined tensor) elsewhere.
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, Communicator* comm, int64_t root,
+                            std::vector<int64_t> shape, at::ScalarType type) {
+    save_communicator(ctx, comm);
+    ctx->saved_data["root"] = root;
+    bool is_root = comm->rank() == root;
+    at::Tensor y = is_root ? contiguous_cpu(input, "bcast").clone() : at::empty(shape, at::TensorOptions(type));
+    wait_or_throw(comm->broadcast(y.data_ptr(), count_of(y), to_data_type(type), static_cast<int>(root)),
+                  fmt::format("bcast from root {}", root));
+    if (input.defined()) ctx->save_for_backward({input});
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    Communicator& comm = load_communicator(ctx);
+    int root = static_cast<int>(ctx->saved_data["root"].toInt());
+    at::Tensor grad = grad_outputs[0].contiguous();
+    at::Tensor sum = at::empty_like(grad);
+    wait_or_throw(comm.reduce(grad.data_ptr(), sum.data_ptr(), count_of(grad), to_data_type(grad.scalar_type()),
+                              ReduceOp::kSum, root),
+                  "bcast backward: reduce to root");
+    if (comm.rank() == root) return grads({sum});
+    auto saved = ctx->get_saved_variables();
+    return grads({saved.empty() ? at::Tensor() : at::zeros_like(saved[0])});
+  }
+};
+
+// ---- reduce ----
+
+struct ReduceFunction : torch::autograd::Function<ReduceFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Communicator* comm, int64_t root) {
+    save_communicator(ctx, comm);
+    ctx->saved_data["root"] = root;
+    at::Tensor xc = contiguous_cpu(x, "reduce");
+    at::Tensor y = at::empty_like(xc);
+    wait_or_throw(comm->reduce(xc.data_ptr(), y.data_ptr(), count_of(xc), to_data_type(xc.scalar_type()), ReduceOp::kSum,
+                               static_cast<int>(root)),
+                  fmt::format("reduce to root {}", root));
+    ctx->save_for_backward({xc});
+    if (comm->rank() == root) return y;
+    return at::zeros({}, xc.options());  // the delegate
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    Communicator& comm = load_communicator(ctx);
+    int root = static_cast<int>(ctx->saved_data["root"].toInt());
+    at::Tensor x = ctx->get_saved_variables()[0];
+    at::Tensor grad = comm.rank() == root ? grad_outputs[0].contiguous().clone() : at::empty_like(x);
+    wait_or_throw(comm.broadcast(grad.data_ptr(), count_of(grad), to_data_type(grad.scalar_type()), root),
+                  "reduce backward: bcast from root");
+    return grads({grad});
+  }
+};
+
+// ---- gather / scatter ----
+
+struct GatherFunction : torch::autograd::Function<GatherFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Communicator* comm, int64_t root) {
+    save_communicator(ctx, comm);
+    ctx->saved_data["root"] = root;
+    at::Tensor xc = contiguous_cpu(x, "gather");
+    bool is_root = comm->rank() == root;
+    at::Tensor y = is_root ? at::empty(with_leading(comm->size(), xc.sizes()), xc.options()) : at::Tensor();
+    wait_or_throw(comm->gather(xc.data_ptr(), is_root ? y.data_ptr() : nullptr, count_of(xc),
+                               to_data_type(xc.scalar_type()), static_cast<int>(root)),
+                  fmt::format("gather to root {}", root));
+    ctx->save_for_backward({xc});
+    return is_root ? y : at::zeros({}, xc.options());
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    Communicator& comm = load_communicator(ctx);
+    int root = static_cast<int>(ctx->saved_data["root"].toInt());
+    at::Tensor x = ctx->get_saved_variables()[0];
+    at::Tensor grad = comm.rank() == root ? grad_outputs[0].contiguous() : at::Tensor();
+    at::Tensor out = at::empty_like(x);
+    wait_or_throw(comm.scatter(grad.defined() ? grad.data_ptr() : nullptr, out.data_ptr(), count_of(out),
+                               to_data_type(out.scalar_type()), root),
+                  "gather backward: scatter from root");
+    return grads({out});
+  }
+};
+
+struct ScatterFunction : torch::autograd::Function<ScatterFunction> {
+  // `input` is xs at root and an anchor (or undefined) elsewhere; `shape` is xs's.
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, Communicator* comm, int64_t root,
+                            std::vector<int64_t> shape, at::ScalarType type) {
+    save_communicator(ctx, comm);
+    ctx->saved_data["root"] = root;
+    ctx->saved_data["shape"] = shape;
+    bool is_root = comm->rank() == root;
+    at::Tensor xs = is_root ? contiguous_cpu(input, "scatter") : at::Tensor();
+    at::Tensor y = at::empty(at::IntArrayRef(shape).slice(1), at::TensorOptions(type));
+    wait_or_throw(comm->scatter(is_root ? xs.data_ptr() : nullptr, y.data_ptr(), count_of(y), to_data_type(type),
+                                static_cast<int>(root)),
+                  fmt::format("scatter from root {}", root));
+    if (input.defined()) ctx->save_for_backward({input});
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    Communicator& comm = load_communicator(ctx);
+    int root = static_cast<int>(ctx->saved_data["root"].toInt());
+    bool is_root = comm.rank() == root;
+    at::Tensor grad = grad_outputs[0].contiguous();
+    at::Tensor all = is_root ? at::empty(ctx->saved_data["shape"].toIntVector(), grad.options()) : at::Tensor();
+    wait_or_throw(comm.gather(grad.data_ptr(), is_root ? all.data_ptr() : nullptr, count_of(grad),
+                              to_data_type(grad.scalar_type()), root),
+                  "scatter backward: gather to root");
+    if (is_root) return grads({all});
+    auto saved = ctx->get_saved_variables();
+    return grads({saved.empty() ? at::Tensor() : at::zeros_like(saved[0])});
+  }
+};
+
+// ---- allgather / reduce_scatter / alltoall ----
+
+at::Tensor run_allgather(Communicator& comm, const at::Tensor& x, const char* what) {
+  at::Tensor y = at::empty(with_leading(comm.size(), x.sizes()), x.options());
+  wait_or_throw(comm.allgather(x.data_ptr(), y.data_ptr(), count_of(x), to_data_type(x.scalar_type())), what);
+  return y;
+}
+
+at::Tensor run_reduce_scatter(Communicator& comm, const at::Tensor& xs, const char* what) {
+  at::Tensor y = at::empty(xs.sizes().slice(1), xs.options());
+  wait_or_throw(
+      comm.reduce_scatter(xs.data_ptr(), y.data_ptr(), count_of(y), to_data_type(xs.scalar_type()), ReduceOp::kSum),
+      what);
+  return y;
+}
+
+at::Tensor run_alltoall(Communicator& comm, const at::Tensor& xs, const char* what) {
+  at::Tensor y = at::empty_like(xs);
+  wait_or_throw(comm.alltoall(xs.data_ptr(), y.data_ptr(), count_of(xs) / comm.size(), to_data_type(xs.scalar_type())),
+                what);
+  return y;
+}
+
+struct AllgatherFunction : torch::autograd::Function<AllgatherFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Communicator* comm) {
+    save_communicator(ctx, comm);
+    return run_allgather(*comm, contiguous_cpu(x, "allgather"), "allgather");
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    return grads({run_reduce_scatter(load_communicator(ctx), grad_outputs[0].contiguous(),
+                                     "allgather backward: reduce_scatter")});
+  }
+};
+
+struct ReduceScatterFunction : torch::autograd::Function<ReduceScatterFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& xs, Communicator* comm) {
+    save_communicator(ctx, comm);
+    return run_reduce_scatter(*comm, contiguous_cpu(xs, "reduce_scatter"), "reduce_scatter");
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    return grads({run_allgather(load_communicator(ctx), grad_outputs[0].contiguous(),
+                                "reduce_scatter backward: allgather")});
+  }
+};
+
+struct AlltoallFunction : torch::autograd::Function<AlltoallFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& xs, Communicator* comm) {
+    save_communicator(ctx, comm);
+    return run_alltoall(*comm, contiguous_cpu(xs, "alltoall"), "alltoall");
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    return grads({run_alltoall(load_communicator(ctx), grad_outputs[0].contiguous(), "alltoall backward")});
+  }
+};
+
+// Root tells every rank the dtype and shape of `x` (bcast, scatter: non-root ranks pass none).
+void exchange_meta(Communicator& comm, const at::Tensor& x, int root, const char* op, at::ScalarType* type,
+                   std::vector<int64_t>* shape) {
+  std::string meta;
+  if (comm.rank() == root) {
+    if (!x.defined()) throw std::runtime_error(fmt::format("cohort autograd: {}: root {} passed no tensor", op, root));
+    meta = encode_meta(x.scalar_type(), x.sizes());
+  }
+  auto agreed = comm.bcast_obj(meta, root);
+  throw_if_error(agreed.status(), fmt::format("{}: shape exchange from root {}", op, root));
+  decode_meta(agreed.value(), type, shape);
+}
+
+// The input of a non-root rank for ops whose backward must run there although it has no data.
+at::Tensor anchor_for(at::ScalarType type) {
+  if (!c10::GradMode::is_enabled() || !is_differentiable(type)) return make_inert_anchor();
+  return make_anchor(at::TensorOptions(type));
+}
+
+}  // namespace
+
+at::Tensor allreduce(Communicator& comm, const at::Tensor& x, ReduceOp op) {
+  check_gradient_dtype(x, "allreduce");
+  return AllreduceFunction::apply(x, &comm, static_cast<int64_t>(op));
+}
+
+at::Tensor bcast(Communicator& comm, const at::Tensor& x, int root) {
+  check_root(comm, root, "bcast");
+  check_gradient_dtype(x, "bcast");
+  at::ScalarType type;
+  std::vector<int64_t> shape;
+  exchange_meta(comm, x, root, "bcast", &type, &shape);
+  at::Tensor input = comm.rank() == root ? x : anchor_for(type);
+  return BcastFunction::apply(input, &comm, static_cast<int64_t>(root), shape, type);
+}
+
+at::Tensor reduce(Communicator& comm, const at::Tensor& x, int root) {
+  check_root(comm, root, "reduce");
+  check_gradient_dtype(x, "reduce");
+  return ReduceFunction::apply(x, &comm, static_cast<int64_t>(root));
+}
+
+at::Tensor gather(Communicator& comm, const at::Tensor& x, int root) {
+  check_root(comm, root, "gather");
+  check_gradient_dtype(x, "gather");
+  return GatherFunction::apply(x, &comm, static_cast<int64_t>(root));
+}
+
+at::Tensor scatter(Communicator& comm, const at::Tensor& xs, int root) {
+  check_root(comm, root, "scatter");
+  check_gradient_dtype(xs, "scatter");
+  if (comm.rank() == root) check_blocks(comm, xs, "scatter");
+  at::ScalarType type;
+  std::vector<int64_t> shape;
+  exchange_meta(comm, xs, root, "scatter", &type, &shape);
+  at::Tensor input = comm.rank() == root ? xs : anchor_for(type);
+  return ScatterFunction::apply(input, &comm, static_cast<int64_t>(root), shape, type);
+}
+
+at::Tensor allgather(Communicator& comm, const at::Tensor& x) {
+  check_gradient_dtype(x, "allgather");
+  return AllgatherFunction::apply(x, &comm);
+}
+
+at::Tensor reduce_scatter(Communicator& comm, const at::Tensor& xs) {
+  check_gradient_dtype(xs, "reduce_scatter");
+  check_blocks(comm, xs, "reduce_scatter");
+  return ReduceScatterFunction::apply(xs, &comm);
+}
+
+at::Tensor alltoall(Communicator& comm, const at::Tensor& xs) {
+  check_gradient_dtype(xs, "alltoall");
+  check_blocks(comm, xs, "alltoall");
+  return AlltoallFunction::apply(xs, &comm);
+}
+
+}  // namespace cohort::autograd

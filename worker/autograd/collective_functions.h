@@ -1,0 +1,56 @@
+#pragma once
+
+// Differentiable collectives (ChainerMN's chainermn.functions) over a cohort Communicator.
+// Every rank of `comm` must call the same op in the same order, in forward and — because each
+// op's backward is itself a collective — in backward too. Ops that leave a rank without a
+// meaningful output (non-root reduce / gather) return a delegate: a 0-dim tensor whose backward
+// still runs that rank's part of the reverse collective; call backward() on it (or join it
+// into the loss with pseudo_connect) so no rank's backward is skipped.
+//
+//   auto y = autograd::allreduce(*comm, x, comm::ReduceOp::kAvg);   // same y on every rank
+//   y.mul(w).sum().backward();                                       // x.grad = allreduce(w)/size
+//
+// Tensors: CPU, any layout (made contiguous), dtypes Half/BFloat16/Float/Double (differentiable)
+// and Char/Byte/Int/Long (communicated without gradients). Blocking: each call returns when the
+// collective finished on this rank. Errors throw std::runtime_error with the communicator's text.
+// The communicator must outlive the graphs built over it.
+
+#include <ATen/ATen.h>
+
+#include "worker/comm/communicator.h"
+#include "worker/comm/types.h"
+
+namespace cohort::autograd {
+
+// Same shape as x on every rank. Backward: SUM/AVG → allreduce SUM of the gradient (÷size for
+// AVG); MAX/MIN → the summed gradient goes to the rank(s) holding the extreme, split evenly on
+// ties; PRODUCT → summed gradient · product of the other ranks' values (exact where x has zeros).
+at::Tensor allreduce(comm::Communicator& comm, const at::Tensor& x, comm::ReduceOp op = comm::ReduceOp::kSum);
+
+// x at root; ignored (may be undefined) elsewhere: the shape and dtype come from root.
+// Backward: reduce SUM of the gradients to root. Off root the output requires grad whenever grad
+// mode is on and the dtype is floating, so that rank's backward takes part in the reduce.
+at::Tensor bcast(comm::Communicator& comm, const at::Tensor& x, int root);
+
+// SUM of x over ranks at root; a delegate elsewhere. Backward: bcast of root's gradient.
+at::Tensor reduce(comm::Communicator& comm, const at::Tensor& x, int root);
+
+// At root: [size, *x.shape] stacked in rank order; a delegate elsewhere. x has the same shape on
+// every rank. Backward: scatter of root's gradient.
+at::Tensor gather(comm::Communicator& comm, const at::Tensor& x, int root);
+
+// xs at root: [size, ...]; rank r receives xs[r]. Ignored (may be undefined) elsewhere.
+// Backward: gather of the gradients to root.
+at::Tensor scatter(comm::Communicator& comm, const at::Tensor& xs, int root);
+
+// [size, *x.shape] on every rank. Backward: reduce_scatter SUM of the gradient.
+at::Tensor allgather(comm::Communicator& comm, const at::Tensor& x);
+
+// xs: [size, ...]; returns SUM over ranks of xs[rank]. Backward: allgather of the gradient.
+at::Tensor reduce_scatter(comm::Communicator& comm, const at::Tensor& xs);
+
+// xs: [size, ...]; block r goes to rank r; returns [size, ...] with block r from rank r.
+// Backward: alltoall of the gradient.
+at::Tensor alltoall(comm::Communicator& comm, const at::Tensor& xs);
+
+}  // namespace cohort::autograd

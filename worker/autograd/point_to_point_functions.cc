@@ -1,0 +1,115 @@
+#include "worker/autograd/point_to_point_functions.h"
+
+#include <string>
+
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "worker/autograd/tensor_comm.h"
+
+namespace cohort::autograd {
+namespace {
+
+using comm::Communicator;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+struct SendFunction : torch::autograd::Function<SendFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Communicator* comm, int64_t peer,
+                            int64_t tag) {
+    save_communicator(ctx, comm);
+    ctx->saved_data["peer"] = peer;
+    ctx->saved_data["tag"] = tag;
+    ctx->saved_data["shape"] = x.sizes().vec();
+    at::Tensor xc = contiguous_cpu(x, "send");
+    throw_if_error(comm->send(xc.data_ptr(), static_cast<size_t>(xc.numel()), to_data_type(xc.scalar_type()),
+                              static_cast<int>(peer), static_cast<uint32_t>(tag)),
+                   fmt::format("send to rank {} (tag {})", peer, tag));
+    return at::zeros({}, xc.options());  // the delegate
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    Communicator& comm = load_communicator(ctx);
+    auto peer = ctx->saved_data["peer"].toInt();
+    auto tag = static_cast<uint32_t>(ctx->saved_data["tag"].toInt());
+    at::Tensor grad = at::empty(ctx->saved_data["shape"].toIntVector(), grad_outputs[0].options());
+    throw_if_error(comm.recv(grad.data_ptr(), static_cast<size_t>(grad.numel()), to_data_type(grad.scalar_type()),
+                             static_cast<int>(peer), tag | kGradientTagBit),
+                   fmt::format("send backward: receiving the gradient from rank {} (tag {})", peer, tag));
+    return {grad, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+struct RecvFunction : torch::autograd::Function<RecvFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& anchor, Communicator* comm, int64_t peer,
+                            int64_t tag, std::vector<int64_t> shape, at::ScalarType type) {
+    save_communicator(ctx, comm);
+    ctx->saved_data["peer"] = peer;
+    ctx->saved_data["tag"] = tag;
+    if (anchor.defined()) ctx->save_for_backward({anchor});
+    at::Tensor y = at::empty(shape, at::TensorOptions(type));
+    throw_if_error(comm->recv(y.data_ptr(), static_cast<size_t>(y.numel()), to_data_type(type),
+                              static_cast<int>(peer), static_cast<uint32_t>(tag)),
+                   fmt::format("recv from rank {} (tag {})", peer, tag));
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    Communicator& comm = load_communicator(ctx);
+    auto peer = ctx->saved_data["peer"].toInt();
+    auto tag = static_cast<uint32_t>(ctx->saved_data["tag"].toInt());
+    at::Tensor grad = grad_outputs[0].contiguous();
+    throw_if_error(comm.send(grad.data_ptr(), static_cast<size_t>(grad.numel()), to_data_type(grad.scalar_type()),
+                             static_cast<int>(peer), tag | kGradientTagBit),
+                   fmt::format("recv backward: sending the gradient to rank {} (tag {})", peer, tag));
+    auto saved = ctx->get_saved_variables();
+    at::Tensor anchor_grad = saved.empty() ? at::Tensor() : at::zeros_like(saved[0]);
+    return {anchor_grad, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+// Outputs `pass` unchanged; `zeroed` are extra inputs that receive zero gradients.
+struct JoinFunction : torch::autograd::Function<JoinFunction> {
+  static variable_list forward(AutogradContext* ctx, at::TensorList pass, at::TensorList zeroed) {
+    ctx->saved_data["num_pass"] = static_cast<int64_t>(pass.size());
+    ctx->save_for_backward(zeroed.vec());
+    return pass.vec();
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    variable_list out(grad_outputs.begin(),
+                      grad_outputs.begin() + static_cast<int64_t>(ctx->saved_data["num_pass"].toInt()));
+    for (const at::Tensor& z : ctx->get_saved_variables()) out.push_back(z.defined() ? at::zeros_like(z) : z);
+    return out;
+  }
+};
+
+}  // namespace
+
+at::Tensor send(Communicator& comm, const at::Tensor& x, int peer, uint32_t tag) {
+  check_peer(comm, peer, tag, "send");
+  check_gradient_dtype(x, "send");
+  return SendFunction::apply(x, &comm, static_cast<int64_t>(peer), static_cast<int64_t>(tag));
+}
+
+at::Tensor recv(Communicator& comm, int peer, uint32_t tag, const at::Tensor& delegate,
+                const std::optional<std::vector<int64_t>>& shape, at::ScalarType dtype) {
+  check_peer(comm, peer, tag, "recv");
+  at::Tensor anchor = recv_anchor(delegate, shape, dtype, peer, tag, "recv");
+  return RecvFunction::apply(anchor, &comm, static_cast<int64_t>(peer), static_cast<int64_t>(tag), *shape, dtype);
+}
+
+std::vector<at::Tensor> pseudo_connect(const at::Tensor& delegate, at::TensorList actuals) {
+  std::vector<at::Tensor> zeroed{delegate};
+  return JoinFunction::apply(actuals, at::TensorList(zeroed));
+}
+
+at::Tensor pseudo_connect(const at::Tensor& delegate, const at::Tensor& actual) {
+  return pseudo_connect(delegate, at::TensorList(actual))[0];
+}
+
+at::Tensor join_dummies(const at::Tensor& x, at::TensorList dummies) {
+  return JoinFunction::apply(at::TensorList(x), dummies)[0];
+}
+
+}  // namespace cohort::autograd

@@ -1,0 +1,53 @@
+#pragma once
+
+// Differentiable point-to-point communication (ChainerMN's send / recv / pseudo_connect) and
+// the pass-through joins that keep a rank's autograd graph connected.
+//
+// Model parallelism across two ranks (ChainerMN's Model_0 / Model_1):
+//
+//   // rank 0                                        // rank 1
+//   at::Tensor h = layer0(x);                          at::Tensor h = autograd::recv(*comm, 0, 0, {},
+//   at::Tensor phi = autograd::send(*comm, h, 1, 0);                                     shape, at::kFloat);
+//   phi.backward();   // receives dL/dh from rank 1    layer1(h).sum().backward();  // sends dL/dh to 0
+//
+// `send` returns a delegate variable: a 0-dim tensor whose backward receives the gradient of the
+// sent tensor. A rank's backward must reach every delegate it created, or the peer blocks until
+// its timeout: call delegate.backward(), pass it to the next recv as `delegate`, or join it into
+// the loss with pseudo_connect / join_dummies.
+//
+// Blocking: send/recv return once the transfer completed on this rank; their backward transfers
+// block the same way. Tags must be < kGradientTagBit (the gradient uses tag | kGradientTagBit).
+// Errors throw std::runtime_error. The communicator must outlive the graphs built over it.
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "worker/comm/communicator.h"
+
+namespace cohort::autograd {
+
+// Sends x to `peer`; returns the delegate. Backward: receives dL/dx from `peer`. Sending to
+// oneself is an error.
+at::Tensor send(comm::Communicator& comm, const at::Tensor& x, int peer, uint32_t tag = 0);
+
+// Receives a tensor of `shape` and `dtype` from `peer`. `delegate` (may be undefined) is an
+// earlier delegate / dummy this recv must follow in backward; without one, a fresh anchor keeps
+// the backward alive. Backward: sends dL/dy to `peer`, zero to the delegate. A missing shape
+// is an error (there is no shape exchange).
+at::Tensor recv(comm::Communicator& comm, int peer, uint32_t tag, const at::Tensor& delegate,
+                const std::optional<std::vector<int64_t>>& shape, at::ScalarType dtype = at::kFloat);
+
+// Returns `actual` unchanged (as new graph nodes) with `delegate` attached: backward passes the
+// gradient of the result to `actual` and a zero gradient to `delegate`, so the delegate's
+// backward (e.g. a send's gradient receive) runs as part of the same backward pass.
+at::Tensor pseudo_connect(const at::Tensor& delegate, const at::Tensor& actual);
+std::vector<at::Tensor> pseudo_connect(const at::Tensor& delegate, at::TensorList actuals);
+
+// mpi4torch's JoinDummies: returns x, with every tensor of `dummies` as an extra input that gets
+// a zero gradient. Orders operations through the graph without changing values.
+at::Tensor join_dummies(const at::Tensor& x, at::TensorList dummies);
+
+}  // namespace cohort::autograd

@@ -1,0 +1,180 @@
+#include "worker/autograd/point_to_point_functions.h"
+
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "worker/autograd/tensor_comm.h"
+#include "worker/autograd/testing/autograd_ranks.h"
+#include "worker/autograd/wait_handle.h"
+
+namespace cohort::autograd {
+namespace {
+
+using testing::run_autograd_ranks;
+
+at::Tensor values(double scale, int64_t n) { return at::arange(n, at::kDouble).mul(scale).add(0.25).sin(); }
+
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// ChainerMN's Model_0 / Model_1: rank 0 runs the first layer and the loss, rank 1 the second
+// layer; rank 0's recv takes the delegate of its send so one backward covers both transfers.
+TEST(PointToPointFunctionsTest, ModelParallelWithDelegateVariable) {
+  const int64_t n = 5;
+  at::Tensor x = values(0.3, n), w0 = values(0.7, n).add(1), w1 = values(1.1, n).sub(2), up = values(0.9, n).add(3);
+  std::string failures = run_autograd_ranks(2, [&](int rank, comm::Communicator& comm) {
+    if (rank == 0) {  // Model_0
+      at::Tensor p0 = w0.clone().set_requires_grad(true);
+      at::Tensor phi = send(comm, x.mul(p0), 1, 0);
+      at::Tensor y = recv(comm, 1, 1, phi, std::vector<int64_t>{n}, at::kDouble);
+      EXPECT_TRUE(at::allclose(y, x * w0 * w1));
+      y.mul(up).sum().backward();
+      EXPECT_TRUE(at::allclose(p0.grad(), up * w1 * x));
+    } else {  // Model_1
+      at::Tensor p1 = w1.clone().set_requires_grad(true);
+      at::Tensor h = recv(comm, 0, 0, {}, std::vector<int64_t>{n}, at::kDouble);
+      at::Tensor phi = send(comm, h.mul(p1), 0, 1);
+      phi.backward();
+      EXPECT_TRUE(at::allclose(p1.grad(), up * x * w0));
+    }
+  });
+  EXPECT_EQ(failures, "");
+}
+
+// Two sends from one rank: pseudo_connect joins both delegates so a single backward receives
+// both gradients.
+TEST(PointToPointFunctionsTest, TwoSendsJoinedWithPseudoConnect) {
+  at::Tensor wa = values(0.4, 3).add(2), wb = values(1.3, 4).sub(1);
+  std::string failures = run_autograd_ranks(2, [&](int rank, comm::Communicator& comm) {
+    if (rank == 0) {
+      at::Tensor a = values(0.1, 3).set_requires_grad(true), b = values(0.2, 4).set_requires_grad(true);
+      at::Tensor phi_a = send(comm, a.mul(2), 1, 0);
+      at::Tensor phi_b = send(comm, b, 1, 1);
+      pseudo_connect(phi_a, phi_b).backward();
+      EXPECT_TRUE(at::allclose(a.grad(), wa.mul(2)));
+      EXPECT_TRUE(at::allclose(b.grad(), wb));
+    } else {
+      at::Tensor ra = recv(comm, 0, 0, {}, std::vector<int64_t>{3}, at::kDouble);
+      at::Tensor rb = recv(comm, 0, 1, {}, std::vector<int64_t>{4}, at::kDouble);
+      ra.mul(wa).sum().add(rb.mul(wb).sum()).backward();
+    }
+  });
+  EXPECT_EQ(failures, "");
+}
+
+TEST(PointToPointFunctionsTest, PseudoConnectPassesValuesAndGradients) {
+  at::Tensor delegate = at::zeros({}, at::kDouble).set_requires_grad(true);
+  at::Tensor a = values(0.5, 3).set_requires_grad(true);
+  at::Tensor b = values(0.6, 2).set_requires_grad(true);
+  auto out = pseudo_connect(delegate, at::TensorList({a, b}));
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_TRUE(at::equal(out[0], a));
+  out[0].mul(values(0.8, 3)).sum().add(out[1].mul(3).sum()).backward();
+  EXPECT_TRUE(at::allclose(a.grad(), values(0.8, 3)));
+  EXPECT_TRUE(at::allclose(b.grad(), at::full({2}, 3.0, at::kDouble)));
+  ASSERT_TRUE(delegate.grad().defined());
+  EXPECT_EQ(delegate.grad().item<double>(), 0.0);
+}
+
+TEST(PointToPointFunctionsTest, MisuseIsAClearError) {
+  std::string failures = run_autograd_ranks(2, [&](int rank, comm::Communicator& comm) {
+    EXPECT_NE(error_of([&] { send(comm, at::ones({2}), rank, 0); }).find("this rank"), std::string::npos);
+    EXPECT_NE(error_of([&] { isend(comm, at::ones({2}), rank, 0); }).find("this rank"), std::string::npos);
+    EXPECT_NE(error_of([&] { recv(comm, 1 - rank, 0, {}, std::nullopt); }).find("no shape"), std::string::npos);
+    EXPECT_NE(error_of([&] { irecv(comm, 1 - rank, 0, {}, std::nullopt); }).find("no shape"), std::string::npos);
+    EXPECT_NE(error_of([&] { send(comm, at::ones({2}), 1 - rank, kGradientTagBit); }).find("tag"), std::string::npos);
+    at::Tensor delegate = at::zeros({}).set_requires_grad(true);
+    EXPECT_NE(error_of([&] { recv(comm, 1 - rank, 0, delegate, std::vector<int64_t>{2}, at::kLong); })
+                  .find("integer dtype"),
+              std::string::npos);
+  });
+  EXPECT_EQ(failures, "");
+}
+
+TEST(PointToPointFunctionsTest, IntegerSendRecvCarriesNoGradient) {
+  std::string failures = run_autograd_ranks(2, [&](int rank, comm::Communicator& comm) {
+    if (rank == 0) {
+      send(comm, at::arange(4, at::kLong), 1, 0);
+    } else {
+      at::Tensor y = recv(comm, 0, 0, {}, std::vector<int64_t>{4}, at::kLong);
+      EXPECT_FALSE(y.requires_grad());
+      EXPECT_TRUE(at::equal(y, at::arange(4, at::kLong)));
+    }
+  });
+  EXPECT_EQ(failures, "");
+}
+
+// mpi4torch's ring: Isend to the next rank, Recv from the previous one (ordered after the
+// Isend through its dummy), Wait, and join the Wait's output into the result. Every element of
+// `a` reaches the loss twice (directly and through the next rank), so a.grad == 2.
+TEST(WaitHandleTest, RingIsendRecvWaitGivesGradTwoWithJoinDummies) {
+  for (int size : {2, 3, 4}) {
+    std::string failures = run_autograd_ranks(size, [&](int rank, comm::Communicator& comm) {
+      at::Tensor a = at::rand({10}, at::kDouble).set_requires_grad(true);
+      WaitHandle handle = isend(comm, a, (rank + 1) % size, 0);
+      at::Tensor b = recv(comm, (rank + size - 1) % size, 0, handle.dummy(), std::vector<int64_t>{10}, at::kDouble);
+      at::Tensor sent = wait(handle);
+      EXPECT_TRUE(at::equal(sent, a));
+      at::Tensor res = join_dummies(a + b, {sent});
+      res.sum().backward();
+      EXPECT_TRUE(at::allclose(a.grad(), at::full({10}, 2.0, at::kDouble))) << a.grad();
+    });
+    EXPECT_EQ(failures, "") << "size " << size;
+  }
+}
+
+// The same ring without joining the Wait's output: the Wait is not in the graph, so its backward
+// never posts the gradient receive. Under MPI's eager sends mpi4torch gets a.grad == 1; cohort's
+// sends complete only when matched, so each rank's gradient send fails with a named timeout
+// instead of hanging.
+TEST(WaitHandleTest, RingWithoutJoinDummiesFailsWithANamedTimeout) {
+  std::string failures = run_autograd_ranks(
+      3,
+      [&](int rank, comm::Communicator& comm) {
+        at::Tensor a = at::rand({4}, at::kDouble).set_requires_grad(true);
+        WaitHandle handle = isend(comm, a, (rank + 1) % 3, 0);
+        at::Tensor b = recv(comm, (rank + 2) % 3, 0, {}, std::vector<int64_t>{4}, at::kDouble);
+        wait(handle);
+        std::string error = error_of([&] { a.add(b).sum().backward(); });
+        EXPECT_NE(error.find("recv backward: sending the gradient"), std::string::npos) << error;
+        EXPECT_NE(error.find("DEADLINE_EXCEEDED"), std::string::npos) << error;
+      },
+      std::chrono::seconds(1));
+  EXPECT_EQ(failures, "");
+}
+
+// Irecv / Wait on the receiving side; on the sending side the Wait's output is used in the loss
+// too, so dL/dx = (its own use) + (the peer's gradient).
+TEST(WaitHandleTest, IsendIrecvWaitCarryGradientsBothWays) {
+  const int64_t n = 6;
+  at::Tensor v = values(0.3, n).add(1), w = values(0.8, n).sub(2);
+  std::string failures = run_autograd_ranks(2, [&](int rank, comm::Communicator& comm) {
+    if (rank == 0) {
+      at::Tensor x = values(0.5, n).set_requires_grad(true);
+      WaitHandle handle = isend(comm, x.mul(3), 1, 7);
+      at::Tensor sent = wait(handle);
+      sent.mul(v).sum().backward();
+      EXPECT_TRUE(at::allclose(x.grad(), v.add(w).mul(3))) << x.grad();
+    } else {
+      WaitHandle handle = irecv(comm, 0, 7, {}, std::vector<int64_t>{n}, at::kDouble);
+      WaitHandle joined = join_dummies_handle(handle, {at::zeros({}).set_requires_grad(true)});
+      at::Tensor y = wait(joined);
+      EXPECT_TRUE(at::allclose(y, values(0.5, n).mul(3)));
+      y.mul(w).sum().backward();
+    }
+  });
+  EXPECT_EQ(failures, "");
+}
+
+}  // namespace
+}  // namespace cohort::autograd

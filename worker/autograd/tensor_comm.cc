@@ -1,0 +1,138 @@
+#include "worker/autograd/tensor_comm.h"
+
+#include <sstream>
+#include <stdexcept>
+
+#include <ATen/core/ivalue.h>
+#include <c10/core/GradMode.h>
+
+namespace cohort::autograd {
+namespace {
+
+// Holds the communicator pointer inside an IValue (saved_data only stores IValues).
+struct CommunicatorRef : torch::CustomClassHolder {
+  explicit CommunicatorRef(comm::Communicator* c) : comm(c) {}
+  comm::Communicator* comm;
+};
+
+constexpr const char* kCommunicatorKey = "cohort_communicator";
+
+}  // namespace
+
+comm::DataType to_data_type(at::ScalarType type) {
+  switch (type) {
+    case at::kHalf: return comm::DataType::kFloat16;
+    case at::kBFloat16: return comm::DataType::kBFloat16;
+    case at::kFloat: return comm::DataType::kFloat32;
+    case at::kDouble: return comm::DataType::kFloat64;
+    case at::kChar: return comm::DataType::kInt8;
+    case at::kByte: return comm::DataType::kUInt8;
+    case at::kInt: return comm::DataType::kInt32;
+    case at::kLong: return comm::DataType::kInt64;
+    default:
+      throw std::runtime_error(fmt::format(
+          "cohort autograd: tensors of dtype {} cannot be communicated; use one of Half, BFloat16, Float, "
+          "Double, Char, Byte, Int, Long",
+          c10::toString(type)));
+  }
+}
+
+void throw_if_error(const Status& status, const std::string& context) {
+  if (!status.ok()) throw std::runtime_error(fmt::format("cohort autograd: {}: {}", context, status.to_string()));
+}
+
+void wait_or_throw(const std::shared_ptr<comm::Work>& work, const std::string& context) {
+  throw_if_error(work->wait(), context);
+}
+
+at::Tensor contiguous_cpu(const at::Tensor& x, const char* op) {
+  if (!x.defined()) throw std::runtime_error(fmt::format("cohort autograd: {}: the tensor is undefined", op));
+  if (!x.device().is_cpu()) {
+    throw std::runtime_error(
+        fmt::format("cohort autograd: {}: only CPU tensors are supported, got one on {}", op, x.device().str()));
+  }
+  return x.contiguous();
+}
+
+bool is_differentiable(at::ScalarType type) { return at::isFloatingType(type); }
+
+void check_gradient_dtype(const at::Tensor& x, const char* op) {
+  if (x.defined() && x.requires_grad() && !is_differentiable(x.scalar_type())) {
+    throw std::runtime_error(fmt::format(
+        "cohort autograd: {}: a tensor of integer dtype {} cannot require grad; integer tensors are "
+        "communicated without gradients (call .detach() or use a floating dtype)",
+        op, c10::toString(x.scalar_type())));
+  }
+}
+
+at::Tensor make_anchor(const at::TensorOptions& options) {
+  return at::zeros({}, options.requires_grad(false)).set_requires_grad(true);
+}
+
+at::Tensor make_inert_anchor() { return at::zeros({}); }
+
+void save_communicator(torch::autograd::AutogradContext* ctx, comm::Communicator* comm) {
+  ctx->saved_data[kCommunicatorKey] = at::IValue::make_capsule(c10::make_intrusive<CommunicatorRef>(comm));
+}
+
+comm::Communicator& load_communicator(torch::autograd::AutogradContext* ctx) {
+  auto holder = ctx->saved_data.at(kCommunicatorKey).toCapsule();
+  return *static_cast<CommunicatorRef*>(holder.get())->comm;
+}
+
+void check_peer(const comm::Communicator& comm, int peer, uint32_t tag, const char* op) {
+  if (peer < 0 || peer >= comm.size()) {
+    throw std::runtime_error(
+        fmt::format("cohort autograd: {}: peer {} is outside {}", op, peer, comm.description()));
+  }
+  if (peer == comm.rank()) {
+    throw std::runtime_error(fmt::format(
+        "cohort autograd: {}: peer {} is this rank ({}); point-to-point to oneself would never complete — "
+        "use the tensor directly",
+        op, peer, comm.description()));
+  }
+  if (tag >= kGradientTagBit) {
+    throw std::runtime_error(fmt::format("cohort autograd: {}: tag {} must be below {} (higher tags carry gradients)",
+                                         op, tag, kGradientTagBit));
+  }
+}
+
+at::Tensor recv_anchor(const at::Tensor& delegate, const std::optional<std::vector<int64_t>>& shape,
+                       at::ScalarType dtype, int peer, uint32_t tag, const char* op) {
+  if (!shape.has_value()) {
+    throw std::runtime_error(fmt::format(
+        "cohort autograd: {} from rank {} (tag {}): no shape given; pass the shape and dtype the peer sends "
+        "(there is no shape exchange)",
+        op, peer, tag));
+  }
+  if (!is_differentiable(dtype)) {
+    if (delegate.defined() && delegate.requires_grad()) {
+      throw std::runtime_error(fmt::format(
+          "cohort autograd: {} from rank {} (tag {}): a receive of integer dtype {} carries no gradient, so it "
+          "cannot take a delegate; join the delegate elsewhere (pseudo_connect)",
+          op, peer, tag, c10::toString(dtype)));
+    }
+    return make_inert_anchor();
+  }
+  if (delegate.defined()) return delegate;
+  if (!c10::GradMode::is_enabled()) return make_inert_anchor();
+  return make_anchor(at::TensorOptions(dtype));
+}
+
+std::string encode_meta(at::ScalarType type, at::IntArrayRef shape) {
+  std::string out = std::to_string(static_cast<int>(type));
+  for (int64_t d : shape) out += " " + std::to_string(d);
+  return out;
+}
+
+void decode_meta(const std::string& meta, at::ScalarType* type, std::vector<int64_t>* shape) {
+  std::istringstream in(meta);
+  int t = 0;
+  in >> t;
+  *type = static_cast<at::ScalarType>(t);
+  shape->clear();
+  int64_t d = 0;
+  while (in >> d) shape->push_back(d);
+}
+
+}  // namespace cohort::autograd

@@ -1,0 +1,159 @@
+#include "worker/autograd/wait_handle.h"
+
+#include <memory>
+#include <string>
+
+#include <ATen/core/ivalue.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "worker/autograd/point_to_point_functions.h"
+#include "worker/autograd/tensor_comm.h"
+
+namespace cohort::autograd {
+
+namespace {
+
+using comm::Communicator;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+constexpr const char* kStateKey = "transfer";
+
+c10::intrusive_ptr<TransferState> load_state(AutogradContext* ctx) {
+  return c10::static_intrusive_pointer_cast<TransferState>(ctx->saved_data.at(kStateKey).toCapsule());
+}
+
+void save_state(AutogradContext* ctx, const c10::intrusive_ptr<TransferState>& state) {
+  ctx->saved_data[kStateKey] = at::IValue::make_capsule(state);
+}
+
+at::Tensor make_dummy(at::ScalarType type) {
+  return at::zeros({}, at::TensorOptions(is_differentiable(type) ? type : at::kFloat));
+}
+
+// Completes the reverse transfer that the Wait's backward posted.
+void finish_reverse(const TransferState& state) {
+  if (!state.grad_work) {
+    throw std::runtime_error(fmt::format(
+        "cohort autograd: backward of {}: the wait() of this handle is not part of the backward graph, so the "
+        "gradient transfer was never posted; join the wait() output into the loss with join_dummies",
+        state.describe()));
+  }
+  wait_or_throw(state.grad_work, fmt::format("backward of {}: gradient transfer", state.describe()));
+}
+
+struct IsendFunction : torch::autograd::Function<IsendFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, c10::intrusive_ptr<TransferState> state) {
+    save_state(ctx, state);
+    state->buffer = contiguous_cpu(x, "isend").clone();
+    state->work = state->comm->isend(state->buffer.data_ptr(), static_cast<size_t>(state->buffer.numel()),
+                                     to_data_type(state->type), state->peer, state->tag);
+    return make_dummy(state->type);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list /*grad_outputs*/) {
+    auto state = load_state(ctx);
+    finish_reverse(*state);
+    at::Tensor grad = state->grad_buffer;
+    if (state->wait_output_grad.defined()) grad = grad.add(state->wait_output_grad);
+    state->grad_buffer = at::Tensor();
+    state->grad_work.reset();
+    return {grad, at::Tensor()};
+  }
+};
+
+struct IrecvFunction : torch::autograd::Function<IrecvFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& anchor, c10::intrusive_ptr<TransferState> state) {
+    save_state(ctx, state);
+    if (anchor.defined()) ctx->save_for_backward({anchor});
+    state->buffer = at::empty(state->shape, at::TensorOptions(state->type));
+    state->work = state->comm->irecv(state->buffer.data_ptr(), static_cast<size_t>(state->buffer.numel()),
+                                     to_data_type(state->type), state->peer, state->tag);
+    return make_dummy(state->type);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list /*grad_outputs*/) {
+    auto state = load_state(ctx);
+    finish_reverse(*state);
+    state->grad_buffer = at::Tensor();
+    state->grad_work.reset();
+    auto saved = ctx->get_saved_variables();
+    return {saved.empty() ? at::Tensor() : at::zeros_like(saved[0]), at::Tensor()};
+  }
+};
+
+struct WaitFunction : torch::autograd::Function<WaitFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& dummy, c10::intrusive_ptr<TransferState> state) {
+    save_state(ctx, state);
+    ctx->save_for_backward({dummy});
+    if (state->waited) {
+      throw std::runtime_error(fmt::format("cohort autograd: wait: {} was already waited for", state->describe()));
+    }
+    wait_or_throw(state->work, fmt::format("wait for {}", state->describe()));
+    state->waited = true;
+    state->work.reset();
+    // The buffer is ours (isend copied x, irecv allocated it): hand it out without a copy.
+    return std::move(state->buffer);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    auto state = load_state(ctx);
+    Communicator& comm = *state->comm;
+    uint32_t grad_tag = state->tag | kGradientTagBit;
+    if (state->is_send) {
+      // The gradient of what we sent comes back from the peer: post the receive now, complete it
+      // in the isend node's backward.
+      state->wait_output_grad = grad_outputs[0];
+      state->grad_buffer = at::empty(state->shape, at::TensorOptions(state->type));
+      state->grad_work = comm.irecv(state->grad_buffer.data_ptr(), static_cast<size_t>(state->grad_buffer.numel()),
+                                    to_data_type(state->type), state->peer, grad_tag);
+    } else {
+      state->grad_buffer = grad_outputs[0].contiguous();
+      state->grad_work = comm.isend(state->grad_buffer.data_ptr(), static_cast<size_t>(state->grad_buffer.numel()),
+                                    to_data_type(state->type), state->peer, grad_tag);
+    }
+    return {at::zeros_like(ctx->get_saved_variables()[0]), at::Tensor()};
+  }
+};
+
+c10::intrusive_ptr<TransferState> make_state(Communicator& comm, bool is_send, int peer, uint32_t tag,
+                                             std::vector<int64_t> shape, at::ScalarType type) {
+  auto state = c10::make_intrusive<TransferState>();
+  state->comm = &comm;
+  state->is_send = is_send;
+  state->peer = peer;
+  state->tag = tag;
+  state->shape = std::move(shape);
+  state->type = type;
+  return state;
+}
+
+}  // namespace
+
+WaitHandle::WaitHandle(at::Tensor dummy, c10::intrusive_ptr<TransferState> state)
+    : dummy_(std::move(dummy)), state_(std::move(state)) {}
+
+WaitHandle isend(Communicator& comm, const at::Tensor& x, int peer, uint32_t tag) {
+  check_peer(comm, peer, tag, "isend");
+  check_gradient_dtype(x, "isend");
+  auto state = make_state(comm, /*is_send=*/true, peer, tag, x.sizes().vec(), x.scalar_type());
+  at::Tensor dummy = IsendFunction::apply(x, state);
+  return WaitHandle(dummy, state);
+}
+
+WaitHandle irecv(Communicator& comm, int peer, uint32_t tag, const at::Tensor& delegate,
+                 const std::optional<std::vector<int64_t>>& shape, at::ScalarType dtype) {
+  check_peer(comm, peer, tag, "irecv");
+  at::Tensor anchor = recv_anchor(delegate, shape, dtype, peer, tag, "irecv");
+  auto state = make_state(comm, /*is_send=*/false, peer, tag, *shape, dtype);
+  at::Tensor dummy = IrecvFunction::apply(anchor, state);
+  return WaitHandle(dummy, state);
+}
+
+at::Tensor wait(const WaitHandle& handle) { return WaitFunction::apply(handle.dummy(), handle.state()); }
+
+WaitHandle join_dummies_handle(const WaitHandle& handle, at::TensorList dummies) {
+  return WaitHandle(join_dummies(handle.dummy(), dummies), handle.state());
+}
+
+}  // namespace cohort::autograd

@@ -1,0 +1,83 @@
+#pragma once
+
+// Non-blocking differentiable point-to-point in mpi4torch's model: isend / irecv start a
+// transfer and return a WaitHandle; wait(handle) completes it and returns the data. In backward
+// the Wait node starts the reverse (gradient) transfer without blocking, and the isend / irecv
+// node completes it — so a ring of Isend → Recv → Wait does not deadlock in backward either.
+//
+//   auto handle = autograd::isend(*comm, a, (rank + 1) % size, 0);
+//   auto b = autograd::recv(*comm, (rank + size - 1) % size, 0, handle.dummy(), std::vector<int64_t>{10});
+//   auto sent = autograd::wait(handle);
+//   auto res = autograd::join_dummies(a + b, {sent});   // keeps the Wait in the graph
+//   res.sum().backward();                                // a.grad == 2
+//
+// The Wait of every handle must be part of the backward graph (join its output into the loss
+// with join_dummies); an isend / irecv node whose Wait was skipped fails in backward with an
+// error naming the handle instead of hanging.
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include <memory>
+#include <string>
+
+#include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
+
+#include "worker/comm/communicator.h"
+
+namespace cohort::autograd {
+
+// The shared state of one transfer and its reverse, owned by its handle and its graph nodes.
+// Internal to wait_handle.cc; single-threaded (forward, then backward, on one rank's thread).
+struct TransferState : torch::CustomClassHolder {
+  comm::Communicator* comm = nullptr;
+  bool is_send = false;
+  int peer = 0;
+  uint32_t tag = 0;
+  std::vector<int64_t> shape;
+  at::ScalarType type = at::kFloat;
+  at::Tensor buffer;                       // the forward data until wait() hands it out
+  std::shared_ptr<comm::Work> work;        // the forward transfer
+  bool waited = false;
+  at::Tensor grad_buffer;                  // the reverse transfer's data
+  std::shared_ptr<comm::Work> grad_work;   // the reverse transfer, posted by the Wait's backward
+  at::Tensor wait_output_grad;             // isend: dL/d(wait output), added to dL/dx
+
+  std::string describe() const {
+    return fmt::format("{} rank {} (tag {})", is_send ? "isend to" : "irecv from", peer, tag);
+  }
+};
+
+class WaitHandle {
+ public:
+  WaitHandle(at::Tensor dummy, c10::intrusive_ptr<TransferState> state);
+
+  // A 0-dim tensor carrying the graph edge of the transfer: pass it to join_dummies or as a
+  // recv delegate to order later operations after this one.
+  const at::Tensor& dummy() const { return dummy_; }
+  const c10::intrusive_ptr<TransferState>& state() const { return state_; }
+
+ private:
+  at::Tensor dummy_;
+  c10::intrusive_ptr<TransferState> state_;
+};
+
+// Starts sending a copy of x to `peer` (x may be modified right after). Backward of the Wait
+// posts the receive of dL/dx; this node's backward completes it.
+WaitHandle isend(comm::Communicator& comm, const at::Tensor& x, int peer, uint32_t tag = 0);
+
+// Starts receiving a tensor of `shape` / `dtype` from `peer` (shape required). `delegate` as
+// for recv(). Backward of the Wait posts the send of dL/dy; this node's backward completes it.
+WaitHandle irecv(comm::Communicator& comm, int peer, uint32_t tag, const at::Tensor& delegate,
+                 const std::optional<std::vector<int64_t>>& shape, at::ScalarType dtype = at::kFloat);
+
+// Blocks until the transfer finished (within the communicator's timeout) and returns the sent
+// tensor (isend) or the received one (irecv). Throws on failure. Call once per handle.
+at::Tensor wait(const WaitHandle& handle);
+
+// The same transfer with its dummy joined to `dummies`: the Wait then follows them too.
+WaitHandle join_dummies_handle(const WaitHandle& handle, at::TensorList dummies);
+
+}  // namespace cohort::autograd

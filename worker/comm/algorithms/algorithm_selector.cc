@@ -1,0 +1,54 @@
+#include "worker/comm/algorithms/algorithm_selector.h"
+
+#include <cstdlib>
+
+namespace cohort::comm {
+
+StatusOr<Algorithm> AlgorithmSelector::select(Collective collective, size_t bytes, int ranks,
+                                              Algorithm forced) const {
+  if (forced != Algorithm::kAuto) {
+    COHORT_RETURN_IF_ERROR(check_implements(collective, forced));
+    return forced;
+  }
+  if (!options_.environment_variable.empty()) {
+    const char* value = std::getenv(options_.environment_variable.c_str());
+    if (value != nullptr && *value != '\0') {
+      StatusOr<Algorithm> from_environment = parse_algorithm(value);
+      if (!from_environment.ok()) {
+        return from_environment.status().with_context(options_.environment_variable);
+      }
+      if (*from_environment != Algorithm::kAuto && implements(collective, *from_environment)) {
+        return *from_environment;
+      }
+    }
+  }
+  return by_size(collective, bytes, ranks);
+}
+
+Algorithm AlgorithmSelector::by_size(Collective collective, size_t bytes, int ranks) const {
+  switch (collective) {
+    case Collective::kAllreduce: {
+      if (bytes <= options_.allreduce_recursive_doubling_max_bytes) return Algorithm::kRecursiveDoubling;
+      const bool power_of_two = ranks > 0 && (ranks & (ranks - 1)) == 0;
+      const size_t halving_doubling_max = power_of_two ? options_.allreduce_halving_doubling_max_bytes
+                                                       : options_.allreduce_folded_halving_doubling_max_bytes;
+      return bytes <= halving_doubling_max ? Algorithm::kHalvingDoubling : Algorithm::kRing;
+    }
+    case Collective::kReduce:
+    case Collective::kBroadcast:
+      return Algorithm::kBinomialTree;
+    case Collective::kAllgather:
+    case Collective::kReduceScatter:
+      return Algorithm::kRing;
+    case Collective::kGather:
+    case Collective::kScatter:
+      return Algorithm::kLinear;
+    case Collective::kAlltoall:
+      return Algorithm::kPairwise;
+    case Collective::kBarrier:
+      return Algorithm::kAuto;  // not selectable: dissemination
+  }
+  return Algorithm::kAuto;
+}
+
+}  // namespace cohort::comm

@@ -1,0 +1,65 @@
+#pragma once
+
+// AlgorithmSelector: which algorithm runs a collective, by message size and rank count.
+//
+// Order of precedence: an algorithm forced by the caller (communicator option, benchmark flag)
+// — an error if it does not implement the collective; then the COHORT_ALGO environment variable
+// (one algorithm name for the whole process; it applies to the collectives that implement it
+// and the others choose as usual); then the size rules below.
+//
+// allreduce, n bytes over P ranks (per-message cost α ≈ a few µs over UCX shared memory, copy
+// and reduction cost β per byte):
+//   n ≤ 16 KiB                       recursive doubling: log2(P) steps, the fewest; at this size
+//                                    α dominates and sending the whole buffer each step is free.
+//   n ≤ 1 MiB (P a power of two)     halving-doubling: bandwidth-optimal 2(P-1)/P·n bytes in
+//   n ≤ 256 KiB (otherwise)          2·log2(P) steps. The fold of a non-power-of-two group adds
+//                                    two full-buffer transfers, so the ring takes over earlier.
+//   larger                           ring: the same bytes in 2(P-1) steps, but pipelined in
+//                                    segments so every link and the reduction stay busy.
+// reduce, broadcast: binomial tree (pipelined in segments); allgather(v), reduce_scatter: ring;
+// alltoall(v): pairwise exchange; gather(v), scatter(v): linear; barrier: dissemination.
+
+#include <cstddef>
+#include <string>
+#include <utility>
+
+#include "worker/base/status.h"
+#include "worker/comm/algorithms/algorithm.h"
+
+namespace cohort::comm {
+
+inline constexpr char kAlgorithmEnvironmentVariable[] = "COHORT_ALGO";
+
+struct AlgorithmSelectorOptions {
+  // allreduce of at most this many bytes uses recursive doubling.
+  size_t allreduce_recursive_doubling_max_bytes = 16 * 1024;
+  // allreduce of at most this many bytes on a power-of-two group uses halving-doubling.
+  size_t allreduce_halving_doubling_max_bytes = 1024 * 1024;
+  // The same bound for other group sizes, where halving-doubling pays for the fold.
+  size_t allreduce_folded_halving_doubling_max_bytes = 256 * 1024;
+  // Environment variable that can override kAuto; empty to ignore the environment.
+  std::string environment_variable = kAlgorithmEnvironmentVariable;
+};
+
+class AlgorithmSelector {
+ public:
+  explicit AlgorithmSelector(AlgorithmSelectorOptions options = {}) : options_(std::move(options)) {}
+
+  // The algorithm for `collective` moving `bytes` (per rank, as the collective's size is
+  // usually quoted: the buffer of an allreduce, the total of an allgather) over `ranks` ranks.
+  // Never returns kAuto, except for kBarrier (one algorithm, nothing to choose). Errors: a forced algorithm
+  // that does not implement the collective, or an unparsable environment variable (INVALID_ARGUMENT).
+  // Thread-safe.
+  StatusOr<Algorithm> select(Collective collective, size_t bytes, int ranks,
+                             Algorithm forced = Algorithm::kAuto) const;
+
+  // The size rules alone (no forcing, no environment).
+  Algorithm by_size(Collective collective, size_t bytes, int ranks) const;
+
+  const AlgorithmSelectorOptions& options() const { return options_; }
+
+ private:
+  AlgorithmSelectorOptions options_;
+};
+
+}  // namespace cohort::comm

@@ -1,0 +1,605 @@
+#include "worker/comm/communicator.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <numeric>
+
+#include <spdlog/spdlog.h>
+
+#include "worker/comm/algorithms/collectives.h"
+#include "worker/comm/communicator_factory.h"
+#include "worker/comm/reduce/reduce_kernels.h"
+
+namespace cohort::comm {
+namespace {
+
+// Store key of the job-wide context id counter; context 0 is the world communicator.
+constexpr const char* kContextCounterKey = "cohort/comm/next_context_id";
+// Fixed size of a collective's signature in COHORT_DEBUG=detail cross-checks.
+constexpr size_t kSignatureBytes = 160;
+
+std::string describe(DataType dtype, size_t count) { return fmt::format("{} x {}", data_type_name(dtype), count); }
+
+bool env_debug_detail() {
+  const char* value = std::getenv("COHORT_DEBUG");
+  return value != nullptr && std::string_view(value) == "detail";
+}
+
+Algorithm env_algorithm(Algorithm configured) {
+  const char* value = std::getenv("COHORT_ALGO");
+  if (configured != Algorithm::kAuto || value == nullptr || *value == '\0') return configured;
+  auto parsed = parse_algorithm(value);
+  if (!parsed.ok()) {
+    spdlog::warn("ignoring COHORT_ALGO: {}", parsed.status().message());
+    return configured;
+  }
+  return *parsed;
+}
+
+Status check_buffer(const void* buf, size_t count, const char* name) {
+  if (count > 0 && buf == nullptr) return invalid_argument_error("{} buffer is null but count is {}", name, count);
+  return ok_status();
+}
+
+// A point-to-point transfer bounded by its deadline: waiting past it cancels the transfer and
+// names the peer, tag and time waited.
+class P2PWork final : public Work {
+ public:
+  P2PWork(std::shared_ptr<TransportWork> inner, Deadline deadline, std::string what)
+      : inner_(std::move(inner)), deadline_(deadline), what_(std::move(what)) {}
+
+  Status wait(Duration timeout) override {
+    bool bounded_by_deadline = timeout >= deadline_.remaining();
+    Status status = inner_->wait(std::min(timeout, deadline_.remaining()));
+    if (status.code() == StatusCode::kDeadlineExceeded && bounded_by_deadline) {
+      inner_->cancel(status);
+      return deadline_exceeded_error("{}: timed out after {}; is the peer alive and issuing the matching call?",
+                                     what_, format_duration(deadline_.budget()));
+    }
+    return status.ok() ? status : status.with_context(what_);
+  }
+  bool is_completed() override { return inner_->is_completed(); }
+  Status error() override {
+    Status status = inner_->error();
+    return status.ok() ? status : status.with_context(what_);
+  }
+
+ private:
+  std::shared_ptr<TransportWork> inner_;
+  Deadline deadline_;
+  std::string what_;
+};
+
+}  // namespace
+
+Communicator::Communicator(std::string kind, std::shared_ptr<CommWorld> world, std::vector<int> global_ranks,
+                           int rank, uint64_t context_id, CommunicatorOptions options)
+    : kind_(std::move(kind)),
+      world_(std::move(world)),
+      global_ranks_(std::move(global_ranks)),
+      rank_(rank),
+      context_id_(context_id),
+      options_(options),
+      algorithm_(env_algorithm(options.algorithm)),
+      debug_checks_(options.debug_checks || env_debug_detail()),
+      recorder_(options.flight_recorder_size) {
+  // Nodes in order of their lowest rank; ranks within a node in rank order.
+  std::vector<std::string> nodes;
+  const std::string& my_node = world_->node_ids[global_ranks_[rank_]];
+  intra_size_ = 0;
+  for (int r = 0; r < size(); ++r) {
+    const std::string& node = world_->node_ids[global_ranks_[r]];
+    if (std::find(nodes.begin(), nodes.end(), node) == nodes.end()) nodes.push_back(node);
+    if (node == my_node) {
+      if (r < rank_) ++intra_rank_;
+      ++intra_size_;
+    }
+  }
+  inter_size_ = static_cast<int>(nodes.size());
+  inter_rank_ = static_cast<int>(std::find(nodes.begin(), nodes.end(), my_node) - nodes.begin());
+}
+
+Communicator::~Communicator() {
+  {
+    std::lock_guard<std::mutex> lock(queue_mutex_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  // The executor drains what is queued first: every queued operation has a deadline.
+  if (executor_.joinable()) executor_.join();
+}
+
+std::string Communicator::description() const {
+  return fmt::format("{} communicator (context {}, rank {} of {})", kind_, context_id_, rank_, size());
+}
+
+Deadline Communicator::deadline_for(const CallOptions& call) const {
+  return Deadline::after(call.timeout.value_or(options_.timeout));
+}
+
+uint8_t* Communicator::staging(size_t bytes) {
+  if (staging_.size() < bytes) staging_.resize(bytes);
+  return staging_.data();
+}
+
+Status Communicator::check_root(int root) const {
+  if (root < 0 || root >= size()) {
+    return invalid_argument_error("root {} is out of range for {} (valid: 0..{})", root, description(), size() - 1);
+  }
+  return ok_status();
+}
+
+Status Communicator::check_counts(const std::vector<size_t>& counts, const char* what) const {
+  if (static_cast<int>(counts.size()) != size()) {
+    return invalid_argument_error("{} has {} entries but {} has {} ranks", what, counts.size(), description(), size());
+  }
+  return ok_status();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Execution: queue, run token, recording and error context.
+
+std::shared_ptr<Work> Communicator::submit(std::string op, std::string detail, const CallOptions& call,
+                                           std::function<Status(Deadline)> body) {
+  Duration timeout = call.timeout.value_or(options_.timeout);
+  auto work = std::make_shared<CompletionWork>();
+  // The deadline starts when the operation starts running, not when it is queued: a bucket queued
+  // behind others must not time out for waiting its turn.
+  auto task = [this, op = std::move(op), detail = std::move(detail), timeout, body = std::move(body)] {
+    return run_recorded(sequence_, op, detail, Deadline::after(timeout), body);
+  };
+  std::unique_lock<std::mutex> lock(queue_mutex_);
+  if (call.blocking && !running_ && queue_.empty()) {
+    running_ = true;
+    lock.unlock();
+    Status status = task();
+    lock.lock();
+    running_ = false;
+    lock.unlock();
+    queue_cv_.notify_all();
+    work->complete(status);
+    return work;
+  }
+  queue_.push_back(Task{std::move(task), work});
+  if (!executor_.joinable()) executor_ = std::thread([this] { executor_loop(); });
+  lock.unlock();
+  queue_cv_.notify_all();
+  if (call.blocking) work->wait().ignore_error();
+  return work;
+}
+
+void Communicator::executor_loop() {
+  std::unique_lock<std::mutex> lock(queue_mutex_);
+  while (true) {
+    queue_cv_.wait(lock, [this] { return (!queue_.empty() && !running_) || (stopping_ && queue_.empty()); });
+    if (queue_.empty()) return;  // stopping
+    Task task = std::move(queue_.front());
+    queue_.pop_front();
+    running_ = true;
+    lock.unlock();
+    Status status = task.body();
+    task.work->complete(status);
+    lock.lock();
+    running_ = false;
+    queue_cv_.notify_all();
+  }
+}
+
+Status Communicator::run_recorded(uint64_t sequence_hint, const std::string& op, const std::string& detail,
+                                  Deadline deadline, const std::function<Status(Deadline)>& body) {
+  uint64_t id = recorder_.start(sequence_hint, op, detail);
+  Status status;
+  if (debug_checks_) status = cross_check(fmt::format("{}({})", op, detail), deadline);
+  if (status.ok()) status = body(deadline);
+  recorder_.finish(id, status);
+  if (status.ok()) return status;
+  if (status.code() == StatusCode::kDeadlineExceeded) {
+    spdlog::error("{} #{} on {} timed out; last operations of this communicator:\n{}", op, sequence_hint,
+                  description(), recorder_.dump());
+  }
+  return status.with_context(fmt::format("{} #{} ({}) on {}", op, sequence_hint, detail, description()));
+}
+
+Status Communicator::run_collective(const std::string& op, Deadline deadline,
+                                    const std::function<Status(CollectiveContext&)>& body) {
+  if (size() == 1) {
+    CollectiveContext ctx(world_->transport.get(), &global_ranks_, rank_, 0, deadline, op, &scratch_);
+    return body(ctx);
+  }
+  uint64_t sequence = sequence_++;
+  if (context_id_ > kMaxContextId) {
+    return resource_exhausted_error("communicator context id {} exceeds the limit {}", context_id_, kMaxContextId);
+  }
+  CollectiveContext ctx(world_->transport.get(), &global_ranks_, rank_, collective_tag_base(context_id_, sequence),
+                        deadline, op, &scratch_);
+  return body(ctx);
+}
+
+Status Communicator::cross_check(const std::string& signature, Deadline deadline) {
+  std::vector<char> mine(kSignatureBytes, '\0');
+  std::memcpy(mine.data(), signature.data(), std::min(signature.size(), kSignatureBytes - 1));
+  std::vector<char> all(kSignatureBytes * size());
+  uint64_t sequence = sequence_;
+  COHORT_RETURN_IF_ERROR(run_collective("debug cross-check", deadline, [&](CollectiveContext& ctx) {
+    return run_allgatherv(ctx, mine.data(), all.data(), std::vector<size_t>(size(), kSignatureBytes));
+  }));
+  for (int r = 0; r < size(); ++r) {
+    std::string theirs(all.data() + r * kSignatureBytes);
+    if (theirs != mine.data()) {
+      return invalid_argument_error(
+          "collective mismatch at sequence {}: rank {} called {} but rank {} called {} (every rank must issue the "
+          "same collectives in the same order)",
+          sequence, rank_, mine.data(), r, theirs);
+    }
+  }
+  return ok_status();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Collectives.
+
+Status Communicator::allreduce_sum_like(void* buf, size_t count, DataType dtype, ReduceOp op, Deadline deadline) {
+  return run_collective("allreduce", deadline, [&](CollectiveContext& ctx) {
+    return run_allreduce(ctx, buf, count, dtype, op, algorithm_);
+  });
+}
+
+std::shared_ptr<Work> Communicator::allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                                              const CallOptions& call) {
+  Status valid = check_reduce_op(dtype, op);
+  if (valid.ok()) valid = check_buffer(recv, count, "allreduce receive");
+  if (!valid.ok()) return completed_work(valid.with_context("allreduce on " + description()));
+  size_t bytes = count * element_size(dtype);
+  return submit("allreduce", fmt::format("{}, {}", describe(dtype, count), reduce_op_name(op)), call,
+                [=](Deadline deadline) -> Status {
+                  if (send != nullptr && send != recv && bytes > 0) std::memcpy(recv, send, bytes);
+                  ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+                  COHORT_RETURN_IF_ERROR(allreduce_sum_like(recv, count, dtype, base, deadline));
+                  if (op == ReduceOp::kAvg) scale_for_average(recv, count, dtype, size());
+                  return ok_status();
+                });
+}
+
+std::shared_ptr<Work> Communicator::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                                           int root, const CallOptions& call) {
+  Status valid = check_reduce_op(dtype, op);
+  if (valid.ok()) valid = check_root(root);
+  if (valid.ok() && rank_ == root) valid = check_buffer(recv, count, "reduce receive");
+  if (valid.ok() && rank_ != root && send == nullptr) valid = check_buffer(recv, count, "reduce send");
+  if (!valid.ok()) return completed_work(valid.with_context("reduce on " + description()));
+  size_t bytes = count * element_size(dtype);
+  return submit("reduce", fmt::format("{}, {}, root {}", describe(dtype, count), reduce_op_name(op), root), call,
+                [=](Deadline deadline) -> Status {
+                  const void* input = send != nullptr ? send : recv;
+                  // Non-roots reduce in staging so their input is never clobbered.
+                  void* buf = rank_ == root ? recv : staging(bytes);
+                  if (input != buf && bytes > 0) std::memcpy(buf, input, bytes);
+                  ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+                  COHORT_RETURN_IF_ERROR(run_collective("reduce", deadline, [&](CollectiveContext& ctx) {
+                    return run_reduce(ctx, buf, count, dtype, base, root, algorithm_);
+                  }));
+                  if (op == ReduceOp::kAvg && rank_ == root) scale_for_average(recv, count, dtype, size());
+                  return ok_status();
+                });
+}
+
+std::shared_ptr<Work> Communicator::broadcast(void* buf, size_t count, DataType dtype, int root,
+                                              const CallOptions& call) {
+  Status valid = check_root(root);
+  if (valid.ok()) valid = check_buffer(buf, count, "broadcast");
+  if (!valid.ok()) return completed_work(valid.with_context("broadcast on " + description()));
+  size_t bytes = count * element_size(dtype);
+  return submit("broadcast", fmt::format("{}, root {}", describe(dtype, count), root), call,
+                [=](Deadline deadline) {
+                  return run_collective("broadcast", deadline, [&](CollectiveContext& ctx) {
+                    return run_broadcast(ctx, buf, bytes, root, algorithm_);
+                  });
+                });
+}
+
+std::shared_ptr<Work> Communicator::allgather(const void* send, void* recv, size_t count, DataType dtype,
+                                              const CallOptions& call) {
+  return allgatherv(send, recv, std::vector<size_t>(size(), count), dtype, call);
+}
+
+std::shared_ptr<Work> Communicator::allgatherv(const void* send, void* recv, const std::vector<size_t>& recv_counts,
+                                               DataType dtype, const CallOptions& call) {
+  Status valid = check_counts(recv_counts, "allgatherv recv_counts");
+  size_t total = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0});
+  if (valid.ok()) valid = check_buffer(recv, total, "allgather receive");
+  if (!valid.ok()) return completed_work(valid.with_context("allgather on " + description()));
+  size_t esize = element_size(dtype);
+  std::vector<size_t> bytes(recv_counts.size());
+  for (size_t r = 0; r < bytes.size(); ++r) bytes[r] = recv_counts[r] * esize;
+  size_t offset = std::accumulate(bytes.begin(), bytes.begin() + rank_, size_t{0});
+  const void* input = send != nullptr ? send : static_cast<const uint8_t*>(recv) + offset;
+  return submit("allgather", fmt::format("{} total", describe(dtype, total)), call,
+                [=](Deadline deadline) {
+                  return run_collective("allgather", deadline, [&](CollectiveContext& ctx) {
+                    return run_allgatherv(ctx, input, recv, bytes, algorithm_);
+                  });
+                });
+}
+
+std::shared_ptr<Work> Communicator::gather(const void* send, void* recv, size_t count, DataType dtype, int root,
+                                           const CallOptions& call) {
+  return gatherv(send, recv, std::vector<size_t>(size(), count), dtype, root, call);
+}
+
+std::shared_ptr<Work> Communicator::gatherv(const void* send, void* recv, const std::vector<size_t>& recv_counts,
+                                            DataType dtype, int root, const CallOptions& call) {
+  Status valid = check_root(root);
+  if (valid.ok()) valid = check_counts(recv_counts, "gatherv recv_counts");
+  if (!valid.ok()) return completed_work(valid.with_context("gather on " + description()));
+  size_t total = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0});
+  if (rank_ == root) valid = check_buffer(recv, total, "gather receive");
+  if (valid.ok()) valid = check_buffer(send, recv_counts[rank_], "gather send");
+  if (!valid.ok()) return completed_work(valid.with_context("gather on " + description()));
+  size_t esize = element_size(dtype);
+  std::vector<size_t> bytes(recv_counts.size());
+  for (size_t r = 0; r < bytes.size(); ++r) bytes[r] = recv_counts[r] * esize;
+  return submit("gather", fmt::format("{} total, root {}", describe(dtype, total), root), call,
+                [=](Deadline deadline) {
+                  return run_collective("gather", deadline, [&](CollectiveContext& ctx) {
+                    return run_gatherv(ctx, send, recv, bytes, root, algorithm_);
+                  });
+                });
+}
+
+std::shared_ptr<Work> Communicator::scatter(const void* send, void* recv, size_t count, DataType dtype, int root,
+                                            const CallOptions& call) {
+  return scatterv(send, std::vector<size_t>(size(), count), recv, dtype, root, call);
+}
+
+std::shared_ptr<Work> Communicator::scatterv(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                                             DataType dtype, int root, const CallOptions& call) {
+  Status valid = check_root(root);
+  if (valid.ok()) valid = check_counts(send_counts, "scatterv send_counts");
+  if (!valid.ok()) return completed_work(valid.with_context("scatter on " + description()));
+  size_t total = std::accumulate(send_counts.begin(), send_counts.end(), size_t{0});
+  if (rank_ == root) valid = check_buffer(send, total, "scatter send");
+  if (valid.ok()) valid = check_buffer(recv, send_counts[rank_], "scatter receive");
+  if (!valid.ok()) return completed_work(valid.with_context("scatter on " + description()));
+  size_t esize = element_size(dtype);
+  std::vector<size_t> bytes(send_counts.size());
+  for (size_t r = 0; r < bytes.size(); ++r) bytes[r] = send_counts[r] * esize;
+  return submit("scatter", fmt::format("{} total, root {}", describe(dtype, total), root), call,
+                [=](Deadline deadline) {
+                  return run_collective("scatter", deadline, [&](CollectiveContext& ctx) {
+                    return run_scatterv(ctx, send, recv, bytes, root, algorithm_);
+                  });
+                });
+}
+
+std::shared_ptr<Work> Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DataType dtype,
+                                                   ReduceOp op, const CallOptions& call) {
+  return reduce_scatterv(send, recv, std::vector<size_t>(size(), recv_count), dtype, op, call);
+}
+
+std::shared_ptr<Work> Communicator::reduce_scatterv(const void* send, void* recv, const std::vector<size_t>& recv_counts,
+                                                    DataType dtype, ReduceOp op, const CallOptions& call) {
+  Status valid = check_reduce_op(dtype, op);
+  if (valid.ok()) valid = check_counts(recv_counts, "reduce_scatter recv_counts");
+  if (!valid.ok()) return completed_work(valid.with_context("reduce_scatter on " + description()));
+  size_t total = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0});
+  valid = check_buffer(send, total, "reduce_scatter send");
+  if (valid.ok()) valid = check_buffer(recv, recv_counts[rank_], "reduce_scatter receive");
+  if (!valid.ok()) return completed_work(valid.with_context("reduce_scatter on " + description()));
+  size_t esize = element_size(dtype);
+  return submit("reduce_scatter", fmt::format("{} total, {}", describe(dtype, total), reduce_op_name(op)), call,
+                [=](Deadline deadline) -> Status {
+                  // The algorithm reduces in place over its input; work on a copy.
+                  uint8_t* buf = staging(total * esize);
+                  if (total > 0) std::memcpy(buf, send, total * esize);
+                  ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+                  COHORT_RETURN_IF_ERROR(run_collective("reduce_scatter", deadline, [&](CollectiveContext& ctx) {
+                    return run_reduce_scatter(ctx, buf, recv, recv_counts, dtype, base, algorithm_);
+                  }));
+                  if (op == ReduceOp::kAvg) scale_for_average(recv, recv_counts[rank_], dtype, size());
+                  return ok_status();
+                });
+}
+
+std::shared_ptr<Work> Communicator::alltoall(const void* send, void* recv, size_t count, DataType dtype,
+                                             const CallOptions& call) {
+  std::vector<size_t> counts(size(), count);
+  return alltoallv(send, counts, recv, counts, dtype, call);
+}
+
+std::shared_ptr<Work> Communicator::alltoallv(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                                              const std::vector<size_t>& recv_counts, DataType dtype,
+                                              const CallOptions& call) {
+  Status valid = check_counts(send_counts, "alltoallv send_counts");
+  if (valid.ok()) valid = check_counts(recv_counts, "alltoallv recv_counts");
+  size_t send_total = std::accumulate(send_counts.begin(), send_counts.end(), size_t{0});
+  size_t recv_total = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0});
+  if (valid.ok()) valid = check_buffer(send, send_total, "alltoall send");
+  if (valid.ok()) valid = check_buffer(recv, recv_total, "alltoall receive");
+  if (valid.ok() && send == recv && send_total > 0) {
+    valid = invalid_argument_error("alltoall cannot run in place: pass distinct send and receive buffers");
+  }
+  if (!valid.ok()) return completed_work(valid.with_context("alltoall on " + description()));
+  size_t esize = element_size(dtype);
+  std::vector<size_t> sbytes(send_counts.size()), rbytes(recv_counts.size());
+  for (size_t r = 0; r < sbytes.size(); ++r) {
+    sbytes[r] = send_counts[r] * esize;
+    rbytes[r] = recv_counts[r] * esize;
+  }
+  return submit("alltoall", fmt::format("{} sent", describe(dtype, send_total)), call,
+                [=](Deadline deadline) {
+                  return run_collective("alltoall", deadline, [&](CollectiveContext& ctx) {
+                    return run_alltoallv(ctx, send, sbytes, recv, rbytes, algorithm_);
+                  });
+                });
+}
+
+std::shared_ptr<Work> Communicator::barrier(const CallOptions& call) {
+  return submit("barrier", "", call, [=](Deadline deadline) {
+    return run_collective("barrier", deadline, [&](CollectiveContext& ctx) { return run_barrier(ctx); });
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Point to point.
+
+std::shared_ptr<Work> Communicator::p2p(bool is_send, void* buf, size_t count, DataType dtype, int peer,
+                                        uint32_t tag, const CallOptions& call) {
+  const char* verb = is_send ? "send to" : "receive from";
+  if (peer < 0 || peer >= size() || peer == rank_) {
+    return completed_work(invalid_argument_error("{} rank {} on {}: the peer must be another rank in 0..{}", verb,
+                                                 peer, description(), size() - 1));
+  }
+  if (tag > kMaxUserTag) {
+    return completed_work(invalid_argument_error("{} rank {}: tag {} exceeds the maximum {}", verb, peer, tag, kMaxUserTag));
+  }
+  Status valid = check_buffer(buf, count, is_send ? "send" : "receive");
+  if (!valid.ok()) return completed_work(valid);
+  size_t bytes = count * element_size(dtype);
+  uint64_t wire_tag = p2p_tag(context_id_, tag);
+  int global_peer = global_ranks_[peer];
+  auto inner = is_send ? world_->transport->isend(global_peer, wire_tag, buf, bytes)
+                       : world_->transport->irecv(global_peer, wire_tag, buf, bytes);
+  return std::make_shared<P2PWork>(
+      std::move(inner), deadline_for(call),
+      fmt::format("{} rank {} ({}, tag {}) on {}", verb, peer, describe(dtype, count), tag, description()));
+}
+
+std::shared_ptr<Work> Communicator::isend(const void* buf, size_t count, DataType dtype, int peer, uint32_t tag,
+                                          const CallOptions& call) {
+  return p2p(true, const_cast<void*>(buf), count, dtype, peer, tag, call);
+}
+
+std::shared_ptr<Work> Communicator::irecv(void* buf, size_t count, DataType dtype, int peer, uint32_t tag,
+                                          const CallOptions& call) {
+  return p2p(false, buf, count, dtype, peer, tag, call);
+}
+
+Status Communicator::send(const void* buf, size_t count, DataType dtype, int peer, uint32_t tag,
+                          const CallOptions& call) {
+  return isend(buf, count, dtype, peer, tag, call)->wait();
+}
+
+Status Communicator::recv(void* buf, size_t count, DataType dtype, int peer, uint32_t tag, const CallOptions& call) {
+  return irecv(buf, count, dtype, peer, tag, call)->wait();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Objects: a length, then the bytes.
+
+StatusOr<std::string> Communicator::bcast_obj(const std::string& value, int root) {
+  CallOptions blocking{std::nullopt, true};
+  uint64_t length = value.size();
+  COHORT_RETURN_IF_ERROR(broadcast(&length, 1, DataType::kInt64, root, blocking)->wait());
+  std::string out = rank_ == root ? value : std::string(length, '\0');
+  COHORT_RETURN_IF_ERROR(broadcast(out.data(), length, DataType::kUInt8, root, blocking)->wait());
+  return out;
+}
+
+StatusOr<std::vector<std::string>> Communicator::allgather_obj(const std::string& value) {
+  CallOptions blocking{std::nullopt, true};
+  int64_t length = static_cast<int64_t>(value.size());
+  std::vector<int64_t> lengths(size());
+  COHORT_RETURN_IF_ERROR(allgather(&length, lengths.data(), 1, DataType::kInt64, blocking)->wait());
+  std::vector<size_t> counts(lengths.begin(), lengths.end());
+  std::string all(std::accumulate(counts.begin(), counts.end(), size_t{0}), '\0');
+  COHORT_RETURN_IF_ERROR(allgatherv(value.data(), all.data(), counts, DataType::kUInt8, blocking)->wait());
+  std::vector<std::string> out;
+  size_t offset = 0;
+  for (size_t count : counts) {
+    out.push_back(all.substr(offset, count));
+    offset += count;
+  }
+  return out;
+}
+
+StatusOr<std::vector<std::string>> Communicator::gather_obj(const std::string& value, int root) {
+  CallOptions blocking{std::nullopt, true};
+  int64_t length = static_cast<int64_t>(value.size());
+  std::vector<int64_t> lengths(size());
+  COHORT_RETURN_IF_ERROR(gather(&length, lengths.data(), 1, DataType::kInt64, root, blocking)->wait());
+  std::vector<size_t> counts(size(), 0);
+  if (rank_ == root) counts.assign(lengths.begin(), lengths.end());
+  else counts[rank_] = value.size();
+  std::string all(rank_ == root ? std::accumulate(counts.begin(), counts.end(), size_t{0}) : 0, '\0');
+  // Non-roots only need their own count right; the root's counts are authoritative.
+  COHORT_RETURN_IF_ERROR(gatherv(value.data(), all.data(), counts, DataType::kUInt8, root, blocking)->wait());
+  std::vector<std::string> out;
+  if (rank_ != root) return out;
+  size_t offset = 0;
+  for (size_t count : counts) {
+    out.push_back(all.substr(offset, count));
+    offset += count;
+  }
+  return out;
+}
+
+StatusOr<double> Communicator::allreduce_obj(double value, ReduceOp op) {
+  COHORT_RETURN_IF_ERROR(allreduce(&value, &value, 1, DataType::kFloat64, op, {std::nullopt, true})->wait());
+  return value;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Groups.
+
+StatusOr<std::unique_ptr<Communicator>> Communicator::split(int color, int key) { return split_as(color, key, kind_); }
+
+StatusOr<std::unique_ptr<Communicator>> Communicator::split_as(int color, int key, const std::string& kind) {
+  if (color < 0 && color != kUndefinedColor) {
+    return invalid_argument_error("split color {} is negative; use a color >= 0 or kUndefinedColor", color);
+  }
+  CallOptions blocking{std::nullopt, true};
+  // 1. Every rank learns every (color, key).
+  int64_t mine[2] = {color, key};
+  std::vector<int64_t> all(2 * size());
+  COHORT_RETURN_IF_ERROR(allgather(mine, all.data(), 2, DataType::kInt64, blocking)->wait().with_context("split"));
+  std::vector<int64_t> colors;
+  for (int r = 0; r < size(); ++r) {
+    if (all[2 * r] != kUndefinedColor) colors.push_back(all[2 * r]);
+  }
+  std::sort(colors.begin(), colors.end());
+  colors.erase(std::unique(colors.begin(), colors.end()), colors.end());
+  // 2. Rank 0 reserves one context id per color from the job-wide counter; everyone learns the base.
+  int64_t base = 0;
+  if (rank_ == 0 && !colors.empty()) {
+    COHORT_ASSIGN_OR_RETURN(int64_t last, world_->store->add(kContextCounterKey, static_cast<int64_t>(colors.size())));
+    base = last - static_cast<int64_t>(colors.size()) + 1;
+  }
+  COHORT_RETURN_IF_ERROR(broadcast(&base, 1, DataType::kInt64, 0, blocking)->wait().with_context("split"));
+  if (color == kUndefinedColor) return std::unique_ptr<Communicator>();
+  // 3. Members of my color, ordered by (key, old rank).
+  std::vector<int> members;
+  for (int r = 0; r < size(); ++r) {
+    if (all[2 * r] == color) members.push_back(r);
+  }
+  std::stable_sort(members.begin(), members.end(), [&](int a, int b) { return all[2 * a + 1] < all[2 * b + 1]; });
+  std::vector<int> global;
+  int new_rank = 0;
+  for (size_t i = 0; i < members.size(); ++i) {
+    global.push_back(global_ranks_[members[i]]);
+    if (members[i] == rank_) new_rank = static_cast<int>(i);
+  }
+  uint64_t context = static_cast<uint64_t>(base) +
+                     (std::lower_bound(colors.begin(), colors.end(), color) - colors.begin());
+  if (context > kMaxContextId) {
+    return resource_exhausted_error("too many communicators: context id {} exceeds {}", context, kMaxContextId);
+  }
+  return make_communicator(kind, world_, std::move(global), new_rank, context, options_);
+}
+
+StatusOr<std::unique_ptr<Communicator>> Communicator::new_group(const std::vector<int>& ranks) {
+  std::vector<int> sorted = ranks;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+    return invalid_argument_error("new_group ranks contain duplicates");
+  }
+  if (!sorted.empty() && (sorted.front() < 0 || sorted.back() >= size())) {
+    return invalid_argument_error("new_group rank out of range for {} (valid: 0..{})", description(), size() - 1);
+  }
+  auto position = std::find(ranks.begin(), ranks.end(), rank_);
+  bool member = position != ranks.end();
+  return split(member ? 0 : kUndefinedColor, member ? static_cast<int>(position - ranks.begin()) : 0);
+}
+
+}  // namespace cohort::comm

@@ -1,0 +1,217 @@
+#pragma once
+
+// Communicator: a group of ranks and every collective and point-to-point operation among them
+// (ChainerMN's communicator, torch.distributed's process group). Kinds by name — naive, flat,
+// hierarchical, two_dimensional, single_node, pure_nccl — are made by create_communicator()
+// (communicator_factory.h); this class is the flat kind and the base of the others.
+//
+//   auto comm = create_communicator("hierarchical", InitOptions::from_url("env://")).value();
+//   std::vector<float> grad(n);
+//   auto work = comm->allreduce(grad.data(), grad.data(), n, DataType::kFloat32, ReduceOp::kAvg);
+//   Status status = work->wait();   // or pass {.blocking = true} to run on this thread
+//
+// Ordering: operations run in the order they are issued on this communicator, one at a time, on
+// the communicator's executor thread (or on the caller's thread for blocking calls when nothing is
+// queued). Every rank must issue the same collectives in the same order (COHORT_DEBUG=detail
+// checks this). Point-to-point operations bypass the queue.
+//
+// Thread-safety: all public methods are thread-safe. Buffers passed to an asynchronous call must
+// stay valid until its Work completes.
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "worker/base/status.h"
+#include "worker/comm/algorithms/algorithm.h"
+#include "worker/comm/algorithms/collective_context.h"
+#include "worker/comm/deadline.h"
+#include "worker/comm/flight_recorder.h"
+#include "worker/comm/store/store.h"
+#include "worker/comm/transport/transport.h"
+#include "worker/comm/types.h"
+#include "worker/comm/work.h"
+
+namespace cohort::comm {
+
+// What every communicator of one process shares: the transport among all ranks of the job, the
+// bootstrap store, and the node of each global rank.
+struct CommWorld {
+  std::shared_ptr<Transport> transport;
+  std::shared_ptr<Store> store;
+  std::vector<std::string> node_ids;  // node_ids[global rank]
+};
+
+struct CommunicatorOptions {
+  Duration timeout = kDefaultCollectiveTimeout;   // per operation, unless a call overrides it
+  Algorithm algorithm = Algorithm::kAuto;         // forces an algorithm (also env COHORT_ALGO)
+  size_t flight_recorder_size = kDefaultFlightRecorderSize;  // operations remembered for dumps
+  bool debug_checks = false;  // cross-check every collective's signature (also COHORT_DEBUG=detail)
+};
+
+struct CallOptions {
+  std::optional<Duration> timeout;  // overrides the communicator's timeout for this call
+  bool blocking = false;            // run on the calling thread; the returned Work is completed
+};
+
+// A color for split() that leaves the calling rank out of every new communicator.
+inline constexpr int kUndefinedColor = -1;
+
+class Communicator {
+ public:
+  // Use create_communicator(). `global_ranks[i]` is the world rank of this communicator's rank i.
+  Communicator(std::string kind, std::shared_ptr<CommWorld> world, std::vector<int> global_ranks, int rank,
+               uint64_t context_id, CommunicatorOptions options);
+  virtual ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  // ---- Properties (constant) ----
+  int rank() const { return rank_; }
+  int size() const { return static_cast<int>(global_ranks_.size()); }
+  // Rank within this rank's node, and the number of this communicator's ranks on it.
+  int intra_rank() const { return intra_rank_; }
+  int intra_size() const { return intra_size_; }
+  // Index of this rank's node among the communicator's nodes (ordered by lowest rank), and the
+  // number of nodes.
+  int inter_rank() const { return inter_rank_; }
+  int inter_size() const { return inter_size_; }
+  const std::string& kind() const { return kind_; }
+  uint64_t context_id() const { return context_id_; }
+  const std::vector<int>& global_ranks() const { return global_ranks_; }
+  const CommunicatorOptions& options() const { return options_; }
+  // "hierarchical communicator (context 3, rank 1 of 4)": for error messages.
+  std::string description() const;
+
+  // ---- Collectives. `send == nullptr` or `send == recv` means in place. Counts are elements. ----
+  std::shared_ptr<Work> allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                                  const CallOptions& call = {});
+  // recv is significant at `root` only.
+  std::shared_ptr<Work> reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root,
+                               const CallOptions& call = {});
+  std::shared_ptr<Work> broadcast(void* buf, size_t count, DataType dtype, int root, const CallOptions& call = {});
+  // recv holds size() blocks of `count` elements, in rank order.
+  std::shared_ptr<Work> allgather(const void* send, void* recv, size_t count, DataType dtype,
+                                  const CallOptions& call = {});
+  // recv_counts[r] elements from rank r, concatenated; send has recv_counts[rank()] elements.
+  std::shared_ptr<Work> allgatherv(const void* send, void* recv, const std::vector<size_t>& recv_counts,
+                                   DataType dtype, const CallOptions& call = {});
+  std::shared_ptr<Work> gather(const void* send, void* recv, size_t count, DataType dtype, int root,
+                               const CallOptions& call = {});
+  std::shared_ptr<Work> gatherv(const void* send, void* recv, const std::vector<size_t>& recv_counts,
+                                DataType dtype, int root, const CallOptions& call = {});
+  // send (at root) holds size() blocks of `count`; each rank receives its block.
+  std::shared_ptr<Work> scatter(const void* send, void* recv, size_t count, DataType dtype, int root,
+                                const CallOptions& call = {});
+  std::shared_ptr<Work> scatterv(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                                 DataType dtype, int root, const CallOptions& call = {});
+  // send holds size() blocks of `recv_count`; block r is reduced across ranks into rank r's recv.
+  std::shared_ptr<Work> reduce_scatter(const void* send, void* recv, size_t recv_count, DataType dtype,
+                                       ReduceOp op, const CallOptions& call = {});
+  // send holds recv_counts[r] elements for each rank r, concatenated.
+  std::shared_ptr<Work> reduce_scatterv(const void* send, void* recv, const std::vector<size_t>& recv_counts,
+                                        DataType dtype, ReduceOp op, const CallOptions& call = {});
+  // send holds size() blocks of `count` (block r goes to rank r); recv gets block r from rank r.
+  std::shared_ptr<Work> alltoall(const void* send, void* recv, size_t count, DataType dtype,
+                                 const CallOptions& call = {});
+  std::shared_ptr<Work> alltoallv(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                                  const std::vector<size_t>& recv_counts, DataType dtype,
+                                  const CallOptions& call = {});
+  std::shared_ptr<Work> barrier(const CallOptions& call = {});
+
+  // ---- Point to point (not queued behind collectives; `tag` < 2^29) ----
+  std::shared_ptr<Work> isend(const void* buf, size_t count, DataType dtype, int peer, uint32_t tag = 0,
+                              const CallOptions& call = {});
+  std::shared_ptr<Work> irecv(void* buf, size_t count, DataType dtype, int peer, uint32_t tag = 0,
+                              const CallOptions& call = {});
+  Status send(const void* buf, size_t count, DataType dtype, int peer, uint32_t tag = 0, const CallOptions& call = {});
+  Status recv(void* buf, size_t count, DataType dtype, int peer, uint32_t tag = 0, const CallOptions& call = {});
+
+  // ---- Objects (ChainerMN's *_obj): small serialized values, blocking ----
+  StatusOr<std::string> bcast_obj(const std::string& value, int root);
+  StatusOr<std::vector<std::string>> gather_obj(const std::string& value, int root);  // empty off root
+  StatusOr<std::vector<std::string>> allgather_obj(const std::string& value);
+  StatusOr<double> allreduce_obj(double value, ReduceOp op = ReduceOp::kSum);
+
+  // ---- Groups ----
+  // MPI_Comm_split: ranks with the same color form a new communicator of the same kind, ordered
+  // by (key, rank). Blocking and collective over this communicator. Returns nullptr for ranks
+  // that pass kUndefinedColor.
+  StatusOr<std::unique_ptr<Communicator>> split(int color, int key);
+  // torch.distributed.new_group: a communicator of `ranks` (this communicator's ranks). Collective
+  // over this communicator; ranks outside the group get nullptr.
+  StatusOr<std::unique_ptr<Communicator>> new_group(const std::vector<int>& ranks);
+  // split() producing a communicator of another kind (kinds build their sub-communicators so).
+  StatusOr<std::unique_ptr<Communicator>> split_as(int color, int key, const std::string& kind);
+
+  // The last operations, one per line (also logged when an operation times out).
+  std::string flight_recorder_dump() const { return recorder_.dump(); }
+
+ protected:
+  // The synchronous bodies, run on the executor (or the blocking caller). Kinds override
+  // allreduce; `buf` is in place; ops are never AVG (run_allreduce scales afterwards).
+  virtual Status allreduce_sum_like(void* buf, size_t count, DataType dtype, ReduceOp op, Deadline deadline);
+
+  // Runs `body` over a fresh CollectiveContext for this communicator's next sequence number.
+  // Synchronous; for use by kinds composing sub-communicators on the executor thread.
+  Status run_collective(const std::string& op, Deadline deadline,
+                        const std::function<Status(CollectiveContext&)>& body);
+
+  // Staging memory for kinds that need a copy of the input (distinct from the algorithms' scratch).
+  uint8_t* staging(size_t bytes);
+
+  Algorithm forced_algorithm() const { return algorithm_; }
+
+ private:
+  struct Task {
+    std::function<Status()> body;
+    std::shared_ptr<CompletionWork> work;
+  };
+
+  // Validates nothing; records, queues or runs `body` per `call`, wrapping failures with context.
+  std::shared_ptr<Work> submit(std::string op, std::string detail, const CallOptions& call,
+                               std::function<Status(Deadline)> body);
+  Status run_recorded(uint64_t sequence_hint, const std::string& op, const std::string& detail, Deadline deadline,
+                      const std::function<Status(Deadline)>& body);
+  void executor_loop();
+  Deadline deadline_for(const CallOptions& call) const;
+  Status check_root(int root) const;
+  Status check_counts(const std::vector<size_t>& counts, const char* what) const;
+  Status cross_check(const std::string& signature, Deadline deadline);
+  std::shared_ptr<Work> p2p(bool is_send, void* buf, size_t count, DataType dtype, int peer, uint32_t tag,
+                            const CallOptions& call);
+
+  const std::string kind_;
+  const std::shared_ptr<CommWorld> world_;
+  const std::vector<int> global_ranks_;
+  const int rank_;
+  const uint64_t context_id_;
+  const CommunicatorOptions options_;
+  Algorithm algorithm_;
+  bool debug_checks_;
+  int intra_rank_ = 0, intra_size_ = 1, inter_rank_ = 0, inter_size_ = 1;
+
+  // Next collective sequence number; advanced only by the thread that runs collectives.
+  uint64_t sequence_ = 0;
+  std::vector<uint8_t> scratch_;
+  std::vector<uint8_t> staging_;
+  FlightRecorder recorder_;
+
+  // The run token and the queue: exactly one thread runs collectives at a time, in issue order.
+  std::mutex queue_mutex_;
+  std::condition_variable queue_cv_;
+  std::deque<Task> queue_;
+  bool running_ = false;
+  bool stopping_ = false;
+  std::thread executor_;  // started on the first asynchronous call
+};
+
+}  // namespace cohort::comm

@@ -1,0 +1,292 @@
+#include "worker/comm/communicator.h"
+
+#include <cstring>
+#include <numeric>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "worker/comm/communicator_factory.h"
+#include "worker/comm/testing/collective_matrix.h"
+#include "worker/comm/testing/loopback_world.h"
+#include "worker/comm/testing/rank_threads.h"
+
+namespace cohort::comm {
+namespace {
+
+using testing::failures;
+using testing::loopback_worlds;
+using testing::nodes_of;
+using testing::run_ranks;
+
+// Tests fail within a minute rather than the five-minute production default.
+CommunicatorOptions test_options() {
+  CommunicatorOptions options;
+  options.timeout = std::chrono::seconds(60);
+  return options;
+}
+
+// Runs `fn(comm)` on every rank of a loopback group with communicators of `kind`.
+std::vector<Status> on_loopback(int size, const std::string& kind, const std::function<Status(Communicator&)>& fn,
+                                const std::function<std::string(int)>& node_of = nodes_of(1 << 20),
+                                CommunicatorOptions options = test_options()) {
+  auto worlds = loopback_worlds(size, node_of);
+  return run_ranks(size, [&](int rank) -> Status {
+    COHORT_ASSIGN_OR_RETURN(auto comm, create_communicator(kind, worlds[rank], options));
+    return fn(*comm);
+  }, std::chrono::minutes(10));
+}
+
+class MatrixTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(MatrixTest, EveryOpDtypeReduceOpAndSizeMatchesTheReference) {
+  int size = GetParam();
+  auto statuses = on_loopback(size, "flat", [](Communicator& comm) {
+    return testing::run_collective_matrix(comm, testing::matrix_sizes());
+  });
+  EXPECT_EQ(failures(statuses), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, MatrixTest, ::testing::Values(1, 2, 3, 4, 5, 8));
+
+struct KindLayout {
+  std::string kind;
+  int size;
+  int ranks_per_node;
+};
+
+class KindTest : public ::testing::TestWithParam<KindLayout> {};
+
+TEST_P(KindTest, AllreduceAgreesWithTheReferenceAndPropertiesMatchTheLayout) {
+  const KindLayout& layout = GetParam();
+  auto statuses = on_loopback(layout.size, layout.kind, [&](Communicator& comm) -> Status {
+    int nodes = (layout.size + layout.ranks_per_node - 1) / layout.ranks_per_node;
+    if (comm.inter_size() != nodes) return internal_error("inter_size {} != {}", comm.inter_size(), nodes);
+    if (comm.inter_rank() != comm.rank() / layout.ranks_per_node) return internal_error("inter_rank {}", comm.inter_rank());
+    if (comm.intra_rank() != comm.rank() % layout.ranks_per_node) return internal_error("intra_rank {}", comm.intra_rank());
+    for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1000}, size_t{100003}}) {
+      COHORT_RETURN_IF_ERROR(testing::check_allreduce(comm, count));
+    }
+    return ok_status();
+  }, nodes_of(layout.ranks_per_node));
+  EXPECT_EQ(failures(statuses), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Kinds, KindTest,
+    ::testing::Values(KindLayout{"naive", 3, 3}, KindLayout{"naive", 4, 2}, KindLayout{"flat", 5, 2},
+                      KindLayout{"hierarchical", 4, 2}, KindLayout{"hierarchical", 5, 2},
+                      KindLayout{"hierarchical", 8, 4}, KindLayout{"hierarchical", 3, 1},
+                      KindLayout{"two_dimensional", 4, 2}, KindLayout{"two_dimensional", 6, 3},
+                      KindLayout{"two_dimensional", 8, 2}, KindLayout{"single_node", 4, 4},
+                      KindLayout{"single_node", 1, 1}),
+    [](const auto& info) {
+      return info.param.kind + "_" + std::to_string(info.param.size) + "x" + std::to_string(info.param.ranks_per_node);
+    });
+
+TEST(CommunicatorKindsTest, SingleNodeRefusesRanksOnSeveralNodesNamingThem) {
+  auto statuses = on_loopback(4, "single_node", [](Communicator&) { return ok_status(); }, nodes_of(2));
+  for (const Status& status : statuses) {
+    EXPECT_EQ(status.code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(status.message().find("node 'node1': ranks 2,3"), std::string::npos) << status.message();
+  }
+}
+
+TEST(CommunicatorKindsTest, TwoDimensionalRefusesUnevenNodes) {
+  auto statuses = on_loopback(3, "two_dimensional", [](Communicator&) { return ok_status(); }, nodes_of(2));
+  for (const Status& status : statuses) {
+    EXPECT_EQ(status.code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(status.message().find("same number of ranks on every node"), std::string::npos) << status.message();
+  }
+}
+
+TEST(CommunicatorKindsTest, PureNcclInACpuBuildSaysWhichBuildItNeeds) {
+  auto worlds = loopback_worlds(1);
+  auto comm = create_communicator("pure_nccl", worlds[0]);
+  ASSERT_FALSE(comm.ok());
+  EXPECT_EQ(comm.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(comm.status().message().find("--config=cuda"), std::string::npos);
+}
+
+TEST(CommunicatorKindsTest, UnknownKindListsTheKnownOnes) {
+  auto worlds = loopback_worlds(1);
+  auto comm = create_communicator("ring_of_fire", worlds[0]);
+  ASSERT_FALSE(comm.ok());
+  EXPECT_NE(comm.status().message().find("two_dimensional"), std::string::npos);
+}
+
+TEST(CommunicatorTest, SplitFollowsMpiSemantics) {
+  // 6 ranks: colors by parity, keys reversed; rank 5 opts out.
+  auto statuses = on_loopback(6, "flat", [](Communicator& comm) -> Status {
+    int color = comm.rank() == 5 ? kUndefinedColor : comm.rank() % 2;
+    COHORT_ASSIGN_OR_RETURN(auto sub, comm.split(color, -comm.rank()));
+    if (comm.rank() == 5) {
+      if (sub != nullptr) return internal_error("rank 5 got a communicator");
+      COHORT_ASSIGN_OR_RETURN(double all, comm.allreduce_obj(1));
+      return all == comm.size() ? ok_status() : internal_error("parent sum {}", all);
+    }
+    int expected_size = color == 0 ? 3 : 2;  // evens {0,2,4}; odds {1,3}
+    if (sub->size() != expected_size) return internal_error("size {}", sub->size());
+    // Reversed keys: the highest old rank becomes rank 0.
+    int expected_rank = color == 0 ? (4 - comm.rank()) / 2 : (3 - comm.rank()) / 2;
+    if (sub->rank() != expected_rank) return internal_error("rank {} expected {}", sub->rank(), expected_rank);
+    // Traffic in the sub-communicators does not cross: sum the old ranks.
+    double total = *sub->allreduce_obj(comm.rank());
+    double want = color == 0 ? 6 : 4;
+    if (total != want) return internal_error("sum {} expected {}", total, want);
+    // And the parent still works afterwards.
+    COHORT_ASSIGN_OR_RETURN(double all, comm.allreduce_obj(1));
+    return all == comm.size() ? ok_status() : internal_error("parent sum {}", all);
+  });
+  EXPECT_EQ(failures(statuses), "");
+}
+
+TEST(CommunicatorTest, NestedSplitsAndNewGroupGetDistinctContexts) {
+  auto statuses = on_loopback(4, "flat", [](Communicator& comm) -> Status {
+    COHORT_ASSIGN_OR_RETURN(auto halves, comm.split(comm.rank() / 2, comm.rank()));
+    COHORT_ASSIGN_OR_RETURN(auto quarter, halves->split(halves->rank(), 0));
+    COHORT_ASSIGN_OR_RETURN(auto group, comm.new_group({3, 1}));
+    if (comm.rank() == 0 || comm.rank() == 2) {
+      if (group != nullptr) return internal_error("non-member got a group");
+    } else {
+      if (group->size() != 2 || group->rank() != (comm.rank() == 3 ? 0 : 1)) return internal_error("group order");
+      COHORT_ASSIGN_OR_RETURN(double sum, group->allreduce_obj(comm.rank()));
+      if (sum != 4) return internal_error("group sum {}", sum);
+    }
+    if (halves->context_id() == comm.context_id() || quarter->context_id() == halves->context_id()) {
+      return internal_error("contexts reused");
+    }
+    COHORT_ASSIGN_OR_RETURN(double half_sum, halves->allreduce_obj(comm.rank()));
+    return half_sum == (comm.rank() < 2 ? 1 : 5) ? ok_status() : internal_error("half sum {}", half_sum);
+  });
+  EXPECT_EQ(failures(statuses), "");
+}
+
+TEST(CommunicatorTest, ObjectHelpers) {
+  auto statuses = on_loopback(3, "flat", [](Communicator& comm) -> Status {
+    COHORT_ASSIGN_OR_RETURN(std::string b, comm.bcast_obj(comm.rank() == 1 ? "hello from 1" : "", 1));
+    if (b != "hello from 1") return internal_error("bcast_obj gave '{}'", b);
+    std::string mine(comm.rank() * 3, static_cast<char>('a' + comm.rank()));
+    COHORT_ASSIGN_OR_RETURN(auto all, comm.allgather_obj(mine));
+    if (all.size() != 3 || all[2] != "cccccc" || !all[0].empty()) return internal_error("allgather_obj");
+    COHORT_ASSIGN_OR_RETURN(auto gathered, comm.gather_obj(mine, 2));
+    if (comm.rank() == 2 && (gathered.size() != 3 || gathered[1] != "bbb")) return internal_error("gather_obj");
+    if (comm.rank() != 2 && !gathered.empty()) return internal_error("gather_obj off root");
+    COHORT_ASSIGN_OR_RETURN(double m, comm.allreduce_obj(comm.rank() * 2.5, ReduceOp::kMax));
+    return m == 5.0 ? ok_status() : internal_error("allreduce_obj max {}", m);
+  });
+  EXPECT_EQ(failures(statuses), "");
+}
+
+TEST(CommunicatorTest, InvalidArgumentsFailAtTheCall) {
+  auto worlds = loopback_worlds(2);
+  auto statuses = run_ranks(2, [&](int rank) -> Status {
+    COHORT_ASSIGN_OR_RETURN(auto comm, create_communicator("flat", worlds[rank]));
+    float x[4] = {};
+    auto expect_invalid = [](const std::shared_ptr<Work>& work, const char* needle) -> Status {
+      if (!work->is_completed()) return internal_error("not completed at the call ({})", needle);
+      Status status = work->error();
+      if (status.code() != StatusCode::kInvalidArgument || status.message().find(needle) == std::string::npos) {
+        return internal_error("expected INVALID_ARGUMENT with '{}', got {}", needle, status.to_string());
+      }
+      return ok_status();
+    };
+    COHORT_RETURN_IF_ERROR(expect_invalid(comm->broadcast(x, 4, DataType::kFloat32, 2), "root 2 is out of range"));
+    COHORT_RETURN_IF_ERROR(expect_invalid(comm->reduce(x, x, 4, DataType::kFloat32, ReduceOp::kSum, -1), "root -1"));
+    COHORT_RETURN_IF_ERROR(expect_invalid(comm->allgatherv(x, x, {1, 2, 3}, DataType::kFloat32), "3 entries"));
+    COHORT_RETURN_IF_ERROR(expect_invalid(comm->isend(x, 4, DataType::kFloat32, rank), "another rank"));
+    COHORT_RETURN_IF_ERROR(expect_invalid(comm->allreduce(nullptr, nullptr, 4, DataType::kFloat32, ReduceOp::kSum), "null"));
+    COHORT_RETURN_IF_ERROR(expect_invalid(
+        comm->allreduce(x, x, 4, static_cast<DataType>(42), ReduceOp::kSum), "invalid data type"));
+    COHORT_RETURN_IF_ERROR(expect_invalid(comm->alltoall(x, x, 2, DataType::kFloat32), "in place"));
+    return ok_status();
+  });
+  EXPECT_EQ(failures(statuses), "");
+}
+
+TEST(CommunicatorTest, AbsentPeerTimesOutNamingOpPeerAndTimeWithFlightRecorder) {
+  auto worlds = loopback_worlds(3);
+  CommunicatorOptions options;
+  options.timeout = std::chrono::milliseconds(300);
+  // Rank 2 never shows up for the second allreduce.
+  auto statuses = run_ranks(3, [&](int rank) -> Status {
+    COHORT_ASSIGN_OR_RETURN(auto comm, create_communicator("flat", worlds[rank], options));
+    float x = 1;
+    COHORT_RETURN_IF_ERROR(comm->allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum)->wait());
+    if (rank == 2) return ok_status();
+    auto start = Clock::now();
+    Status status = comm->allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum)->wait();
+    auto waited = Clock::now() - start;
+    if (status.code() != StatusCode::kDeadlineExceeded) return internal_error("got {}", status.to_string());
+    // Rank 1 waits on rank 2; rank 0 may be waiting on rank 1, which is itself stuck: each names
+    // the peer it waits for.
+    for (const char* needle : {"allreduce #1", "flat communicator", "waiting to receive from rank", "300 ms"}) {
+      if (status.message().find(needle) == std::string::npos) return internal_error("'{}' missing: {}", needle, status.message());
+    }
+    if (waited > std::chrono::milliseconds(600)) return internal_error("took too long to time out");
+    std::string dump = comm->flight_recorder_dump();
+    if (dump.find("#0 allreduce") == std::string::npos || dump.find("DEADLINE_EXCEEDED") == std::string::npos) {
+      return internal_error("flight recorder: {}", dump);
+    }
+    return ok_status();
+  });
+  EXPECT_EQ(failures(statuses), "");
+}
+
+TEST(CommunicatorTest, FailedPeerFailsPendingCollectiveWithTheRankNamed) {
+  std::shared_ptr<LoopbackFabric> fabric;
+  auto worlds = loopback_worlds(3, nodes_of(3), &fabric);
+  auto statuses = run_ranks(3, [&](int rank) -> Status {
+    COHORT_ASSIGN_OR_RETURN(auto comm, create_communicator("flat", worlds[rank]));
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      fabric->fail_rank(1, unavailable_error("killed by the test"));
+      return ok_status();
+    }
+    std::vector<float> x(1000, 1);
+    Status status = comm->allreduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum)->wait();
+    if (status.code() != StatusCode::kUnavailable || status.message().find("rank 1") == std::string::npos) {
+      return internal_error("expected UNAVAILABLE naming rank 1, got {}", status.to_string());
+    }
+    return ok_status();
+  }, std::chrono::seconds(30));
+  EXPECT_EQ(failures(statuses), "");
+}
+
+TEST(CommunicatorTest, DebugModeReportsMismatchedCollectivesWithBothCalls) {
+  CommunicatorOptions options;
+  options.debug_checks = true;
+  options.timeout = std::chrono::seconds(5);
+  auto statuses = on_loopback(2, "flat", [](Communicator& comm) -> Status {
+    float x[8] = {};
+    Status status = comm.rank() == 0 ? comm.allreduce(x, x, 8, DataType::kFloat32, ReduceOp::kSum)->wait()
+                                     : comm.broadcast(x, 4, DataType::kFloat32, 0)->wait();
+    if (status.code() != StatusCode::kInvalidArgument) return internal_error("got {}", status.to_string());
+    for (const char* needle : {"collective mismatch", "allreduce(f32 x 8, sum)", "broadcast(f32 x 4, root 0)"}) {
+      if (status.message().find(needle) == std::string::npos) return internal_error("'{}' missing: {}", needle, status.message());
+    }
+    return ok_status();
+  }, nodes_of(2), options);
+  EXPECT_EQ(failures(statuses), "");
+}
+
+TEST(CommunicatorTest, AsyncOperationsCompleteInIssueOrderAndOverlapTheCaller) {
+  auto statuses = on_loopback(3, "flat", [](Communicator& comm) -> Status {
+    std::vector<std::vector<float>> buffers(20, std::vector<float>(5000));
+    std::vector<std::shared_ptr<Work>> works;
+    for (size_t b = 0; b < buffers.size(); ++b) {
+      std::fill(buffers[b].begin(), buffers[b].end(), static_cast<float>(b + comm.rank()));
+      works.push_back(comm.allreduce(buffers[b].data(), buffers[b].data(), 5000, DataType::kFloat32, ReduceOp::kSum));
+    }
+    for (size_t b = 0; b < buffers.size(); ++b) {
+      COHORT_RETURN_IF_ERROR(works[b]->wait());
+      float want = static_cast<float>(3 * b + 3);
+      if (buffers[b][4999] != want) return internal_error("bucket {}: {} != {}", b, buffers[b][4999], want);
+    }
+    return ok_status();
+  });
+  EXPECT_EQ(failures(statuses), "");
+}
+
+}  // namespace
+}  // namespace cohort::comm

@@ -1,0 +1,4 @@
+#pragma once
+
+// TwoDimensionalCommunicator is declared beside HierarchicalCommunicator, its sibling.
+#include "worker/comm/communicators/hierarchical_communicator.h"

@@ -1,0 +1,53 @@
+#pragma once
+
+// FlightRecorder: the last N operations of a communicator (sequence, op, sizes, root/peer,
+// algorithm, start/end, outcome), so a timeout or mismatch explains itself. Dumped to the log when
+// an operation times out; tests and tools read it with dump().
+
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "worker/base/status.h"
+#include "worker/comm/deadline.h"
+
+namespace cohort::comm {
+
+inline constexpr size_t kDefaultFlightRecorderSize = 64;
+
+struct FlightRecord {
+  uint64_t sequence = 0;
+  std::string op;           // "allreduce"
+  std::string detail;       // "f32 x 1024, sum, root 0" / "peer 3, tag 7"
+  Clock::time_point start;
+  std::optional<Clock::time_point> end;  // unset while running
+  Status status;            // the outcome once ended
+};
+
+class FlightRecorder {
+ public:
+  explicit FlightRecorder(size_t capacity = kDefaultFlightRecorderSize) : capacity_(capacity) {}
+
+  // Records the start of an operation; returns its slot id for finish(). Thread-safe.
+  uint64_t start(uint64_t sequence, std::string op, std::string detail);
+  // Records the end of operation `id` (ignored if it fell out of the window). Thread-safe.
+  void finish(uint64_t id, const Status& status);
+
+  // One line per recorded operation, oldest first:
+  // "#12 allreduce f32 x 1024, sum: OK after 1.2 ms" / "... RUNNING for 30.0 s".
+  std::string dump() const;
+
+ private:
+  struct Entry {
+    uint64_t id;
+    FlightRecord record;
+  };
+  const size_t capacity_;
+  mutable std::mutex mutex_;
+  std::deque<Entry> entries_;
+  uint64_t next_id_ = 0;
+};
+
+}  // namespace cohort::comm

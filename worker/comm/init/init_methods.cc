@@ -1,0 +1,248 @@
+#include "worker/comm/init/init_methods.h"
+
+#include <charconv>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "worker/comm/store/file_store.h"
+#include "worker/comm/store/tcp_store.h"
+
+namespace cohort::comm {
+namespace {
+
+constexpr int kMaxPort = 65535;
+constexpr const char* kSlurmTasksPerNode = "SLURM_TASKS_PER_NODE";
+
+// One number env:// reads, from the first of `variables` that is set.
+struct EnvField {
+  const char* what;                    // "rank", in messages
+  const char* option;                  // the InitOptions field that overrides it
+  std::vector<const char*> variables;  // in precedence order: torchrun, SLURM, Open MPI
+  int min;                             // smallest valid value
+  const char* hint;                    // what to set
+};
+
+const EnvField kRankField{"rank",
+                          "rank",
+                          {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"},
+                          0,
+                          "set RANK to this process's rank (0..WORLD_SIZE-1)"};
+const EnvField kWorldSizeField{"world size",
+                               "world_size",
+                               {"WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"},
+                               1,
+                               "set WORLD_SIZE to the number of processes in the job"};
+const EnvField kLocalRankField{"local rank",
+                               "local_rank",
+                               {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"},
+                               0,
+                               "set LOCAL_RANK to this process's rank on its node, or unset it"};
+const EnvField kLocalWorldSizeField{
+    "local world size",
+    "local_world_size",
+    {"LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", kSlurmTasksPerNode, "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    1,
+    "set LOCAL_WORLD_SIZE to the number of processes on this node, or unset it"};
+
+bool parse_int(std::string_view text, int* value) {
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, *value);
+  return !text.empty() && ec == std::errc() && ptr == end;
+}
+
+// SLURM_TASKS_PER_NODE: "4" or "4(x3)" mean 4 tasks on every node. Uneven layouts ("2(x3),1")
+// have no single answer: nullopt, and the local size is derived through the store instead.
+std::optional<int> uniform_slurm_tasks_per_node(std::string_view text) {
+  const size_t paren = text.find('(');
+  if (text.find(',') != std::string_view::npos) return std::nullopt;
+  int tasks = 0;
+  if (!parse_int(text.substr(0, paren), &tasks) || tasks < 1) return std::nullopt;
+  return tasks;
+}
+
+// A value and where it came from ("RANK=3"), for range errors.
+struct Sourced {
+  int value = -1;
+  std::string source;
+};
+
+// Reads `field` unless `given` (>= 0, from InitOptions or the URL) already settles it.
+StatusOr<Sourced> read_field(const EnvLookup& env, const EnvField& field, int given) {
+  if (given >= 0) return Sourced{given, fmt::format("{}={} (InitOptions or URL query)", field.option, given)};
+  for (const char* name : field.variables) {
+    const std::optional<std::string> text = env(name);
+    if (!text) continue;
+    if (std::string_view(name) == kSlurmTasksPerNode) {
+      if (std::optional<int> tasks = uniform_slurm_tasks_per_node(*text))
+        return Sourced{*tasks, fmt::format("{}={}", name, *text)};
+      continue;  // best effort only
+    }
+    int value = -1;
+    if (!parse_int(*text, &value) || value < field.min) {
+      return invalid_argument_error("env:// init: {}={:?} is not an integer >= {}; {}", name, *text,
+                                    field.min, field.hint);
+    }
+    return Sourced{value, fmt::format("{}={}", name, *text)};
+  }
+  return Sourced{};
+}
+
+Status missing_field_error(const EnvField& field) {
+  return invalid_argument_error(
+      "env:// init: the {} is not set: none of {} is in the environment; {} (torchrun, srun and mpirun set "
+      "these), or set InitOptions::{}",
+      field.what, fmt::join(field.variables, ", "), field.hint, field.option);
+}
+
+StatusOr<std::string> read_master_address(const EnvLookup& env) {
+  const std::optional<std::string> address = env("MASTER_ADDR");
+  if (!address || address->empty()) {
+    return invalid_argument_error(
+        "env:// init: MASTER_ADDR is {}; set MASTER_ADDR to the host name or IP address of the node running "
+        "rank 0",
+        address ? "empty" : "not set");
+  }
+  return *address;
+}
+
+StatusOr<int> read_master_port(const EnvLookup& env) {
+  const std::optional<std::string> text = env("MASTER_PORT");
+  if (!text) {
+    return invalid_argument_error(
+        "env:// init: MASTER_PORT is not set; set MASTER_PORT to a free TCP port on "
+        "MASTER_ADDR (e.g. 29500)");
+  }
+  int port = 0;
+  if (!parse_int(*text, &port) || port < 1 || port > kMaxPort) {
+    return invalid_argument_error(
+        "env:// init: MASTER_PORT={:?} is not a port number (1..{}); set MASTER_PORT to "
+        "a free TCP port on MASTER_ADDR (e.g. 29500)",
+        *text, kMaxPort);
+  }
+  return port;
+}
+
+// `context` ("tcp:// init \"tcp://...\"") starts the message.
+Status check_rank(std::string_view context, const Sourced& rank, const Sourced& world_size) {
+  if (rank.value < world_size.value) return ok_status();
+  return invalid_argument_error("{}: rank {} is out of range for world size {} ({}, {}); ranks run 0..{}",
+                                context, rank.value, world_size.value, rank.source, world_size.source,
+                                world_size.value - 1);
+}
+
+// The query parameters resolve_init merged; built-in schemes take no others.
+Status check_query(const InitUrl& url) {
+  for (const auto& [name, value] : url.query) {
+    if (name != "rank" && name != "world_size" && name != "local_rank" && name != "local_world_size") {
+      return invalid_argument_error(
+          "init URL {:?}: unknown query parameter {:?}; {}:// takes rank, world_size, local_rank, "
+          "local_world_size",
+          url.text, name, url.scheme);
+    }
+  }
+  return ok_status();
+}
+
+// tcp:// and file:// take rank and world size from InitOptions or the URL query only.
+StatusOr<std::pair<Sourced, Sourced>> explicit_ranks(const InitUrl& url, const InitOptions& options) {
+  const std::string context = fmt::format("{}:// init {:?}", url.scheme, url.text);
+  if (options.rank < 0) {
+    return invalid_argument_error("{}: the rank is not set; add ?rank=R to the URL or set InitOptions::rank",
+                                  context);
+  }
+  if (options.world_size < 1) {
+    return invalid_argument_error(
+        "{}: the world size is not set; add &world_size=N to the URL or set InitOptions::world_size",
+        context);
+  }
+  Sourced rank{options.rank, fmt::format("rank={}", options.rank)};
+  Sourced world_size{options.world_size, fmt::format("world_size={}", options.world_size)};
+  COHORT_RETURN_IF_ERROR(check_rank(context, rank, world_size));
+  return std::make_pair(rank, world_size);
+}
+
+// Rank 0 serves the store in-process; everyone (rank 0 too) connects as a client.
+StatusOr<std::shared_ptr<Store>> tcp_store_for(const std::string& host, int port, int rank,
+                                               Duration timeout) {
+  COHORT_ASSIGN_OR_RETURN(std::unique_ptr<TcpStore> store, TcpStore::create(host, port, rank == 0, timeout));
+  return std::shared_ptr<Store>(std::move(store));
+}
+
+}  // namespace
+
+StatusOr<EnvRendezvous> read_env_rendezvous(const InitOptions& options) {
+  const EnvLookup& env = options.env;
+  COHORT_ASSIGN_OR_RETURN(Sourced rank, read_field(env, kRankField, options.rank));
+  if (rank.value < 0) return missing_field_error(kRankField);
+  COHORT_ASSIGN_OR_RETURN(Sourced world_size, read_field(env, kWorldSizeField, options.world_size));
+  if (world_size.value < 0) return missing_field_error(kWorldSizeField);
+  COHORT_RETURN_IF_ERROR(check_rank("env:// init", rank, world_size));
+  COHORT_ASSIGN_OR_RETURN(Sourced local_rank, read_field(env, kLocalRankField, options.local_rank));
+  COHORT_ASSIGN_OR_RETURN(Sourced local_world_size,
+                          read_field(env, kLocalWorldSizeField, options.local_world_size));
+  EnvRendezvous out;
+  COHORT_ASSIGN_OR_RETURN(out.master_address, read_master_address(env));
+  COHORT_ASSIGN_OR_RETURN(out.master_port, read_master_port(env));
+  out.rank = rank.value;
+  out.world_size = world_size.value;
+  out.local_rank = local_rank.value;
+  out.local_world_size = local_world_size.value;
+  return out;
+}
+
+StatusOr<Bootstrap> env_init_method(const InitUrl& url, const InitOptions& options) {
+  COHORT_RETURN_IF_ERROR(check_query(url));
+  COHORT_ASSIGN_OR_RETURN(EnvRendezvous env, read_env_rendezvous(options));
+  Bootstrap boot;
+  COHORT_ASSIGN_OR_RETURN(boot.store,
+                          tcp_store_for(env.master_address, env.master_port, env.rank, options.timeout));
+  boot.rank = env.rank;
+  boot.world_size = env.world_size;
+  boot.local_rank = env.local_rank;
+  boot.local_world_size = env.local_world_size;
+  boot.master_address = env.master_address;
+  return boot;
+}
+
+StatusOr<Bootstrap> tcp_init_method(const InitUrl& url, const InitOptions& options) {
+  COHORT_RETURN_IF_ERROR(check_query(url));
+  if (!url.path.empty() && url.path != "/") {
+    return invalid_argument_error("tcp:// init {:?}: unexpected path {:?}; write tcp://host:port", url.text,
+                                  url.path);
+  }
+  COHORT_ASSIGN_OR_RETURN(HostPort master, parse_host_port(url.authority, url.text));
+  COHORT_ASSIGN_OR_RETURN(auto ranks, explicit_ranks(url, options));
+  Bootstrap boot;
+  COHORT_ASSIGN_OR_RETURN(boot.store,
+                          tcp_store_for(master.host, master.port, ranks.first.value, options.timeout));
+  boot.rank = ranks.first.value;
+  boot.world_size = ranks.second.value;
+  boot.local_rank = options.local_rank;
+  boot.local_world_size = options.local_world_size;
+  boot.master_address = master.host;
+  return boot;
+}
+
+StatusOr<Bootstrap> file_init_method(const InitUrl& url, const InitOptions& options) {
+  COHORT_RETURN_IF_ERROR(check_query(url));
+  if (!url.authority.empty() || url.path.empty()) {
+    return invalid_argument_error(
+        "file:// init {:?}: no absolute path; write file:///absolute/path (three slashes), e.g. "
+        "file:///shared/job42/store",
+        url.text);
+  }
+  COHORT_ASSIGN_OR_RETURN(auto ranks, explicit_ranks(url, options));
+  Bootstrap boot;
+  COHORT_ASSIGN_OR_RETURN(std::unique_ptr<FileStore> store, FileStore::open(url.path));
+  boot.store = std::move(store);
+  boot.rank = ranks.first.value;
+  boot.world_size = ranks.second.value;
+  boot.local_rank = options.local_rank;
+  boot.local_world_size = options.local_world_size;
+  return boot;
+}
+
+}  // namespace cohort::comm
