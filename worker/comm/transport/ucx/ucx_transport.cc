@@ -73,7 +73,6 @@ class UcxWork final : public TransportWork {
 
   bool done() const { return done_.load(std::memory_order_acquire); }
   void finish(Status result, size_t received) {
-    if (done_.load()) { fprintf(stderr, "DOUBLE FINISH %p %s\n", (void*)this, result.to_string().c_str()); abort(); }
     result_ = std::move(result);
     received_ = received;
     done_.store(true, std::memory_order_release);
@@ -326,16 +325,17 @@ std::shared_ptr<TransportWork> UcxEngine::post(bool is_send, int peer, uint64_t 
   }
   if (data == nullptr) data = zero_byte_buffer;
 
-  ucp_tag_recv_info_t info{};
   ucp_request_param_t param;
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.user_data = work.get();
   if (is_send) {
     param.cb.send = &UcxEngine::send_callback;
   } else {
-    param.op_attr_mask |= UCP_OP_ATTR_FIELD_RECV_INFO;
+    // UCX 1.13 completes a receive of an already arrived eager message in place without filling
+    // recv_info, so the received length would be unknown: take the callback path every time (it
+    // may run inside ucp_tag_recv_nbx).
+    param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     param.cb.recv = &UcxEngine::recv_callback;
-    param.recv_info.tag_info = &info;
   }
 
   std::lock_guard<std::mutex> lock(mutex_);
@@ -352,13 +352,12 @@ std::shared_ptr<TransportWork> UcxEngine::post(bool is_send, int peer, uint64_t 
       is_send ? ucp_tag_send_nbx(target.ep, data, bytes, wire_tag(tag, rank_), &param)
               : ucp_tag_recv_nbx(worker_, data, bytes, wire_tag(tag, peer), kFullTagMask, &param);
   if (request == nullptr) {
-    // Completed in place: an eager send copied out, or a receive matched an arrived message.
-    work->finish(ok_status(), is_send ? 0 : info.length);
+    // Completed in place: an eager send whose data is already copied out.
+    work->finish(ok_status(), 0);
   } else if (UCS_PTR_IS_ERR(request)) {
-    work->finish(result_locked(*work, UCS_PTR_STATUS(request), is_send ? 0 : info.length), 0);
+    work->finish(result_locked(*work, UCS_PTR_STATUS(request), 0), 0);
   } else if (work->done()) {
-    // The callback already ran inside the call; the request is ours to release.
-    ucp_request_free(request);
+    // The callback already ran inside the call (and released the request).
   } else {
     work->request_ = request;
     work->self_ = work;

@@ -86,6 +86,19 @@ Status wait_all(const std::vector<std::shared_ptr<TransportWork>>& works, Durati
   return ok_status();
 }
 
+// Cancels the works it holds when it goes out of scope, so a rank that returns early with an
+// error never leaves UCX writing into buffers that die with the scope. Declare after the buffers.
+class CancelOnExit {
+ public:
+  explicit CancelOnExit(std::vector<std::shared_ptr<TransportWork>>* works) : works_(works) {}
+  ~CancelOnExit() {
+    for (auto& work : *works_) work->cancel(cancelled_error("test scope ended"));
+  }
+
+ private:
+  std::vector<std::shared_ptr<TransportWork>>* works_;
+};
+
 // A byte pattern unique to (source, destination, index) so misdelivered messages show.
 uint8_t pattern(int src, int dst, int index, size_t offset) {
   return static_cast<uint8_t>(src * 31 + dst * 17 + index * 7 + offset * 13);
@@ -177,6 +190,7 @@ TEST(UcxTransportTest, ManyConcurrentTransfers) {
       std::vector<std::vector<uint8_t>> outgoing, incoming;
       std::vector<std::shared_ptr<TransportWork>> sends, recvs;
       std::vector<std::pair<int, int>> recv_ids;  // (source, index)
+      CancelOnExit cancel_sends(&sends), cancel_recvs(&recvs);
       auto post_recvs = [&] {
         for (int src = 0; src < size; ++src) {
           if (src == rank) continue;
@@ -350,10 +364,11 @@ TEST(UcxTransportTest, ThreadsShareOneTransport) {
     for (int round = 0; round < kRounds; ++round) {
       std::vector<uint8_t> out = make_message(rank, thread, round, 64 + thread * 3000);
       std::vector<uint8_t> in(out.size());
-      auto recv = t.irecv(1 - rank, tag, in.data(), in.size());
-      auto send = t.isend(1 - rank, tag, out.data(), out.size());
-      COHORT_RETURN_IF_ERROR(send->wait(kTestTimeout));
-      COHORT_RETURN_IF_ERROR(recv->wait(kTestTimeout));
+      std::vector<std::shared_ptr<TransportWork>> works = {t.irecv(1 - rank, tag, in.data(), in.size()),
+                                                           t.isend(1 - rank, tag, out.data(), out.size())};
+      CancelOnExit cancel(&works);
+      COHORT_RETURN_IF_ERROR(works[1]->wait(kTestTimeout));
+      COHORT_RETURN_IF_ERROR(works[0]->wait(kTestTimeout));
       COHORT_RETURN_IF_ERROR(check_message(in, 1 - rank, thread, round));
     }
     return ok_status();
