@@ -55,6 +55,11 @@ class [[nodiscard]] Status {
   // Returns this status with `context` prepended to the message ("context: message"); OK stays OK.
   Status with_context(std::string_view context) const;
 
+  // Returns this status with `suffix` appended to the message; OK stays OK.
+  Status with_suffix(std::string_view suffix) const {
+    return ok() || suffix.empty() ? *this : Status(code_, message_ + std::string(suffix));
+  }
+
   // Marks a status as deliberately ignored.
   void ignore_error() const {}
 

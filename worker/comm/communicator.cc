@@ -27,17 +27,6 @@ bool env_debug_detail() {
   return value != nullptr && std::string_view(value) == "detail";
 }
 
-Algorithm env_algorithm(Algorithm configured) {
-  const char* value = std::getenv("COHORT_ALGO");
-  if (configured != Algorithm::kAuto || value == nullptr || *value == '\0') return configured;
-  auto parsed = parse_algorithm(value);
-  if (!parsed.ok()) {
-    spdlog::warn("ignoring COHORT_ALGO: {}", parsed.status().message());
-    return configured;
-  }
-  return *parsed;
-}
-
 Status check_buffer(const void* buf, size_t count, const char* name) {
   if (count > 0 && buf == nullptr) return invalid_argument_error("{} buffer is null but count is {}", name, count);
   return ok_status();
@@ -82,7 +71,7 @@ Communicator::Communicator(std::string kind, std::shared_ptr<CommWorld> world, s
       rank_(rank),
       context_id_(context_id),
       options_(options),
-      algorithm_(env_algorithm(options.algorithm)),
+      algorithm_(options.algorithm),
       debug_checks_(options.debug_checks || env_debug_detail()),
       recorder_(options.flight_recorder_size) {
   // Nodes in order of their lowest rank; ranks within a node in rank order.
@@ -113,6 +102,12 @@ Communicator::~Communicator() {
 
 std::string Communicator::description() const {
   return fmt::format("{} communicator (context {}, rank {} of {})", kind_, context_id_, rank_, size());
+}
+
+Algorithm Communicator::algorithm_for(Collective collective) const {
+  // A forced algorithm applies to the collectives it implements; the others keep the selector's
+  // choice (which also honours COHORT_ALGO the same way), so forcing "ring" never breaks broadcast.
+  return implements(collective, algorithm_) ? algorithm_ : Algorithm::kAuto;
 }
 
 Deadline Communicator::deadline_for(const CallOptions& call) const {
@@ -199,7 +194,20 @@ Status Communicator::run_recorded(uint64_t sequence_hint, const std::string& op,
     spdlog::error("{} #{} on {} timed out; last operations of this communicator:\n{}", op, sequence_hint,
                   description(), recorder_.dump());
   }
-  return status.with_context(fmt::format("{} #{} ({}) on {}", op, sequence_hint, detail, description()));
+  return status.with_context(fmt::format("{} #{} ({}) on {}", op, sequence_hint, detail, description()))
+      .with_suffix(failed_peers());
+}
+
+std::string Communicator::failed_peers() const {
+  // A rank often fails while waiting on a neighbour that itself failed because of a dead rank
+  // further away; naming every peer the transport knows is dead points at the real cause.
+  std::string dead;
+  for (int r = 0; r < size(); ++r) {
+    if (r == rank_) continue;
+    Status peer = world_->transport->peer_status(global_ranks_[r]);
+    if (!peer.ok()) dead += fmt::format("{}{}", dead.empty() ? "" : ", ", r);
+  }
+  return dead.empty() ? "" : fmt::format(" [ranks known to have failed: {}]", dead);
 }
 
 Status Communicator::run_collective(const std::string& op, Deadline deadline,
@@ -242,7 +250,7 @@ Status Communicator::cross_check(const std::string& signature, Deadline deadline
 
 Status Communicator::allreduce_sum_like(void* buf, size_t count, DataType dtype, ReduceOp op, Deadline deadline) {
   return run_collective("allreduce", deadline, [&](CollectiveContext& ctx) {
-    return run_allreduce(ctx, buf, count, dtype, op, algorithm_);
+    return run_allreduce(ctx, buf, count, dtype, op, algorithm_for(Collective::kAllreduce));
   });
 }
 
@@ -278,7 +286,7 @@ std::shared_ptr<Work> Communicator::reduce(const void* send, void* recv, size_t 
                   if (input != buf && bytes > 0) std::memcpy(buf, input, bytes);
                   ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
                   COHORT_RETURN_IF_ERROR(run_collective("reduce", deadline, [&](CollectiveContext& ctx) {
-                    return run_reduce(ctx, buf, count, dtype, base, root, algorithm_);
+                    return run_reduce(ctx, buf, count, dtype, base, root, algorithm_for(Collective::kReduce));
                   }));
                   if (op == ReduceOp::kAvg && rank_ == root) scale_for_average(recv, count, dtype, size());
                   return ok_status();
@@ -294,7 +302,7 @@ std::shared_ptr<Work> Communicator::broadcast(void* buf, size_t count, DataType 
   return submit("broadcast", fmt::format("{}, root {}", describe(dtype, count), root), call,
                 [=](Deadline deadline) {
                   return run_collective("broadcast", deadline, [&](CollectiveContext& ctx) {
-                    return run_broadcast(ctx, buf, bytes, root, algorithm_);
+                    return run_broadcast(ctx, buf, bytes, root, algorithm_for(Collective::kBroadcast));
                   });
                 });
 }
@@ -318,7 +326,7 @@ std::shared_ptr<Work> Communicator::allgatherv(const void* send, void* recv, con
   return submit("allgather", fmt::format("{} total", describe(dtype, total)), call,
                 [=](Deadline deadline) {
                   return run_collective("allgather", deadline, [&](CollectiveContext& ctx) {
-                    return run_allgatherv(ctx, input, recv, bytes, algorithm_);
+                    return run_allgatherv(ctx, input, recv, bytes, algorithm_for(Collective::kAllgather));
                   });
                 });
 }
@@ -343,7 +351,7 @@ std::shared_ptr<Work> Communicator::gatherv(const void* send, void* recv, const 
   return submit("gather", fmt::format("{} total, root {}", describe(dtype, total), root), call,
                 [=](Deadline deadline) {
                   return run_collective("gather", deadline, [&](CollectiveContext& ctx) {
-                    return run_gatherv(ctx, send, recv, bytes, root, algorithm_);
+                    return run_gatherv(ctx, send, recv, bytes, root, algorithm_for(Collective::kGather));
                   });
                 });
 }
@@ -368,7 +376,7 @@ std::shared_ptr<Work> Communicator::scatterv(const void* send, const std::vector
   return submit("scatter", fmt::format("{} total, root {}", describe(dtype, total), root), call,
                 [=](Deadline deadline) {
                   return run_collective("scatter", deadline, [&](CollectiveContext& ctx) {
-                    return run_scatterv(ctx, send, recv, bytes, root, algorithm_);
+                    return run_scatterv(ctx, send, recv, bytes, root, algorithm_for(Collective::kScatter));
                   });
                 });
 }
@@ -395,7 +403,7 @@ std::shared_ptr<Work> Communicator::reduce_scatterv(const void* send, void* recv
                   if (total > 0) std::memcpy(buf, send, total * esize);
                   ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
                   COHORT_RETURN_IF_ERROR(run_collective("reduce_scatter", deadline, [&](CollectiveContext& ctx) {
-                    return run_reduce_scatter(ctx, buf, recv, recv_counts, dtype, base, algorithm_);
+                    return run_reduce_scatter(ctx, buf, recv, recv_counts, dtype, base, algorithm_for(Collective::kReduceScatter));
                   }));
                   if (op == ReduceOp::kAvg) scale_for_average(recv, recv_counts[rank_], dtype, size());
                   return ok_status();
@@ -430,7 +438,7 @@ std::shared_ptr<Work> Communicator::alltoallv(const void* send, const std::vecto
   return submit("alltoall", fmt::format("{} sent", describe(dtype, send_total)), call,
                 [=](Deadline deadline) {
                   return run_collective("alltoall", deadline, [&](CollectiveContext& ctx) {
-                    return run_alltoallv(ctx, send, sbytes, recv, rbytes, algorithm_);
+                    return run_alltoallv(ctx, send, sbytes, recv, rbytes, algorithm_for(Collective::kAlltoall));
                   });
                 });
 }

@@ -52,7 +52,7 @@ struct CommWorld {
 
 struct CommunicatorOptions {
   Duration timeout = kDefaultCollectiveTimeout;   // per operation, unless a call overrides it
-  Algorithm algorithm = Algorithm::kAuto;         // forces an algorithm (also env COHORT_ALGO)
+  Algorithm algorithm = Algorithm::kAuto;  // forced where it implements the op (env COHORT_ALGO: same)
   size_t flight_recorder_size = kDefaultFlightRecorderSize;  // operations remembered for dumps
   bool debug_checks = false;  // cross-check every collective's signature (also COHORT_DEBUG=detail)
 };
@@ -169,6 +169,8 @@ class Communicator {
   uint8_t* staging(size_t bytes);
 
   Algorithm forced_algorithm() const { return algorithm_; }
+  // The forced algorithm if it implements `collective`, else kAuto.
+  Algorithm algorithm_for(Collective collective) const;
 
  private:
   struct Task {
@@ -186,6 +188,8 @@ class Communicator {
   Status check_root(int root) const;
   Status check_counts(const std::vector<size_t>& counts, const char* what) const;
   Status cross_check(const std::string& signature, Deadline deadline);
+  // " [ranks known to have failed: 2, 5]" per the transport, or "" when none is known.
+  std::string failed_peers() const;
   std::shared_ptr<Work> p2p(bool is_send, void* buf, size_t count, DataType dtype, int peer, uint32_t tag,
                             const CallOptions& call);
 
@@ -195,7 +199,7 @@ class Communicator {
   const int rank_;
   const uint64_t context_id_;
   const CommunicatorOptions options_;
-  Algorithm algorithm_;
+  const Algorithm algorithm_;
   bool debug_checks_;
   int intra_rank_ = 0, intra_size_ = 1, inter_rank_ = 0, inter_size_ = 1;
 

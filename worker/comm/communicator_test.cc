@@ -49,6 +49,18 @@ TEST_P(MatrixTest, EveryOpDtypeReduceOpAndSizeMatchesTheReference) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, MatrixTest, ::testing::Values(1, 2, 3, 4, 5, 8));
 
+TEST(CommunicatorTest, AForcedAlgorithmAppliesWhereItExistsAndEveryOpStillRuns) {
+  for (Algorithm forced : {Algorithm::kRing, Algorithm::kHalvingDoubling, Algorithm::kRecursiveDoubling,
+                           Algorithm::kBinomialTree, Algorithm::kLinear, Algorithm::kPairwise}) {
+    CommunicatorOptions options = test_options();
+    options.algorithm = forced;
+    auto statuses = on_loopback(3, "flat", [](Communicator& comm) {
+      return testing::run_collective_matrix(comm, {7, 1000});
+    }, nodes_of(3), options);
+    EXPECT_EQ(failures(statuses), "") << algorithm_name(forced);
+  }
+}
+
 struct KindLayout {
   std::string kind;
   int size;

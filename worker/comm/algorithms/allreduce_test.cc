@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "worker/comm/algorithms/chunking.h"
 #include "worker/comm/algorithms/collective_test_harness.h"
 #include "worker/comm/algorithms/collectives.h"
 #include "worker/comm/testing/rank_threads.h"
@@ -73,8 +74,13 @@ INSTANTIATE_TEST_SUITE_P(
 // the exchange's slot reuse change: ring and halving-doubling on a non-power-of-two group.
 TEST(AllreduceSegmentsTest, SizesAroundSegmentBoundaries) {
   for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kHalvingDoubling, Algorithm::kRecursiveDoubling}) {
+    // f32 over 3 ranks: blocks just under one minimum segment, just over two, just over the
+    // target split of a maximum-size block, and many segments beyond the receive window.
+    const size_t per_rank_segment = kMinSegmentBytes / sizeof(float);
+    const size_t per_rank_max = kMaxSegmentBytes / sizeof(float);
     for (size_t count :
-         {size_t{8191}, size_t{8192 * 3 + 1}, size_t{65536 * 5 - 1}, size_t{65536 * 5 * 4 + 17}}) {
+         {3 * per_rank_segment - 1, 3 * 2 * per_rank_segment + 1,
+          3 * per_rank_max * kTargetSegmentsPerBlock + 5, 3 * per_rank_max * kPipelineDepth * 3 + 17}) {
       const int size = 3;
       const DataType dtype = DataType::kFloat32;
       const ReduceOp op = ReduceOp::kSum;

@@ -17,7 +17,7 @@ Status RingPipeline::run(CollectiveContext& ctx) const {
   const std::vector<size_t>& bytes = *block_bytes;
 
   const size_t largest = *std::max_element(bytes.begin(), bytes.end());
-  if (largest == 0) return ok_status();
+  if (largest == 0 || reduce_steps + copy_steps == 0) return ok_status();
   const size_t segment = segment_bytes_for(largest);
   const size_t segments = segment_count(largest, segment);  // K, the same for every block
   const size_t units = static_cast<size_t>(reduce_steps + copy_steps) * segments;

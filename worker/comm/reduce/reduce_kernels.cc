@@ -4,6 +4,10 @@
 #include <cstdint>
 #include <type_traits>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "worker/comm/reduce/half_precision.h"
 
 namespace cohort::comm {
@@ -64,13 +68,23 @@ struct MaxOp {
 
 // ---- Loops over native types. ----
 
+// The loops below are compiled twice, for AVX2 and for the x86-64 baseline, and the dynamic
+// loader picks one for the CPU at hand (GCC function multi-versioning, an ifunc): AVX2 doubles
+// the width of every vector loop, which matters while blocks are in cache.
+#if defined(__x86_64__)
+#define COHORT_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define COHORT_VECTOR_CLONES
+#endif
+
 template <typename T, typename Op>
-void reduce_in_place(T* __restrict dst, const T* __restrict src, size_t count) {
+COHORT_VECTOR_CLONES void reduce_in_place(T* __restrict dst, const T* __restrict src, size_t count) {
   for (size_t i = 0; i < count; ++i) dst[i] = Op::apply(dst[i], src[i]);
 }
 
 template <typename T, typename Op>
-void reduce_out_of_place(T* __restrict dst, const T* __restrict a, const T* __restrict b, size_t count) {
+COHORT_VECTOR_CLONES void reduce_out_of_place(T* __restrict dst, const T* __restrict a, const T* __restrict b,
+                                              size_t count) {
   for (size_t i = 0; i < count; ++i) dst[i] = Op::apply(a[i], b[i]);
 }
 
@@ -93,13 +107,62 @@ struct HalfTraits<BFloat16> {
 };
 
 template <typename Half>
-void widen_block(const Half* in, float* __restrict out, size_t count) {
+COHORT_VECTOR_CLONES void widen_loop(const Half* in, float* __restrict out, size_t count) {
   for (size_t i = 0; i < count; ++i) out[i] = HalfTraits<Half>::widen(in[i].bits);
 }
 
 template <typename Half>
-void narrow_block(const float* __restrict in, Half* out, size_t count) {
+COHORT_VECTOR_CLONES void narrow_loop(const float* __restrict in, Half* out, size_t count) {
   for (size_t i = 0; i < count; ++i) out[i].bits = HalfTraits<Half>::narrow(in[i]);
+}
+
+#if defined(__x86_64__)
+// F16C converts eight f16 values per instruction (vcvtph2ps / vcvtps2ph with round-to-nearest-
+// even), with the same results as the portable conversions, NaN quieting included.
+__attribute__((target("avx,f16c"))) void widen_float16_f16c(const Float16* in, float* out, size_t count) {
+  size_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
+  }
+  for (; i < count; ++i) out[i] = float16_to_float(in[i].bits);
+}
+
+__attribute__((target("avx,f16c"))) void narrow_float16_f16c(const float* in, Float16* out, size_t count) {
+  size_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  for (; i < count; ++i) out[i].bits = float_to_float16(in[i]);
+}
+
+bool have_f16c() {
+  static const bool have = [] {
+    __builtin_cpu_init();  // may run before libgcc's own initialisation of the CPU model
+    return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  }();
+  return have;
+}
+#endif
+
+template <typename Half>
+void widen_block(const Half* in, float* out, size_t count) {
+#if defined(__x86_64__)
+  if constexpr (std::is_same_v<Half, Float16>) {
+    if (have_f16c()) return widen_float16_f16c(in, out, count);
+  }
+#endif
+  widen_loop(in, out, count);
+}
+
+template <typename Half>
+void narrow_block(const float* in, Half* out, size_t count) {
+#if defined(__x86_64__)
+  if constexpr (std::is_same_v<Half, Float16>) {
+    if (have_f16c()) return narrow_float16_f16c(in, out, count);
+  }
+#endif
+  narrow_loop(in, out, count);
 }
 
 // `dst` may be exactly `a` or `b`: each block is read completely before it is written.
@@ -133,7 +196,7 @@ void reduce_typed(T* dst, const T* a, const T* b, size_t count) {
 }
 
 template <typename T>
-void scale_typed(T* buf, size_t count, int divisor) {
+COHORT_VECTOR_CLONES void scale_typed(T* buf, size_t count, int divisor) {
   if constexpr (kIsHalf<T>) {
     const float factor = 1.0f / static_cast<float>(divisor);
     float wide[kHalfBlock];

@@ -13,6 +13,10 @@
 // - ReduceOp::kAvg reduces as kSum. Averaging is a single scale_for_average over the final result
 //   (the communicator does it; algorithms never see kAvg), so the kernels need no divisor.
 //
+// Speed: the loops are vectorised and built twice, for AVX2 and for the x86-64 baseline, the
+// CPU picking one at load time; f16 converts with F16C where the CPU has it. Results are
+// bit-identical on every path.
+//
 // All functions are thread-safe (no state), never fail and do not allocate. Buffers hold `count`
 // elements of `dtype`, aligned to the element size (as any array of that type is), and may be
 // null when `count` is 0.

@@ -375,6 +375,51 @@ TEST(ReduceKernelsTest, Float16SumRoundsThroughFloatToNearestEven) {
   EXPECT_EQ(dst[2], 0x7c00) << "65504 + 32 must overflow to infinity";
 }
 
+// The kernels may convert with hardware (F16C) or with half_precision.h; either way every bit
+// pattern, NaN payloads included, must come out exactly as the portable conversions give it.
+TEST(ReduceKernelsTest, HalfKernelsMatchThePortableConversionsBitForBit) {
+  std::vector<uint16_t> a(65536), b(65536);
+  std::mt19937 rng(3);
+  for (uint32_t i = 0; i < 65536; ++i) {
+    a[i] = static_cast<uint16_t>(i);
+    b[i] = static_cast<uint16_t>(rng());
+  }
+  for (DataType dtype : {DataType::kFloat16, DataType::kBFloat16}) {
+    auto widen = dtype == DataType::kFloat16 ? float16_to_float : bfloat16_to_float;
+    auto narrow = dtype == DataType::kFloat16 ? float_to_float16 : float_to_bfloat16;
+    for (ReduceOp op : kAllOps) {
+      auto out = a;
+      reduce_into(out.data(), b.data(), out.size(), dtype, op);
+      for (size_t i = 0; i < a.size(); ++i) {
+        const float x = widen(a[i]), y = widen(b[i]);
+        float wide = 0;
+        switch (op) {
+          case ReduceOp::kSum:
+            wide = x + y;
+            break;
+          case ReduceOp::kProduct:
+            wide = x * y;
+            break;
+          case ReduceOp::kMin:
+            wide = (x < y || x != x) ? x : y;
+            break;
+          case ReduceOp::kMax:
+            wide = (x > y || x != x) ? x : y;
+            break;
+          default:
+            break;
+        }
+        ASSERT_EQ(out[i], narrow(wide)) << data_type_name(dtype) << " " << reduce_op_name(op) << std::hex
+                                        << " a=" << a[i] << " b=" << b[i];
+      }
+    }
+    auto scaled = a;
+    scale_for_average(scaled.data(), scaled.size(), dtype, 7);
+    for (size_t i = 0; i < a.size(); ++i)
+      ASSERT_EQ(scaled[i], narrow(widen(a[i]) * (1.0f / 7))) << std::hex << a[i];
+  }
+}
+
 TEST(ReduceKernelsTest, ScaleForAverageTruncatesIntegersTowardZero) {
   std::vector<int32_t> i32 = {-7, 7, -1, 5, std::numeric_limits<int32_t>::min()};
   scale_for_average(i32.data(), i32.size(), DataType::kInt32, 2);

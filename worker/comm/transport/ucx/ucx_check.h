@@ -46,8 +46,9 @@ inline StatusCode ucx_status_code(ucs_status_t status) {
     case UCS_ERR_NO_DEVICE:
     case UCS_ERR_BUSY:
     case UCS_ERR_SHMEM_SEGMENT:
-    case UCS_ERR_ALREADY_EXISTS:
       return StatusCode::kUnavailable;
+    case UCS_ERR_ALREADY_EXISTS:
+      return StatusCode::kAlreadyExists;
     default:
       return StatusCode::kInternal;
   }
@@ -57,8 +58,9 @@ inline StatusCode ucx_status_code(ucs_status_t status) {
 // (and for UCS_INPROGRESS, which is not a failure).
 inline Status ucx_call_status(ucs_status_t status, std::string_view call, const char* file, int line) {
   if (status == UCS_OK || status == UCS_INPROGRESS) return ok_status();
-  return Status(ucx_status_code(status), fmt::format("{} failed: {} (ucs status {}) at {}:{}", call,
-                                                     ucs_status_string(status), static_cast<int>(status), file, line));
+  return Status(ucx_status_code(status),
+                fmt::format("{} failed: {} (ucs status {}) at {}:{}", call, ucs_status_string(status),
+                            static_cast<int>(status), file, line));
 }
 
 }  // namespace cohort::comm

@@ -32,6 +32,10 @@ char zero_byte_buffer[1];
 
 const char* direction(bool is_send) { return is_send ? "send to" : "receive from"; }
 
+// The idle-progress thread's longest period once a rank has been quiet for a while: cheap
+// (~30 wakeups a second) and still well inside the keepalive interval.
+constexpr Duration kMaxIdleProgressPeriod = std::chrono::milliseconds(32);
+
 // Sets UCX configuration `name` (without the UCX_ prefix) unless UCX_<name> is in the environment.
 Status set_unless_in_environment(ucp_config_t* config, const std::string& name, const std::string& value) {
   if (std::getenv(("UCX_" + name).c_str()) != nullptr) return ok_status();
@@ -42,7 +46,8 @@ Status set_unless_in_environment(ucp_config_t* config, const std::string& name, 
 // UCX 1.13 keeps it off endpoints with peer error handling unless told it may. We tell it: a
 // transfer is only taken back from UCX once its endpoint is closed (the peer died, or cancel()
 // disconnected it), so the residual risk, a disconnected but live peer reading a buffer its owner
-// gave up on, is accepted for single-copy rendezvous. UCX reads this memory-domain setting only
+// gave up on (UCX's rendezvous over CMA is a GET by the receiver), is accepted for single-copy
+// rendezvous. UCX reads this memory-domain setting only
 // from the environment (ucp_config_modify does not reach it), so it is exported once per process,
 // before the first context; an explicit UCX_CMA_MEMORY_INVALIDATE wins. glibc's setenv never
 // frees an environment array another thread may be reading.
@@ -85,9 +90,9 @@ class UcxWork final : public TransportWork {
   const size_t bytes_;
 
   // Guarded by the engine's mutex.
-  void* request_ = nullptr;          // the UCX request while in flight
-  std::shared_ptr<UcxWork> self_;    // set while in flight: UCX's callback needs the object
-  UcxWork* prev_ = nullptr;          // the peer's in-flight list
+  void* request_ = nullptr;        // the UCX request while in flight
+  std::shared_ptr<UcxWork> self_;  // set while in flight: UCX's callback needs the object
+  UcxWork* prev_ = nullptr;        // the peer's in-flight list
   UcxWork* next_ = nullptr;
   bool linked_ = false;
   bool cancelled_ = false;
@@ -105,7 +110,8 @@ class UcxWork final : public TransportWork {
 // ucp_worker_progress, i.e. with the mutex held.
 class UcxEngine : public std::enable_shared_from_this<UcxEngine> {
  public:
-  UcxEngine(int rank, int size, const UcxOptions& options) : rank_(rank), size_(size), options_(options), peers_(size) {
+  UcxEngine(int rank, int size, const UcxOptions& options)
+      : rank_(rank), size_(size), options_(options), peers_(size) {
     for (int r = 0; r < size; ++r) {
       peers_[r].engine = this;
       peers_[r].rank = r;
@@ -128,12 +134,13 @@ class UcxEngine : public std::enable_shared_from_this<UcxEngine> {
     UcxEngine* engine = nullptr;
     int rank = -1;
     ucp_ep_h ep = nullptr;
-    Status failure;              // OK while the peer is believed alive
+    Status failure;                // OK while the peer is believed alive
     UcxWork* in_flight = nullptr;  // head of the list of works UCX still owns
   };
 
   static void send_callback(void* request, ucs_status_t status, void* user_data);
-  static void recv_callback(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data);
+  static void recv_callback(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
+                            void* user_data);
   static void error_callback(void* arg, ucp_ep_h ep, ucs_status_t status);
 
   std::string key(int rank) const { return options_.key_prefix + std::to_string(rank); }
@@ -165,11 +172,11 @@ class UcxEngine : public std::enable_shared_from_this<UcxEngine> {
   ucp_worker_h worker_ = nullptr;
   int efd_ = -1;
   bool shut_down_ = false;
-  std::vector<Peer> peers_;           // sized once: error handlers keep pointers into it
-  std::vector<int> failed_peers_;     // reported by error_callback, handled after progress
-  std::vector<void*> closing_;        // ucp_ep_close_nbx requests not yet complete
-  std::atomic<int> sleepers_{0};      // threads asleep on efd_; progress wakes them
-  uint64_t progress_calls_ = 0;       // guarded by mutex_; the idle thread's "did anyone progress?"
+  std::vector<Peer> peers_;        // sized once: error handlers keep pointers into it
+  std::vector<int> failed_peers_;  // reported by error_callback, handled after progress
+  std::vector<void*> closing_;     // ucp_ep_close_nbx requests not yet complete
+  std::atomic<int> sleepers_{0};   // threads asleep on efd_; progress wakes them
+  uint64_t progress_calls_ = 0;    // guarded by mutex_; the idle thread's "did anyone progress?"
 
   std::thread idle_thread_;
   std::mutex idle_mutex_;
@@ -221,8 +228,10 @@ Status UcxEngine::exchange_addresses(Store& store, std::vector<std::string>* add
   COHORT_UCX_RETURN_IF_ERROR(ucp_worker_get_address(worker_, &address, &length));
   std::string own(reinterpret_cast<const char*>(address), length);
   ucp_worker_release_address(worker_, address);
-  COHORT_RETURN_IF_ERROR(store.set(key(rank_), own).with_context(
-      fmt::format("rank {}: publishing the UCX worker address under store key \"{}\"", rank_, key(rank_))));
+  COHORT_RETURN_IF_ERROR(
+      store.set(key(rank_), own)
+          .with_context(fmt::format("rank {}: publishing the UCX worker address under store key \"{}\"",
+                                    rank_, key(rank_))));
 
   std::vector<std::string> keys;
   for (int r = 0; r < size_; ++r) {
@@ -240,9 +249,11 @@ Status UcxEngine::exchange_addresses(Store& store, std::vector<std::string>* add
       if (!present.ok() || !*present) missing.push_back(r);
     }
     return deadline_exceeded_error(
-        "rank {}: rank(s) {} did not publish a UCX worker address within {} (store keys \"{}<rank>\"); did they "
+        "rank {}: rank(s) {} did not publish a UCX worker address within {} (store keys \"{}<rank>\"); did "
+        "they "
         "start, and do all {} ranks use the same store and key prefix?",
-        rank_, fmt::join(missing, ", "), format_duration(options_.connect_timeout), options_.key_prefix, size_);
+        rank_, fmt::join(missing, ", "), format_duration(options_.connect_timeout), options_.key_prefix,
+        size_);
   }
   addresses->assign(size_, std::string());
   for (int r = 0; r < size_; ++r) {
@@ -253,9 +264,9 @@ Status UcxEngine::exchange_addresses(Store& store, std::vector<std::string>* add
 }
 
 Status UcxEngine::init(Store& store) {
-  COHORT_RETURN_IF_ERROR(create_context().with_context(fmt::format(
-      "rank {}: creating the UCX context and worker (UCX_TLS={})", rank_,
-      std::getenv("UCX_TLS") != nullptr ? std::getenv("UCX_TLS") : options_.transports)));
+  COHORT_RETURN_IF_ERROR(create_context().with_context(
+      fmt::format("rank {}: creating the UCX context and worker (UCX_TLS={})", rank_,
+                  std::getenv("UCX_TLS") != nullptr ? std::getenv("UCX_TLS") : options_.transports)));
   std::vector<std::string> addresses;
   COHORT_RETURN_IF_ERROR(exchange_addresses(store, &addresses));
 
@@ -282,18 +293,30 @@ Status UcxEngine::init(Store& store) {
 
 void UcxEngine::idle_progress_loop() {
   uint64_t seen = 0;
+  Duration period = options_.idle_progress_interval;
   std::unique_lock<std::mutex> idle_lock(idle_mutex_);
-  while (!idle_cv_.wait_for(idle_lock, options_.idle_progress_interval, [this] { return stop_idle_; })) {
+  while (!idle_cv_.wait_for(idle_lock, period, [this] { return stop_idle_; })) {
     // Never block a caller: skip the round if the worker is busy, or was progressed recently.
     std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
     if (!lock.owns_lock() || worker_ == nullptr) continue;
     if (progress_calls_ != seen) {
       seen = progress_calls_;
+      period = options_.idle_progress_interval;
       continue;
     }
-    for (int round = 0; round < 64 && progress_locked() > 0; ++round) {
+    unsigned events = 0;
+    for (int round = 0; round < 64; ++round) {
+      unsigned found = progress_locked();
+      if (found == 0) break;
+      events += found;
     }
     seen = progress_calls_;
+    // Protocol leftovers show up within a few rounds of the last activity; a rank idle for
+    // longer only needs keepalive, so the thread backs off to kMaxIdleProgressPeriod.
+    bool quiet = events == 0 && !any_in_flight_locked();
+    period = quiet ? std::min<Duration>(2 * period,
+                                        std::max(options_.idle_progress_interval, kMaxIdleProgressPeriod))
+                   : options_.idle_progress_interval;
   }
 }
 
@@ -309,11 +332,12 @@ void UcxEngine::stop_idle_progress() {
 // ---------------------------------------------------------------------------------------------
 // Transfers
 
-std::shared_ptr<TransportWork> UcxEngine::post(bool is_send, int peer, uint64_t tag, void* data, size_t bytes) {
+std::shared_ptr<TransportWork> UcxEngine::post(bool is_send, int peer, uint64_t tag, void* data,
+                                               size_t bytes) {
   auto work = std::make_shared<UcxWork>(shared_from_this(), peer, tag, is_send, bytes);
   if (peer < 0 || peer >= size_ || peer == rank_) {
-    work->finish(invalid_argument_error("rank {}: {} peer rank {} is not another rank of this {}-rank group", rank_,
-                                        direction(is_send), peer, size_),
+    work->finish(invalid_argument_error("rank {}: {} peer rank {} is not another rank of this {}-rank group",
+                                        rank_, direction(is_send), peer, size_),
                  0);
     return work;
   }
@@ -372,7 +396,8 @@ void UcxEngine::send_callback(void* request, ucs_status_t status, void* user_dat
   work->engine_->complete_locked(work, status, 0);
 }
 
-void UcxEngine::recv_callback(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data) {
+void UcxEngine::recv_callback(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
+                              void* user_data) {
   auto* work = static_cast<UcxWork*>(user_data);
   work->request_ = request;
   work->engine_->complete_locked(work, status, info != nullptr ? info->length : 0);
@@ -395,13 +420,15 @@ Status UcxEngine::result_locked(const UcxWork& work, ucs_status_t status, size_t
   const Peer& peer = peers_[work.peer_];
   if (!peer.failure.ok()) return peer.failure;
   if (status == UCS_ERR_MESSAGE_TRUNCATED) {
-    std::string sent = received > work.bytes_ ? fmt::format("{} bytes", received) : std::string("a longer message");
-    return invalid_argument_error("message truncated: rank {} sent {} with tag {} but rank {} posted a {}-byte receive",
-                                  work.peer_, sent, work.tag_, rank_, work.bytes_);
+    std::string sent =
+        received > work.bytes_ ? fmt::format("{} bytes", received) : std::string("a longer message");
+    return invalid_argument_error(
+        "message truncated: rank {} sent {} with tag {} but rank {} posted a {}-byte receive", work.peer_,
+        sent, work.tag_, rank_, work.bytes_);
   }
   if (status == UCS_ERR_CANCELED) {
-    return cancelled_error("rank {}: UCX cancelled the {} rank {} ({} bytes, tag {})", rank_, direction(work.is_send_),
-                           work.peer_, work.bytes_, work.tag_);
+    return cancelled_error("rank {}: UCX cancelled the {} rank {} ({} bytes, tag {})", rank_,
+                           direction(work.is_send_), work.peer_, work.bytes_, work.tag_);
   }
   StatusCode code = ucx_status_code(status);
   if (code == StatusCode::kUnavailable) {
@@ -464,9 +491,11 @@ unsigned UcxEngine::progress_locked() {
 }
 
 Status UcxEngine::wait(UcxWork* work, Duration timeout) {
-  const bool forever = timeout == Duration::max();
+  // Anything beyond a century means "no limit" (and keeps time_point arithmetic from overflowing).
+  const bool forever = timeout > std::chrono::hours(24 * 365 * 100);
   const Clock::time_point start = Clock::now();
-  const Clock::time_point deadline = forever ? Clock::time_point::max() : start + std::max(timeout, Duration(0));
+  const Clock::time_point deadline =
+      forever ? Clock::time_point::max() : start + std::max(timeout, Duration(0));
   int idle = 0;
   for (;;) {
     bool sleep = false;
@@ -490,9 +519,9 @@ Status UcxEngine::wait(UcxWork* work, Duration timeout) {
     if (now >= deadline) {
       if (sleep) sleepers_.fetch_sub(1, std::memory_order_relaxed);
       if (work->done()) break;
-      return deadline_exceeded_error("rank {}: UCX {} rank {} ({} bytes, tag {}) still pending after waiting {}", rank_,
-                                     direction(work->is_send_), work->peer_, work->bytes_, work->tag_,
-                                     format_duration(timeout));
+      return deadline_exceeded_error(
+          "rank {}: UCX {} rank {} ({} bytes, tag {}) still pending after waiting {}", rank_,
+          direction(work->is_send_), work->peer_, work->bytes_, work->tag_, format_duration(timeout));
     }
     if (sleep) {
       auto slice = std::min<Clock::duration>(options_.poll_slice, deadline - now);
@@ -518,9 +547,9 @@ void UcxEngine::cancel(UcxWork* work, const Status& reason) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (work->done()) return;
   work->cancelled_ = true;
-  work->cancel_reason_ =
-      reason.ok() ? cancelled_error("rank {}: {} rank {} cancelled", rank_, direction(work->is_send_), work->peer_)
-                  : reason;
+  work->cancel_reason_ = reason.ok() ? cancelled_error("rank {}: {} rank {} cancelled", rank_,
+                                                       direction(work->is_send_), work->peer_)
+                                     : reason;
   // A receive still waiting for its message leaves the expected queue and calls back right here.
   if (work->request_ != nullptr) ucp_request_cancel(worker_, work->request_);
   // Sends and receives already matched to a message cannot be cancelled in UCX: give them a
@@ -535,11 +564,12 @@ void UcxEngine::cancel(UcxWork* work, const Status& reason) {
   }
   if (work->done()) return;
   // ... then close the connection, which is the only way to be sure the buffer is not touched.
-  fail_peer_locked(work->peer_,
-                   unavailable_error("rank {} disconnected from peer rank {}: a cancelled {} rank {} ({} bytes, tag {}) "
-                                     "was still in flight after {}",
-                                     rank_, work->peer_, direction(work->is_send_), work->peer_, work->bytes_, work->tag_,
-                                     format_duration(options_.cancel_grace)));
+  fail_peer_locked(
+      work->peer_,
+      unavailable_error("rank {} disconnected from peer rank {}: a cancelled {} rank {} ({} bytes, tag {}) "
+                        "was still in flight after {}",
+                        rank_, work->peer_, direction(work->is_send_), work->peer_, work->bytes_, work->tag_,
+                        format_duration(options_.cancel_grace)));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -600,7 +630,8 @@ void UcxEngine::shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   if (worker_ != nullptr) {
-    Status reason = cancelled_error("rank {}: the UCX transport was destroyed before this transfer completed", rank_);
+    Status reason =
+        cancelled_error("rank {}: the UCX transport was destroyed before this transfer completed", rank_);
     for (Peer& peer : peers_) {
       bool sending = false;
       for (UcxWork* work = peer.in_flight; work != nullptr;) {
@@ -638,7 +669,8 @@ void UcxEngine::shutdown() {
 
 Status UcxEngine::peer_status(int peer) {
   if (peer < 0 || peer >= size_) {
-    return invalid_argument_error("rank {}: peer rank {} is not a rank of this {}-rank group", rank_, peer, size_);
+    return invalid_argument_error("rank {}: peer rank {} is not a rank of this {}-rank group", rank_, peer,
+                                  size_);
   }
   std::lock_guard<std::mutex> lock(mutex_);
   return peers_[peer].failure;
@@ -646,9 +678,11 @@ Status UcxEngine::peer_status(int peer) {
 
 std::string UcxEngine::describe_endpoint(int peer) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (peer < 0 || peer >= size_ || peer == rank_) return fmt::format("rank {}: no endpoint to rank {}", rank_, peer);
+  if (peer < 0 || peer >= size_ || peer == rank_)
+    return fmt::format("rank {}: no endpoint to rank {}", rank_, peer);
   if (peers_[peer].ep == nullptr) {
-    return fmt::format("rank {}: endpoint to rank {} closed ({})", rank_, peer, peers_[peer].failure.message());
+    return fmt::format("rank {}: endpoint to rank {} closed ({})", rank_, peer,
+                       peers_[peer].failure.message());
   }
   char* text = nullptr;
   size_t length = 0;
@@ -673,8 +707,8 @@ std::string UcxEngine::describe_pending() {
       attr.debug_string = info;
       attr.debug_string_size = sizeof(info);
       if (work->request_ == nullptr || ucp_request_query(work->request_, &attr) != UCS_OK) info[0] = 0;
-      out += fmt::format("rank {}: {} rank {}, {} bytes, tag {}: {}\n", rank_, direction(work->is_send_), work->peer_,
-                         work->bytes_, work->tag_, info);
+      out += fmt::format("rank {}: {} rank {}, {} bytes, tag {}: {}\n", rank_, direction(work->is_send_),
+                         work->peer_, work->bytes_, work->tag_, info);
     }
   }
   return out;
@@ -700,8 +734,8 @@ void UcxWork::cancel(Status reason) {
 StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::create(Store& store, int rank, int size,
                                                              const UcxOptions& options) {
   if (size < 1 || size > kMaxRanks || rank < 0 || rank >= size) {
-    return invalid_argument_error("UcxTransport: rank {} of size {} is not valid (size must be 1..{})", rank, size,
-                                  kMaxRanks);
+    return invalid_argument_error("UcxTransport: rank {} of size {} is not valid (size must be 1..{})", rank,
+                                  size, kMaxRanks);
   }
   auto engine = std::make_shared<UcxEngine>(rank, size, options);
   COHORT_RETURN_IF_ERROR(engine->init(store));

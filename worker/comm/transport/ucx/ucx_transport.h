@@ -22,11 +22,19 @@
 //
 // Failures: endpoints use UCX's peer error handling. A peer that dies (process killed, connection
 // reset, keepalive lost) is marked failed; every transfer with it, pending or later, fails with
-// UNAVAILABLE "peer rank R failed: <UCX reason>". A stopped peer is not a failure: transfers
-// with it time out in wait() with DEADLINE_EXCEEDED.
+// UNAVAILABLE "peer rank R failed: <UCX reason>" (over shared memory within about the keepalive
+// interval; a killed process its parent has not reaped yet still looks alive to UCX, and its
+// transfers time out instead). A stopped peer is not a failure: transfers with it time out in
+// wait() with DEADLINE_EXCEEDED.
 //
-// Transports: UCX_TLS from the environment wins; otherwise UcxOptions::transports (shared memory,
-// CMA for large messages, TCP between nodes).
+// Cancel: UCX can cancel only receives still waiting for their message. cancel() of a send in
+// flight (or of a receive already matched to a message) waits up to UcxOptions::cancel_grace for
+// it to finish, then closes the connection to that peer, which is the only way to be sure UCX no
+// longer touches the buffer: later transfers with that peer fail with UNAVAILABLE.
+//
+// Transports: UCX_TLS from the environment wins; otherwise UcxOptions::transports. On one host
+// UCX picks shared memory (sysv/posix) for small messages and CMA single-copy rendezvous for large
+// ones, TCP between hosts.
 
 #include <chrono>
 #include <memory>
@@ -63,7 +71,8 @@ inline constexpr Duration kDefaultUcxKeepaliveInterval = std::chrono::millisecon
 // Period of the transport's idle-progress thread. UCX moves a rank's protocol messages (e.g. the
 // acknowledgement that completes a peer's rendezvous send) only while that rank progresses; a rank
 // that received everything it wanted and went off to compute would otherwise leave its peers'
-// sends hanging until its next call. The thread progresses only when no caller did for a period.
+// sends hanging until its next call. The thread progresses only when no caller did for a period,
+// and backs off (up to 32 ms) while nothing is in flight.
 inline constexpr Duration kDefaultUcxIdleProgressInterval = std::chrono::milliseconds(1);
 // How long cancel() lets an in-flight transfer that UCX cannot cancel (a send, or a receive
 // already matched to a message) finish before it closes the connection to the peer to free the
@@ -73,8 +82,8 @@ inline constexpr Duration kDefaultUcxCancelGrace = std::chrono::milliseconds(100
 inline constexpr Duration kDefaultUcxCloseTimeout = std::chrono::seconds(1);
 
 struct UcxOptions {
-  // Store key prefix; rank r publishes its worker address under "<key_prefix><r>". Give every
-  // transport of one job (e.g. one per communicator) its own prefix.
+  // Store key prefix; rank r publishes its worker address under "<key_prefix><r>" (never deleted:
+  // late ranks may still read it). Give every transport of one store its own prefix.
   std::string key_prefix = "ucx/worker_address/";
   // How long create() waits for all peers' addresses before failing with the missing ranks.
   Duration connect_timeout = kDefaultUcxConnectTimeout;

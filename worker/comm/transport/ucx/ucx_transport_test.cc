@@ -32,14 +32,14 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-#define ASSERT_OK(expr)                         \
-  do {                                          \
-    ::cohort::Status status_ = (expr);          \
+#define ASSERT_OK(expr)                               \
+  do {                                                \
+    ::cohort::Status status_ = (expr);                \
     ASSERT_TRUE(status_.ok()) << status_.to_string(); \
   } while (0)
-#define EXPECT_OK(expr)                         \
-  do {                                          \
-    ::cohort::Status status_ = (expr);          \
+#define EXPECT_OK(expr)                               \
+  do {                                                \
+    ::cohort::Status status_ = (expr);                \
     EXPECT_TRUE(status_.ok()) << status_.to_string(); \
   } while (0)
 
@@ -49,13 +49,13 @@ constexpr Duration kTestTimeout = seconds(20);
 UcxOptions test_options() {
   UcxOptions options;
   options.connect_timeout = seconds(30);
-  if (const char* v = std::getenv("DBG_IDLE_MS")) options.idle_progress_interval = milliseconds(std::atoi(v));
   return options;
 }
 
 // Creates `size` connected transports, one per rank, as the ranks of one in-process job do:
 // concurrently, since create() waits for every peer's address.
-std::vector<std::unique_ptr<UcxTransport>> connect_ranks(int size, const UcxOptions& options = test_options()) {
+std::vector<std::unique_ptr<UcxTransport>> connect_ranks(int size,
+                                                         const UcxOptions& options = test_options()) {
   HashStore store;
   std::vector<std::unique_ptr<UcxTransport>> transports(size);
   auto statuses = testing::run_ranks(size, [&](int rank) -> Status {
@@ -78,7 +78,8 @@ Status wait_all(const std::vector<std::shared_ptr<TransportWork>>& works, Durati
     if (all_done) break;
     if (deadline.expired()) {
       for (size_t i = 0; i < works.size(); ++i) {
-        if (!works[i]->is_completed()) return deadline_exceeded_error("work {} still pending after {}", i, format_duration(timeout));
+        if (!works[i]->is_completed())
+          return deadline_exceeded_error("work {} still pending after {}", i, format_duration(timeout));
       }
     }
   }
@@ -113,8 +114,8 @@ std::vector<uint8_t> make_message(int src, int dst, int index, size_t bytes) {
 Status check_message(const std::vector<uint8_t>& got, int src, int dst, int index) {
   for (size_t i = 0; i < got.size(); ++i) {
     if (got[i] != pattern(src, dst, index, i)) {
-      return data_loss_error("message {} from rank {} to rank {}: byte {} of {} is {}, expected {}", index, src, dst, i,
-                             got.size(), got[i], pattern(src, dst, index, i));
+      return data_loss_error("message {} from rank {} to rank {}: byte {} of {} is {}, expected {}", index,
+                             src, dst, i, got.size(), got[i], pattern(src, dst, index, i));
     }
   }
   return ok_status();
@@ -313,6 +314,8 @@ TEST(UcxTransportTest, WaitTimesOutAndIsCompletedDoesNotBlock) {
   EXPECT_GE(waited, milliseconds(300));
   EXPECT_LT(waited, milliseconds(1500));
   EXPECT_FALSE(recv->is_completed());
+  std::string pending = transports[0]->describe_pending();
+  EXPECT_NE(pending.find("receive from rank 1, 4 bytes, tag 4"), std::string::npos) << pending;
   // A message arriving later completes it; is_completed() drives progress by itself.
   int value = 11;
   auto send = transports[1]->isend(0, 4, &value, sizeof(value));
@@ -328,7 +331,8 @@ TEST(UcxTransportTest, InvalidArgumentsAreErrorsAtTheCall) {
   int v = 0;
   EXPECT_EQ(t0.isend(5, 1, &v, 4)->wait(milliseconds(10)).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(t0.irecv(0, 1, &v, 4)->wait(milliseconds(10)).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(t0.isend(1, kTransportTagMask + 1, &v, 4)->wait(milliseconds(10)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(t0.isend(1, kTransportTagMask + 1, &v, 4)->wait(milliseconds(10)).code(),
+            StatusCode::kInvalidArgument);
   EXPECT_TRUE(t0.peer_status(1).ok());
   EXPECT_EQ(t0.peer_status(7).code(), StatusCode::kInvalidArgument);
   HashStore store;
@@ -386,13 +390,42 @@ TEST(UcxTransportTest, RingOfSendrecvThroughCollectiveContext) {
                             Deadline::after(kTestTimeout), "ring");
       int64_t mine = rank * 10, got = -1;
       for (uint32_t step = 0; step < 50; ++step) {
-        COHORT_RETURN_IF_ERROR(ctx.sendrecv((rank + 1) % size, &mine, 8, (rank + size - 1) % size, &got, 8, step));
-        if (got != ((rank + size - 1) % size) * 10) return internal_error("rank {} step {} got {}", rank, step, got);
+        COHORT_RETURN_IF_ERROR(
+            ctx.sendrecv((rank + 1) % size, &mine, 8, (rank + size - 1) % size, &got, 8, step));
+        if (got != ((rank + size - 1) % size) * 10)
+          return internal_error("rank {} step {} got {}", rank, step, got);
       }
       return ok_status();
     });
     EXPECT_EQ(testing::failures(statuses), "") << "size " << size;
   }
+}
+
+// A rank that posted a receive and went off to compute (no waits, no polls) still serves the
+// rendezvous: its idle-progress thread pulls the data, so the sender's wait succeeds.
+TEST(UcxTransportTest, IdleRankStillServesItsPeers) {
+  auto transports = connect_ranks(2);
+  const size_t bytes = size_t{4} << 20;
+  std::vector<uint8_t> out = make_message(0, 1, 0, bytes), in(bytes);
+  auto recv = transports[1]->irecv(0, 5, in.data(), in.size());  // never waited on
+  ASSERT_OK(transports[0]->isend(1, 5, out.data(), out.size())->wait(kTestTimeout));
+  // The receive completed in the background; only look, never progress.
+  Deadline deadline = Deadline::after(kTestTimeout);
+  while (recv->received_bytes() != bytes && recv->error().ok() && !deadline.expired()) {
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+  ASSERT_OK(recv->error());
+  ASSERT_EQ(recv->received_bytes(), bytes);
+  EXPECT_OK(check_message(in, 0, 1, 0));
+
+  // Without the thread only waiters progress: the same exchange stalls until the receiver waits.
+  UcxOptions no_idle = test_options();
+  no_idle.idle_progress_interval = Duration::zero();
+  auto quiet = connect_ranks(2, no_idle);
+  auto stalled_recv = quiet[1]->irecv(0, 5, in.data(), in.size());
+  auto stalled_send = quiet[0]->isend(1, 5, out.data(), out.size());
+  EXPECT_EQ(stalled_send->wait(milliseconds(300)).code(), StatusCode::kDeadlineExceeded);
+  ASSERT_OK(wait_all({stalled_recv, stalled_send}));
 }
 
 TEST(UcxTransportTest, WorksOutliveTheTransport) {
@@ -497,9 +530,7 @@ ChildResult decode_result(const std::string& text) {
   return result;
 }
 
-Duration since(Clock::time_point start) {
-  return std::chrono::duration_cast<Duration>(Clock::now() - start);
-}
+Duration since(Clock::time_point start) { return std::chrono::duration_cast<Duration>(Clock::now() - start); }
 
 // Ring exchange through every rank, so all endpoints have carried traffic before faults start.
 Status warm_up(Transport& t) {
@@ -535,7 +566,8 @@ void idle_until_killed(Store& store, int rank) {
 Status wait_on_rank_2(Store& store, Transport& t, bool cancel_after) {
   int rank = t.rank();
   std::vector<uint8_t> buffer(rank == 0 ? 8 : (size_t{4} << 20), 7);
-  auto work = rank == 0 ? t.irecv(2, 7, buffer.data(), buffer.size()) : t.isend(2, 7, buffer.data(), buffer.size());
+  auto work =
+      rank == 0 ? t.irecv(2, 7, buffer.data(), buffer.size()) : t.isend(2, 7, buffer.data(), buffer.size());
   COHORT_RETURN_IF_ERROR(store.set(fmt::format("posted/{}", rank), "1"));
   Clock::time_point start = Clock::now();
   Status status = work->wait(kFaultOpTimeout);
@@ -543,7 +575,8 @@ Status wait_on_rank_2(Store& store, Transport& t, bool cancel_after) {
   if (cancel_after) {
     Clock::time_point cancel_start = Clock::now();
     work->cancel(cancelled_error("gave up"));
-    COHORT_RETURN_IF_ERROR(store.set(fmt::format("cancel_ms/{}", rank), std::to_string(since(cancel_start).count())));
+    COHORT_RETURN_IF_ERROR(
+        store.set(fmt::format("cancel_ms/{}", rank), std::to_string(since(cancel_start).count())));
     if (!work->is_completed()) return internal_error("rank {}: work pending after cancel()", rank);
   }
   COHORT_RETURN_IF_ERROR(store.set(fmt::format("result/{}", rank), encode_result(status, elapsed)));
@@ -575,7 +608,8 @@ Status measure(Store& store, Transport& t) {
       COHORT_RETURN_IF_ERROR(t.isend(peer, 1, &small, 8)->wait(kTestTimeout));
     }
   }
-  double latency_us = std::chrono::duration<double, std::micro>(Clock::now() - start).count() / (2.0 * kRounds);
+  double latency_us =
+      std::chrono::duration<double, std::micro>(Clock::now() - start).count() / (2.0 * kRounds);
 
   std::vector<uint8_t> big(kBigBytes, 3);
   int64_t ack = 0;
@@ -583,7 +617,8 @@ Status measure(Store& store, Transport& t) {
   for (int sent = 0; sent < kBigMessages; sent += kWindow) {
     std::vector<std::shared_ptr<TransportWork>> window;
     for (int i = 0; i < kWindow; ++i) {
-      window.push_back(rank == 0 ? t.isend(peer, 2, big.data(), big.size()) : t.irecv(peer, 2, big.data(), big.size()));
+      window.push_back(rank == 0 ? t.isend(peer, 2, big.data(), big.size())
+                                 : t.irecv(peer, 2, big.data(), big.size()));
     }
     for (auto& w : window) COHORT_RETURN_IF_ERROR(w->wait(kTestTimeout));
   }
@@ -595,8 +630,9 @@ Status measure(Store& store, Transport& t) {
   double seconds_taken = std::chrono::duration<double>(Clock::now() - start).count();
   double bandwidth = kBigMessages * static_cast<double>(kBigBytes) / seconds_taken / 1e6;
   if (rank == 0) {
-    COHORT_RETURN_IF_ERROR(store.set("measure", fmt::format("8-byte one-way latency {:.2f} us, 4 MiB bandwidth {:.0f} MB/s",
-                                                             latency_us, bandwidth)));
+    COHORT_RETURN_IF_ERROR(store.set(
+        "measure",
+        fmt::format("8-byte one-way latency {:.2f} us, 4 MiB bandwidth {:.0f} MB/s", latency_us, bandwidth)));
     COHORT_RETURN_IF_ERROR(store.set("endpoint", dynamic_cast<UcxTransport&>(t).describe_endpoint(1)));
   }
   return ok_status();
@@ -664,6 +700,9 @@ TEST_F(UcxProcessTest, KilledPeerFailsPendingTransfersWithItsName) {
   for (int rank = 0; rank < 3; ++rank) pids.push_back(children_.spawn("kill", rank, 3, store_path()));
   ASSERT_OK(store().wait({"posted/0", "posted/1", "ready/2"}, seconds(30)));
   ::kill(pids[2], SIGKILL);
+  // Reap it at once, as a launcher does: over shared memory UCX's keepalive asks whether the
+  // process still exists, and a zombie does.
+  EXPECT_EQ(children_.wait(pids[2], kChildTimeout), 128 + SIGKILL);
   EXPECT_EQ(children_.wait(pids[0], kChildTimeout), 0);
   EXPECT_EQ(children_.wait(pids[1], kChildTimeout), 0);
   for (int rank = 0; rank < 2; ++rank) {
@@ -678,8 +717,10 @@ TEST_F(UcxProcessTest, KilledPeerFailsPendingTransfersWithItsName) {
     auto peer_status = store().get(fmt::format("peer_status/{}", rank), milliseconds(100));
     EXPECT_NE(peer_status.value_or("").find("UNAVAILABLE"), std::string::npos) << peer_status.value_or("");
     auto later = store().get(fmt::format("later/{}", rank), milliseconds(100));
-    EXPECT_NE(later.value_or("").find("UNAVAILABLE: peer rank 2 failed"), std::string::npos) << later.value_or("");
-    std::printf("rank %d: %s after %lld ms\n", rank, result.message.c_str(), static_cast<long long>(result.elapsed_ms));
+    EXPECT_NE(later.value_or("").find("UNAVAILABLE: peer rank 2 failed"), std::string::npos)
+        << later.value_or("");
+    std::printf("rank %d: %s after %lld ms\n", rank, result.message.c_str(),
+                static_cast<long long>(result.elapsed_ms));
   }
 }
 
