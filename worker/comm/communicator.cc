@@ -74,6 +74,7 @@ Communicator::Communicator(std::string kind, std::shared_ptr<CommWorld> world, s
       algorithm_(options.algorithm),
       debug_checks_(options.debug_checks || env_debug_detail()),
       recorder_(options.flight_recorder_size) {
+  description_ = fmt::format("{} communicator (context {}, rank {} of {})", kind_, context_id_, rank_, size());
   // Nodes in order of their lowest rank; ranks within a node in rank order.
   std::vector<std::string> nodes;
   const std::string& my_node = world_->node_ids[global_ranks_[rank_]];
@@ -100,9 +101,7 @@ Communicator::~Communicator() {
   if (executor_.joinable()) executor_.join();
 }
 
-std::string Communicator::description() const {
-  return fmt::format("{} communicator (context {}, rank {} of {})", kind_, context_id_, rank_, size());
-}
+const std::string& Communicator::description() const { return description_; }
 
 Algorithm Communicator::algorithm_for(Collective collective) const {
   // A forced algorithm applies to the collectives it implements; the others keep the selector's
@@ -136,27 +135,33 @@ Status Communicator::check_counts(const std::vector<size_t>& counts, const char*
 // ---------------------------------------------------------------------------------------------
 // Execution: queue, run token, recording and error context.
 
-std::shared_ptr<Work> Communicator::submit(std::string op, std::string detail, const CallOptions& call,
-                                           std::function<Status(Deadline)> body) {
+// A completed OK Work shared by every successful blocking call: immutable once completed.
+static std::shared_ptr<Work> ok_work() {
+  static const std::shared_ptr<Work> done = completed_work(ok_status());
+  return done;
+}
+
+template <typename Body>
+std::shared_ptr<Work> Communicator::submit(const OpInfo& info, const CallOptions& call, Body&& body) {
   Duration timeout = call.timeout.value_or(options_.timeout);
-  auto work = std::make_shared<CompletionWork>();
-  // The deadline starts when the operation starts running, not when it is queued: a bucket queued
-  // behind others must not time out for waiting its turn.
-  auto task = [this, op = std::move(op), detail = std::move(detail), timeout, body = std::move(body)] {
-    return run_recorded(sequence_, op, detail, Deadline::after(timeout), body);
-  };
   std::unique_lock<std::mutex> lock(queue_mutex_);
   if (call.blocking && !running_ && queue_.empty()) {
     running_ = true;
     lock.unlock();
-    Status status = task();
+    Status status = run_recorded(sequence_, info, Deadline::after(timeout), body);
     lock.lock();
     running_ = false;
+    bool executor_waits = executor_.joinable();
     lock.unlock();
-    queue_cv_.notify_all();
-    work->complete(status);
-    return work;
+    if (executor_waits) queue_cv_.notify_all();
+    return status.ok() ? ok_work() : completed_work(status);
   }
+  // The deadline starts when the operation starts running, not when it is queued: a bucket queued
+  // behind others must not time out for waiting its turn.
+  auto work = std::make_shared<CompletionWork>();
+  std::function<Status()> task = [this, info, timeout, body = std::forward<Body>(body)] {
+    return run_recorded(sequence_, info, Deadline::after(timeout), body);
+  };
   queue_.push_back(Task{std::move(task), work});
   if (!executor_.joinable()) executor_ = std::thread([this] { executor_loop(); });
   lock.unlock();
@@ -182,19 +187,19 @@ void Communicator::executor_loop() {
   }
 }
 
-Status Communicator::run_recorded(uint64_t sequence_hint, const std::string& op, const std::string& detail,
-                                  Deadline deadline, const std::function<Status(Deadline)>& body) {
-  uint64_t id = recorder_.start(sequence_hint, op, detail);
+template <typename Body>
+Status Communicator::run_recorded(uint64_t sequence_hint, const OpInfo& info, Deadline deadline, const Body& body) {
+  uint64_t id = recorder_.start(sequence_hint, info);
   Status status;
-  if (debug_checks_) status = cross_check(fmt::format("{}({})", op, detail), deadline);
+  if (debug_checks_) status = cross_check(info.signature(), deadline);
   if (status.ok()) status = body(deadline);
   recorder_.finish(id, status);
   if (status.ok()) return status;
   if (status.code() == StatusCode::kDeadlineExceeded) {
-    spdlog::error("{} #{} on {} timed out; last operations of this communicator:\n{}", op, sequence_hint,
+    spdlog::error("{} #{} on {} timed out; last operations of this communicator:\n{}", info.op, sequence_hint,
                   description(), recorder_.dump());
   }
-  return status.with_context(fmt::format("{} #{} ({}) on {}", op, sequence_hint, detail, description()))
+  return status.with_context(fmt::format("{} #{} ({}) on {}", info.op, sequence_hint, info.detail(), description()))
       .with_suffix(failed_peers());
 }
 
@@ -210,20 +215,6 @@ std::string Communicator::failed_peers() const {
   return dead.empty() ? "" : fmt::format(" [ranks known to have failed: {}]", dead);
 }
 
-Status Communicator::run_collective(const std::string& op, Deadline deadline,
-                                    const std::function<Status(CollectiveContext&)>& body) {
-  if (size() == 1) {
-    CollectiveContext ctx(world_->transport.get(), &global_ranks_, rank_, 0, deadline, op, &scratch_);
-    return body(ctx);
-  }
-  uint64_t sequence = sequence_++;
-  if (context_id_ > kMaxContextId) {
-    return resource_exhausted_error("communicator context id {} exceeds the limit {}", context_id_, kMaxContextId);
-  }
-  CollectiveContext ctx(world_->transport.get(), &global_ranks_, rank_, collective_tag_base(context_id_, sequence),
-                        deadline, op, &scratch_);
-  return body(ctx);
-}
 
 Status Communicator::cross_check(const std::string& signature, Deadline deadline) {
   std::vector<char> mine(kSignatureBytes, '\0');
@@ -260,7 +251,7 @@ std::shared_ptr<Work> Communicator::allreduce(const void* send, void* recv, size
   if (valid.ok()) valid = check_buffer(recv, count, "allreduce receive");
   if (!valid.ok()) return completed_work(valid.with_context("allreduce on " + description()));
   size_t bytes = count * element_size(dtype);
-  return submit("allreduce", fmt::format("{}, {}", describe(dtype, count), reduce_op_name(op)), call,
+  return submit(OpInfo{"allreduce", static_cast<int>(dtype), count, "", static_cast<int>(op), -1}, call,
                 [=](Deadline deadline) -> Status {
                   if (send != nullptr && send != recv && bytes > 0) std::memcpy(recv, send, bytes);
                   ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
@@ -278,7 +269,7 @@ std::shared_ptr<Work> Communicator::reduce(const void* send, void* recv, size_t 
   if (valid.ok() && rank_ != root && send == nullptr) valid = check_buffer(recv, count, "reduce send");
   if (!valid.ok()) return completed_work(valid.with_context("reduce on " + description()));
   size_t bytes = count * element_size(dtype);
-  return submit("reduce", fmt::format("{}, {}, root {}", describe(dtype, count), reduce_op_name(op), root), call,
+  return submit(OpInfo{"reduce", static_cast<int>(dtype), count, "", static_cast<int>(op), root}, call,
                 [=](Deadline deadline) -> Status {
                   const void* input = send != nullptr ? send : recv;
                   // Non-roots reduce in staging so their input is never clobbered.
@@ -299,7 +290,7 @@ std::shared_ptr<Work> Communicator::broadcast(void* buf, size_t count, DataType 
   if (valid.ok()) valid = check_buffer(buf, count, "broadcast");
   if (!valid.ok()) return completed_work(valid.with_context("broadcast on " + description()));
   size_t bytes = count * element_size(dtype);
-  return submit("broadcast", fmt::format("{}, root {}", describe(dtype, count), root), call,
+  return submit(OpInfo{"broadcast", static_cast<int>(dtype), count, "", -1, root}, call,
                 [=](Deadline deadline) {
                   return run_collective("broadcast", deadline, [&](CollectiveContext& ctx) {
                     return run_broadcast(ctx, buf, bytes, root, algorithm_for(Collective::kBroadcast));
@@ -323,7 +314,7 @@ std::shared_ptr<Work> Communicator::allgatherv(const void* send, void* recv, con
   for (size_t r = 0; r < bytes.size(); ++r) bytes[r] = recv_counts[r] * esize;
   size_t offset = std::accumulate(bytes.begin(), bytes.begin() + rank_, size_t{0});
   const void* input = send != nullptr ? send : static_cast<const uint8_t*>(recv) + offset;
-  return submit("allgather", fmt::format("{} total", describe(dtype, total)), call,
+  return submit(OpInfo{"allgather", static_cast<int>(dtype), total, " total", -1, -1}, call,
                 [=](Deadline deadline) {
                   return run_collective("allgather", deadline, [&](CollectiveContext& ctx) {
                     return run_allgatherv(ctx, input, recv, bytes, algorithm_for(Collective::kAllgather));
@@ -348,7 +339,7 @@ std::shared_ptr<Work> Communicator::gatherv(const void* send, void* recv, const 
   size_t esize = element_size(dtype);
   std::vector<size_t> bytes(recv_counts.size());
   for (size_t r = 0; r < bytes.size(); ++r) bytes[r] = recv_counts[r] * esize;
-  return submit("gather", fmt::format("{} total, root {}", describe(dtype, total), root), call,
+  return submit(OpInfo{"gather", static_cast<int>(dtype), total, " total", -1, root}, call,
                 [=](Deadline deadline) {
                   return run_collective("gather", deadline, [&](CollectiveContext& ctx) {
                     return run_gatherv(ctx, send, recv, bytes, root, algorithm_for(Collective::kGather));
@@ -373,7 +364,7 @@ std::shared_ptr<Work> Communicator::scatterv(const void* send, const std::vector
   size_t esize = element_size(dtype);
   std::vector<size_t> bytes(send_counts.size());
   for (size_t r = 0; r < bytes.size(); ++r) bytes[r] = send_counts[r] * esize;
-  return submit("scatter", fmt::format("{} total, root {}", describe(dtype, total), root), call,
+  return submit(OpInfo{"scatter", static_cast<int>(dtype), total, " total", -1, root}, call,
                 [=](Deadline deadline) {
                   return run_collective("scatter", deadline, [&](CollectiveContext& ctx) {
                     return run_scatterv(ctx, send, recv, bytes, root, algorithm_for(Collective::kScatter));
@@ -396,7 +387,7 @@ std::shared_ptr<Work> Communicator::reduce_scatterv(const void* send, void* recv
   if (valid.ok()) valid = check_buffer(recv, recv_counts[rank_], "reduce_scatter receive");
   if (!valid.ok()) return completed_work(valid.with_context("reduce_scatter on " + description()));
   size_t esize = element_size(dtype);
-  return submit("reduce_scatter", fmt::format("{} total, {}", describe(dtype, total), reduce_op_name(op)), call,
+  return submit(OpInfo{"reduce_scatter", static_cast<int>(dtype), total, " total", static_cast<int>(op), -1}, call,
                 [=](Deadline deadline) -> Status {
                   // The algorithm reduces in place over its input; work on a copy.
                   uint8_t* buf = staging(total * esize);
@@ -435,7 +426,7 @@ std::shared_ptr<Work> Communicator::alltoallv(const void* send, const std::vecto
     sbytes[r] = send_counts[r] * esize;
     rbytes[r] = recv_counts[r] * esize;
   }
-  return submit("alltoall", fmt::format("{} sent", describe(dtype, send_total)), call,
+  return submit(OpInfo{"alltoall", static_cast<int>(dtype), send_total, " sent", -1, -1}, call,
                 [=](Deadline deadline) {
                   return run_collective("alltoall", deadline, [&](CollectiveContext& ctx) {
                     return run_alltoallv(ctx, send, sbytes, recv, rbytes, algorithm_for(Collective::kAlltoall));
@@ -444,7 +435,7 @@ std::shared_ptr<Work> Communicator::alltoallv(const void* send, const std::vecto
 }
 
 std::shared_ptr<Work> Communicator::barrier(const CallOptions& call) {
-  return submit("barrier", "", call, [=](Deadline deadline) {
+  return submit(OpInfo{"barrier"}, call, [=](Deadline deadline) {
     return run_collective("barrier", deadline, [&](CollectiveContext& ctx) { return run_barrier(ctx); });
   });
 }

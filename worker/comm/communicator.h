@@ -89,7 +89,7 @@ class Communicator {
   const std::vector<int>& global_ranks() const { return global_ranks_; }
   const CommunicatorOptions& options() const { return options_; }
   // "hierarchical communicator (context 3, rank 1 of 4)": for error messages.
-  std::string description() const;
+  const std::string& description() const;
 
   // ---- Collectives. `send == nullptr` or `send == recv` means in place. Counts are elements. ----
   std::shared_ptr<Work> allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
@@ -162,8 +162,13 @@ class Communicator {
 
   // Runs `body` over a fresh CollectiveContext for this communicator's next sequence number.
   // Synchronous; for use by kinds composing sub-communicators on the executor thread.
-  Status run_collective(const std::string& op, Deadline deadline,
-                        const std::function<Status(CollectiveContext&)>& body);
+  // A template so the hot path allocates no std::function.
+  template <typename Body>
+  Status run_collective(const char* op, Deadline deadline, Body&& body) {
+    uint64_t tag_base = size() == 1 ? 0 : collective_tag_base(context_id_, sequence_++);
+    CollectiveContext ctx(world_->transport.get(), &global_ranks_, rank_, tag_base, deadline, op, &scratch_);
+    return body(ctx);
+  }
 
   // Staging memory for kinds that need a copy of the input (distinct from the algorithms' scratch).
   uint8_t* staging(size_t bytes);
@@ -179,10 +184,13 @@ class Communicator {
   };
 
   // Validates nothing; records, queues or runs `body` per `call`, wrapping failures with context.
-  std::shared_ptr<Work> submit(std::string op, std::string detail, const CallOptions& call,
-                               std::function<Status(Deadline)> body);
-  Status run_recorded(uint64_t sequence_hint, const std::string& op, const std::string& detail, Deadline deadline,
-                      const std::function<Status(Deadline)>& body);
+  // Runs `body` on this thread (blocking calls, nothing queued) or queues it for the executor.
+  // Templates (defined in communicator.cc, their only user) so the blocking path allocates nothing
+  // but what the algorithm needs.
+  template <typename Body>
+  std::shared_ptr<Work> submit(const OpInfo& info, const CallOptions& call, Body&& body);
+  template <typename Body>
+  Status run_recorded(uint64_t sequence_hint, const OpInfo& info, Deadline deadline, const Body& body);
   void executor_loop();
   Deadline deadline_for(const CallOptions& call) const;
   Status check_root(int root) const;
@@ -202,6 +210,7 @@ class Communicator {
   const Algorithm algorithm_;
   bool debug_checks_;
   int intra_rank_ = 0, intra_size_ = 1, inter_rank_ = 0, inter_size_ = 1;
+  std::string description_;  // made once: errors name the communicator on every path
 
   // Next collective sequence number; advanced only by the thread that runs collectives.
   uint64_t sequence_ = 0;

@@ -2,10 +2,20 @@
 
 namespace cohort::comm {
 
-uint64_t FlightRecorder::start(uint64_t sequence, std::string op, std::string detail) {
+std::string OpInfo::detail() const {
+  std::string out;
+  if (dtype >= 0) {
+    out = fmt::format("{} x {}{}", data_type_name(static_cast<DataType>(dtype)), count, count_label);
+  }
+  if (reduce_op >= 0) out += fmt::format(", {}", reduce_op_name(static_cast<ReduceOp>(reduce_op)));
+  if (root >= 0) out += fmt::format(", root {}", root);
+  return out;
+}
+
+uint64_t FlightRecorder::start(uint64_t sequence, const OpInfo& info) {
   std::lock_guard<std::mutex> lock(mutex_);
   uint64_t id = next_id_++;
-  entries_.push_back({id, FlightRecord{sequence, std::move(op), std::move(detail), Clock::now(), std::nullopt, {}}});
+  entries_.push_back({id, FlightRecord{sequence, info, Clock::now(), std::nullopt, {}}});
   if (entries_.size() > capacity_) entries_.pop_front();
   return id;
 }
@@ -29,7 +39,7 @@ std::string FlightRecorder::dump() const {
                                                : fmt::format("{} us", elapsed.count());
     std::string outcome = !r.end ? "RUNNING for " + took
                                  : (r.status.ok() ? "OK" : r.status.to_string()) + " after " + took;
-    out += fmt::format("  #{} {} {}: {}\n", r.sequence, r.op, r.detail, outcome);
+    out += fmt::format("  #{} {} {}: {}\n", r.sequence, r.info.op, r.info.detail(), outcome);
   }
   return out;
 }

@@ -12,15 +12,31 @@
 
 #include "worker/base/status.h"
 #include "worker/comm/deadline.h"
+#include "worker/comm/types.h"
 
 namespace cohort::comm {
 
 inline constexpr size_t kDefaultFlightRecorderSize = 64;
 
+// What an operation is, kept as plain fields so the hot path formats and allocates nothing; the
+// text ("f32 x 1024, sum, root 0") is made only for errors, dumps and debug cross-checks.
+struct OpInfo {
+  const char* op = "";           // "allreduce": a string literal
+  int dtype = -1;                // a DataType value, or -1 when the op has none (barrier)
+  size_t count = 0;              // elements
+  const char* count_label = "";  // "" | " total" | " sent": what `count` counts
+  int reduce_op = -1;            // a ReduceOp value, or -1
+  int root = -1;                 // or -1
+
+  // "f32 x 1024, sum, root 0" (empty for a barrier).
+  std::string detail() const;
+  // "allreduce(f32 x 1024, sum)".
+  std::string signature() const { return std::string(op) + "(" + detail() + ")"; }
+};
+
 struct FlightRecord {
   uint64_t sequence = 0;
-  std::string op;           // "allreduce"
-  std::string detail;       // "f32 x 1024, sum, root 0" / "peer 3, tag 7"
+  OpInfo info;
   Clock::time_point start;
   std::optional<Clock::time_point> end;  // unset while running
   Status status;            // the outcome once ended
@@ -31,7 +47,7 @@ class FlightRecorder {
   explicit FlightRecorder(size_t capacity = kDefaultFlightRecorderSize) : capacity_(capacity) {}
 
   // Records the start of an operation; returns its slot id for finish(). Thread-safe.
-  uint64_t start(uint64_t sequence, std::string op, std::string detail);
+  uint64_t start(uint64_t sequence, const OpInfo& info);
   // Records the end of operation `id` (ignored if it fell out of the window). Thread-safe.
   void finish(uint64_t id, const Status& status);
 

@@ -13,7 +13,9 @@ CollectiveContext::CollectiveContext(Transport* transport, const std::vector<int
       tag_base_(tag_base),
       deadline_(deadline),
       op_(std::move(op)),
-      scratch_(scratch != nullptr ? scratch : &own_scratch_) {}
+      scratch_(scratch != nullptr ? scratch : &own_scratch_) {
+  posted_.reserve(kPruneThreshold);
+}
 
 uint8_t* CollectiveContext::scratch(size_t bytes) {
   if (scratch_->size() < bytes) scratch_->resize(bytes);
