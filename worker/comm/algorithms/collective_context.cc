@@ -23,7 +23,13 @@ uint8_t* CollectiveContext::scratch(size_t bytes) {
 }
 
 CollectiveContext::~CollectiveContext() {
-  cancel_pending(cancelled_error("{} ended before this transfer completed", op_));
+  // The common case has nothing pending: build the reason only when it is needed.
+  for (const auto& work : posted_) {
+    if (!work->is_completed()) {
+      cancel_pending(cancelled_error("{} ended before this transfer completed", op_));
+      return;
+    }
+  }
 }
 
 void CollectiveContext::cancel_pending(const Status& reason) {

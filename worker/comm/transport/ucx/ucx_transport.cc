@@ -1,5 +1,7 @@
 #include "worker/comm/transport/ucx/ucx_transport.h"
 
+#include <sched.h>
+
 #include <poll.h>
 
 #include <algorithm>
@@ -492,6 +494,8 @@ unsigned UcxEngine::progress_locked() {
 
 // Spin iterations between two deadline checks in UcxEngine::wait.
 constexpr int kClockCheckInterval = 64;
+// Idle spins in UcxEngine::wait before each further spin also yields the core.
+constexpr int kYieldAfterSpins = 32;
 
 Status UcxEngine::wait(UcxWork* work, Duration timeout) {
   // Anything beyond a century means "no limit" (and keeps time_point arithmetic from overflowing).
@@ -520,6 +524,9 @@ Status UcxEngine::wait(UcxWork* work, Duration timeout) {
     }
     // Reading the clock costs as much as a progress call on some VMs: while spinning, look at it
     // only every kClockCheckInterval iterations (a few microseconds).
+    // Past a short spin, give the core away on every idle iteration: with more ranks than cores
+    // (4 ranks on 2 here) the peer we wait for may need this very core to make progress.
+    if (!sleep && idle > kYieldAfterSpins) sched_yield();
     if (!sleep && idle % kClockCheckInterval != 0) continue;
     Clock::time_point now = Clock::now();
     if (now >= deadline) {
