@@ -199,6 +199,10 @@ Status UcxEngine::create_context() {
   }
   std::string interval = fmt::format("{}ms", std::max<int64_t>(1, options_.keepalive_interval.count()));
   COHORT_RETURN_IF_ERROR(set_unless_in_environment(config, "KEEPALIVE_INTERVAL", interval));
+  if (options_.rendezvous_threshold > 0) {
+    COHORT_RETURN_IF_ERROR(
+        set_unless_in_environment(config, "RNDV_THRESH", std::to_string(options_.rendezvous_threshold)));
+  }
   if (options_.shared_memory_error_handling) {
     // Shared memory notices a dead peer through keepalive (is the process still there?), which
     // is what peer error handling needs; UCX 1.13 only hides the capability by default.

@@ -68,6 +68,10 @@ inline constexpr Duration kDefaultUcxPollSlice = std::chrono::milliseconds(50);
 // UCX keepalive period (UCX's own default is 20 s): a killed peer that does not close a socket
 // (shared memory) is noticed within about this long while someone waits.
 inline constexpr Duration kDefaultUcxKeepaliveInterval = std::chrono::milliseconds(500);
+// Messages below this size go eagerly (copied through shared memory) instead of by rendezvous.
+// UCX's own choice on one node switches at a few KiB, and the rendezvous handshake then dominates
+// 32 KiB–256 KiB allreduce segments (bench/README.md: 0.5–0.65× OpenMPI's busbw at 2 ranks).
+inline constexpr size_t kDefaultUcxRendezvousThreshold = 256 * 1024;
 // Period of the transport's idle-progress thread. UCX moves a rank's protocol messages (e.g. the
 // acknowledgement that completes a peer's rendezvous send) only while that rank progresses; a rank
 // that received everything it wanted and went off to compute would otherwise leave its peers'
@@ -95,6 +99,8 @@ struct UcxOptions {
   Duration poll_slice = kDefaultUcxPollSlice;
   // UCX keepalive interval, unless UCX_KEEPALIVE_INTERVAL is set in the environment.
   Duration keepalive_interval = kDefaultUcxKeepaliveInterval;
+  // UCX_RNDV_THRESH, unless set in the environment (0 keeps UCX's own choice).
+  size_t rendezvous_threshold = kDefaultUcxRendezvousThreshold;
   // Period of the idle-progress thread (Duration::zero(): no thread; then only waiters progress).
   Duration idle_progress_interval = kDefaultUcxIdleProgressInterval;
   // How long cancel() waits for an uncancellable in-flight transfer before disconnecting the peer.
