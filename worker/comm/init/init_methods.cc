@@ -136,6 +136,15 @@ Status check_rank(std::string_view context, const Sourced& rank, const Sourced& 
 // The query parameters resolve_init merged; built-in schemes take no others.
 Status check_query(const InitUrl& url) {
   for (const auto& [name, value] : url.query) {
+    if (name == "store" && url.scheme != "file") {
+      if (value != "external" && value != "rank0") {
+        return invalid_argument_error(
+            "init URL {:?}: store={:?} is not a store mode; use store=rank0 (rank 0 serves the store, the "
+            "default) or store=external (a standalone server, e.g. cohort-store, already listens there)",
+            url.text, value);
+      }
+      continue;
+    }
     if (name != "rank" && name != "world_size" && name != "local_rank" && name != "local_world_size") {
       return invalid_argument_error(
           "init URL {:?}: unknown query parameter {:?}; {}:// takes rank, world_size, local_rank, "
@@ -164,10 +173,22 @@ StatusOr<std::pair<Sourced, Sourced>> explicit_ranks(const InitUrl& url, const I
   return std::make_pair(rank, world_size);
 }
 
-// Rank 0 serves the store in-process; everyone (rank 0 too) connects as a client.
-StatusOr<std::shared_ptr<Store>> tcp_store_for(const std::string& host, int port, int rank,
+// True when a standalone server (cohort-store) serves the store: the URL's store=external, or
+// COHORT_STORE=external in the environment for env://.
+bool external_store(const InitUrl& url, const InitOptions& options) {
+  auto it = url.query.find("store");
+  if (it != url.query.end()) return it->second == "external";
+  if (url.scheme != "env") return false;
+  std::optional<std::string> mode = (options.env ? options.env : process_environment())("COHORT_STORE");
+  return mode && *mode == "external";
+}
+
+// Rank 0 serves the store in-process unless a standalone server does; everyone (rank 0 too)
+// connects as a client.
+StatusOr<std::shared_ptr<Store>> tcp_store_for(const std::string& host, int port, int rank, bool external,
                                                Duration timeout) {
-  COHORT_ASSIGN_OR_RETURN(std::unique_ptr<TcpStore> store, TcpStore::create(host, port, rank == 0, timeout));
+  COHORT_ASSIGN_OR_RETURN(std::unique_ptr<TcpStore> store,
+                          TcpStore::create(host, port, rank == 0 && !external, timeout));
   return std::shared_ptr<Store>(std::move(store));
 }
 
@@ -198,7 +219,8 @@ StatusOr<Bootstrap> env_init_method(const InitUrl& url, const InitOptions& optio
   COHORT_ASSIGN_OR_RETURN(EnvRendezvous env, read_env_rendezvous(options));
   Bootstrap boot;
   COHORT_ASSIGN_OR_RETURN(boot.store,
-                          tcp_store_for(env.master_address, env.master_port, env.rank, options.timeout));
+                          tcp_store_for(env.master_address, env.master_port, env.rank,
+                                        external_store(url, options), options.timeout));
   boot.rank = env.rank;
   boot.world_size = env.world_size;
   boot.local_rank = env.local_rank;
@@ -217,7 +239,8 @@ StatusOr<Bootstrap> tcp_init_method(const InitUrl& url, const InitOptions& optio
   COHORT_ASSIGN_OR_RETURN(auto ranks, explicit_ranks(url, options));
   Bootstrap boot;
   COHORT_ASSIGN_OR_RETURN(boot.store,
-                          tcp_store_for(master.host, master.port, ranks.first.value, options.timeout));
+                          tcp_store_for(master.host, master.port, ranks.first.value,
+                                        external_store(url, options), options.timeout));
   boot.rank = ranks.first.value;
   boot.world_size = ranks.second.value;
   boot.local_rank = options.local_rank;

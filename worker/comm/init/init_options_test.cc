@@ -14,6 +14,8 @@
 
 #include "worker/comm/init/init_methods.h"
 #include "worker/comm/store/hash_store.h"
+#include "worker/comm/store/tcp_store.h"
+#include "worker/comm/store/tcp_store_server.h"
 #include "worker/comm/store/store_test_util.h"
 
 namespace cohort::comm {
@@ -222,6 +224,38 @@ TEST(TcpInitTest, ThreeRanksRendezvousAndGroupByNodeId) {
   EXPECT_EQ(boots[0]->local_world_size, 2);
   EXPECT_EQ(boots[1]->local_world_size, 2);
   EXPECT_EQ(boots[2]->local_world_size, 1);
+}
+
+TEST(TcpInitTest, ExternalStoreServerIsUsedInsteadOfRankZeroServing) {
+  // A standalone server (what cohort-store runs) already listens: rank 0 must not try to serve.
+  TcpStoreServerOptions server_options;
+  server_options.host = "127.0.0.1";
+  auto server = TcpStoreServer::start(server_options);
+  ASSERT_TRUE(server.ok()) << server.status().to_string();
+  std::vector<InitOptions> per_rank;
+  for (int rank = 0; rank < 2; ++rank) {
+    InitOptions options = InitOptions::from_url(fmt::format(
+        "tcp://127.0.0.1:{}?rank={}&world_size=2&local_rank={}&local_world_size=2&store=external",
+        (*server)->port(), rank, rank));
+    options.timeout = kTestTimeout;
+    options.env = environment_from({});
+    per_rank.push_back(options);
+  }
+  std::vector<StatusOr<Bootstrap>> boots = resolve_all(per_rank);
+  expect_ranks_exchange_keys(boots);
+  // The keys live in the standalone server and survive the ranks' stores.
+  boots.clear();
+  auto client = TcpStore::connect("127.0.0.1", (*server)->port(), kTestTimeout);
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  EXPECT_GT((*client)->num_keys().value(), 0);
+}
+
+TEST(TcpInitTest, UnknownStoreModeIsRejected) {
+  InitOptions options = InitOptions::from_url("tcp://127.0.0.1:1?rank=0&world_size=1&store=cloud");
+  options.env = environment_from({});
+  StatusOr<Bootstrap> boot = resolve_init(options);
+  ASSERT_FALSE(boot.ok());
+  EXPECT_NE(boot.status().message().find("store=external"), std::string::npos) << boot.status().message();
 }
 
 TEST(TcpInitTest, RankAndWorldSizeFromTheQuery) {
