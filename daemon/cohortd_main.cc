@@ -1,32 +1,78 @@
 // cohortd: the cohort node daemon (coordinator, agent, or both).
 //
 //   cohortd --version
-//   cohortd --role all --listen 127.0.0.1:7070 --data-dir /var/lib/cohort
+//   cohortd --role coordinator --listen 127.0.0.1:7070 --data-dir /var/lib/cohort
 //
-// main only parses flags; the daemon's logic lives in daemon/coordinator and daemon/agent.
+// main only parses flags; the daemon's logic lives in daemon/coordinator, daemon/service and
+// daemon/server.
+
+#include <signal.h>
 
 #include <cstdio>
 #include <cstring>
 #include <string>
 
+#include "daemon/server/daemon_server.h"
 #include "worker/base/logging.h"
 #include "worker/base/version.h"
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: cohortd [--version] [--help]
+constexpr const char* kUsage = R"(usage: cohortd --role coordinator [--listen HOST:PORT] --data-dir DIR
+       cohortd --version | --help
 
 cohortd runs on every node of a cohort cluster: it owns the node's devices and launches and
 supervises training workers; one daemon also acts as coordinator (rendezvous, job placement,
 job records).
 
-  --version   print the version and exit
-  --help      print this help and exit
+  --role ROLE        coordinator (agent and all are not available in this build)
+  --listen HOST:PORT where to serve gRPC (default 127.0.0.1:7070; port 0 picks a free port,
+                     printed on stdout as "listening on HOST:PORT")
+  --data-dir DIR     where the coordinator keeps its job database (required)
+  --version          print the version and exit
+  --help             print this help and exit
+
+Flags take their value as the next argument or after '=' (--listen=127.0.0.1:0).
+SIGINT or SIGTERM drains and stops the daemon.
 )";
+
+// Exit status for a command line that cannot be run (as getopt-based tools use).
+constexpr int kUsageError = 2;
+
+struct Flags {
+  std::string role;
+  std::string listen = cohort::daemon::kDefaultListenAddress;
+  std::string data_dir;
+};
+
+int usage_error(const std::string& message) {
+  std::fprintf(stderr, "cohortd: %s\n\n%s", message.c_str(), kUsage);
+  return kUsageError;
+}
+
+// Takes the value of flag `name` at argv[*i] ("--name value" or "--name=value"); false when
+// argv[*i] is not that flag. A missing value is reported through `error`.
+bool take_value(const char* name, int argc, char** argv, int* i, std::string* value, std::string* error) {
+  const size_t length = std::strlen(name);
+  const char* arg = argv[*i];
+  if (std::strncmp(arg, name, length) != 0) return false;
+  if (arg[length] == '=') {
+    *value = arg + length + 1;
+    return true;
+  }
+  if (arg[length] != '\0') return false;
+  if (*i + 1 >= argc) {
+    *error = std::string(name) + " needs a value";
+    return true;
+  }
+  *value = argv[++*i];
+  return true;
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  Flags flags;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--version") == 0) {
       std::printf("cohortd %s\n", cohort::kVersion);
@@ -36,10 +82,46 @@ int main(int argc, char** argv) {
       std::fputs(kUsage, stdout);
       return 0;
     }
-    std::fprintf(stderr, "cohortd: unknown argument '%s'\n\n%s", argv[i], kUsage);
-    return 2;
+    std::string error;
+    if (take_value("--role", argc, argv, &i, &flags.role, &error) ||
+        take_value("--listen", argc, argv, &i, &flags.listen, &error) ||
+        take_value("--data-dir", argc, argv, &i, &flags.data_dir, &error)) {
+      if (!error.empty()) return usage_error(error);
+      continue;
+    }
+    return usage_error(std::string("unknown argument '") + argv[i] + "'");
   }
+  if (flags.role.empty()) return usage_error("no --role given");
+  if (flags.role == "agent" || flags.role == "all") {
+    return usage_error("--role " + flags.role +
+                       " is not available in this build yet; use --role coordinator");
+  }
+  if (flags.role != "coordinator") return usage_error("unknown --role '" + flags.role + "'");
+  if (flags.data_dir.empty()) return usage_error("--data-dir is required for --role coordinator");
+
   cohort::init_logging("cohortd");
-  spdlog::error("cohortd: no role given yet; see --help");
-  return 2;
+  // Block the stop signals before any thread starts, so every thread inherits the mask and
+  // sigwait below is the only place they arrive.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  cohort::daemon::DaemonServerOptions options;
+  options.listen = flags.listen;
+  options.data_dir = flags.data_dir;
+  auto server = cohort::daemon::DaemonServer::start(options);
+  if (!server.ok()) {
+    std::fprintf(stderr, "cohortd: %s\n", server.status().to_string().c_str());
+    return 1;
+  }
+  std::printf("listening on %s\n", (*server)->address().c_str());
+  std::fflush(stdout);
+
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  spdlog::info("cohortd: {} received, draining", strsignal(signal_number));
+  (*server)->shutdown();
+  return 0;
 }

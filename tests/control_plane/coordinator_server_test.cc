@@ -1,0 +1,418 @@
+// cohortd's coordinator role end to end over gRPC on 127.0.0.1:0: nodes register, a job is
+// submitted and placed, two workers (threads) bootstrap through cohort:// URLs and exchange keys
+// in the coordinator-kept store; job inspection and cancelling; edge validation; a restarted
+// coordinator keeps its jobs.
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "cohort/v1/coordinator.grpc.pb.h"
+#include "cohort/v1/rendezvous.grpc.pb.h"
+#include "daemon/coordinator/temp_dir.h"
+#include "daemon/coordinator/test_specs.h"
+#include "daemon/server/daemon_server.h"
+#include "worker/comm/init/cohort/cohort_init_method.h"
+#include "worker/comm/init/init_options.h"
+
+namespace cohort::daemon {
+namespace {
+
+using coordinator::testing::TempDir;
+using coordinator::testing::valid_spec;
+
+// Every RPC of these tests finishes well within this; a hang becomes a failure, not a stuck test.
+constexpr auto kRpcTimeout = std::chrono::seconds(10);
+// Ticks are fast so placement-by-tick is quick to observe.
+constexpr auto kTestTickInterval = std::chrono::milliseconds(50);
+
+void set_deadline(grpc::ClientContext* context, std::chrono::milliseconds timeout = kRpcTimeout) {
+  context->set_deadline(std::chrono::system_clock::now() + timeout);
+}
+
+class CoordinatorServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { start_server(); }
+  void TearDown() override {
+    if (server_ != nullptr) server_->shutdown();
+  }
+
+  void start_server() {
+    DaemonServerOptions options;
+    options.listen = "127.0.0.1:0";
+    options.data_dir = data_dir_.path();
+    options.tick_interval = kTestTickInterval;
+    auto server = DaemonServer::start(options);
+    ASSERT_TRUE(server.ok()) << server.status().to_string();
+    server_ = std::move(*server);
+    ASSERT_GT(server_->port(), 0);
+    auto channel = grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials());
+    coordinator_ = cohort::v1::Coordinator::NewStub(channel);
+    rendezvous_ = cohort::v1::Rendezvous::NewStub(channel);
+  }
+
+  void restart_server() {
+    server_->shutdown();
+    server_.reset();
+    start_server();
+  }
+
+  void register_node(const std::string& id, int slots, int agent_port) {
+    cohort::v1::RegisterNodeRequest request;
+    request.mutable_node()->set_node_id(id);
+    request.mutable_node()->set_address("127.0.0.1:" + std::to_string(agent_port));
+    request.mutable_node()->set_hostname(id);
+    request.mutable_node()->set_slots(slots);
+    cohort::v1::RegisterNodeResponse response;
+    grpc::ClientContext context;
+    set_deadline(&context);
+    grpc::Status status = coordinator_->RegisterNode(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_GT(response.lease_ms(), 0);
+    EXPECT_GT(response.heartbeat_interval_ms(), 0);
+    EXPECT_LT(response.heartbeat_interval_ms(), response.lease_ms());
+  }
+
+  grpc::Status submit(const cohort::v1::JobSpec& spec, std::string* job_id) {
+    cohort::v1::SubmitJobRequest request;
+    *request.mutable_spec() = spec;
+    cohort::v1::SubmitJobResponse response;
+    grpc::ClientContext context;
+    set_deadline(&context);
+    grpc::Status status = coordinator_->SubmitJob(&context, request, &response);
+    *job_id = response.job_id();
+    return status;
+  }
+
+  grpc::Status get_job(const std::string& job_id, cohort::v1::JobRecord* job) {
+    cohort::v1::GetJobRequest request;
+    request.set_job_id(job_id);
+    cohort::v1::GetJobResponse response;
+    grpc::ClientContext context;
+    set_deadline(&context);
+    grpc::Status status = coordinator_->GetJob(&context, request, &response);
+    *job = response.job();
+    return status;
+  }
+
+  // Polls GetJob until the job is in `state` or kRpcTimeout passes.
+  cohort::v1::JobRecord wait_for_state(const std::string& job_id, cohort::v1::JobState state) {
+    const auto give_up = std::chrono::steady_clock::now() + kRpcTimeout;
+    cohort::v1::JobRecord job;
+    while (std::chrono::steady_clock::now() < give_up) {
+      grpc::Status status = get_job(job_id, &job);
+      EXPECT_TRUE(status.ok()) << status.error_message();
+      if (!status.ok() || job.state() == state) return job;
+      std::this_thread::sleep_for(kTestTickInterval);
+    }
+    ADD_FAILURE() << "job " << job_id << " stayed " << cohort::v1::JobState_Name(job.state()) << " ("
+                  << job.waiting_for() << "), expected " << cohort::v1::JobState_Name(state);
+    return job;
+  }
+
+  TempDir data_dir_;
+  std::unique_ptr<DaemonServer> server_;
+  std::unique_ptr<cohort::v1::Coordinator::Stub> coordinator_;
+  std::unique_ptr<cohort::v1::Rendezvous::Stub> rendezvous_;
+};
+
+TEST_F(CoordinatorServerTest, TwoWorkersBootstrapThroughCohortUrlsAndExchangeKeys) {
+  register_node("node-a", 1, 7071);
+  register_node("node-b", 1, 7072);
+  {
+    cohort::v1::ListNodesResponse nodes;
+    grpc::ClientContext context;
+    set_deadline(&context);
+    ASSERT_TRUE(coordinator_->ListNodes(&context, cohort::v1::ListNodesRequest(), &nodes).ok());
+    ASSERT_EQ(nodes.nodes_size(), 2);
+    EXPECT_EQ(nodes.nodes(0).node().node_id(), "node-a");
+    EXPECT_EQ(nodes.nodes(0).node().free_slots(), 1);
+    EXPECT_GT(nodes.nodes(0).lease_remaining_ms(), 0);
+  }
+
+  std::string job_id;
+  ASSERT_TRUE(submit(valid_spec("mlp", /*nodes=*/2, /*procs_per_node=*/1), &job_id).ok());
+  cohort::v1::JobRecord placed = wait_for_state(job_id, cohort::v1::PLACED);
+  ASSERT_EQ(placed.state(), cohort::v1::PLACED);
+  EXPECT_EQ(placed.attempt(), 1);
+  EXPECT_EQ(placed.placement().world_size(), 2);
+
+  // The agent would start these workers with the URL and COHORT_NODE_ID; threads stand in for them.
+  ASSERT_TRUE(comm::register_cohort_init_method().ok());
+  ASSERT_TRUE(comm::register_cohort_init_method().ok()) << "registering twice is harmless";
+  const std::string url = "cohort://" + server_->address() + "/" + job_id + "?attempt=1&local_rank=0";
+  const std::vector<std::string> node_ids = {"node-a", "node-b"};
+  std::vector<StatusOr<comm::Bootstrap>> boots(2, Status(StatusCode::kUnknown, "not run"));
+  std::vector<StatusOr<std::string>> peer_values(2, Status(StatusCode::kUnknown, "not run"));
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 2; ++w) {
+    workers.emplace_back([&, w] {
+      comm::InitOptions options = comm::InitOptions::from_url(url);
+      options.node_id = node_ids[w];
+      options.timeout = kRpcTimeout;
+      boots[w] = comm::resolve_init(options);
+      if (!boots[w].ok()) return;
+      const comm::Bootstrap& boot = *boots[w];
+      Status set = boot.store->set("addr/" + std::to_string(boot.rank), "worker on " + node_ids[w]);
+      if (!set.ok()) {
+        peer_values[w] = set;
+        return;
+      }
+      peer_values[w] = boot.store->get("addr/" + std::to_string(1 - boot.rank), kRpcTimeout);
+    });
+  }
+  for (std::thread& worker : workers) worker.join();
+
+  for (int w = 0; w < 2; ++w) {
+    ASSERT_TRUE(boots[w].ok()) << boots[w].status().to_string();
+    EXPECT_EQ(boots[w]->world_size, 2);
+    EXPECT_EQ(boots[w]->local_rank, 0);
+    EXPECT_EQ(boots[w]->local_world_size, 1);
+    EXPECT_EQ(boots[w]->node_id, node_ids[w]);
+    EXPECT_EQ(boots[w]->master_address, "127.0.0.1");
+    ASSERT_TRUE(peer_values[w].ok()) << peer_values[w].status().to_string();
+  }
+  // Placement is node-major in registry order: node-a holds rank 0.
+  EXPECT_EQ(boots[0]->rank, 0);
+  EXPECT_EQ(boots[1]->rank, 1);
+  EXPECT_EQ(*peer_values[0], "worker on node-b");
+  EXPECT_EQ(*peer_values[1], "worker on node-a");
+
+  // The rest of the Store contract over RPC, through one worker's store.
+  comm::Store& store = *boots[0]->store;
+  EXPECT_EQ(store.add("counter", 2).value_or(-1), 2);
+  EXPECT_EQ(store.add("counter", 3).value_or(-1), 5);
+  EXPECT_EQ(store.compare_set("cas", "", "first").value_or("?"), "first");
+  EXPECT_EQ(store.compare_set("cas", "wrong", "second").value_or("?"), "first");
+  EXPECT_TRUE(store.check({"addr/0", "addr/1"}).value_or(false));
+  EXPECT_FALSE(store.check({"addr/0", "nobody"}).value_or(true));
+  EXPECT_EQ(store.num_keys().value_or(-1), 4);
+  EXPECT_TRUE(store.delete_key("cas").value_or(false));
+  EXPECT_FALSE(store.delete_key("cas").value_or(true));
+  Status timed_out = store.wait({"never-set"}, std::chrono::milliseconds(200));
+  EXPECT_EQ(timed_out.code(), StatusCode::kDeadlineExceeded) << timed_out.to_string();
+  EXPECT_NE(timed_out.message().find("never-set"), std::string::npos) << timed_out.message();
+
+  // A watcher sees the cancellation and its stream ends on the final state.
+  grpc::ClientContext watch_context;
+  set_deadline(&watch_context);
+  cohort::v1::WatchJobRequest watch;
+  watch.set_job_id(job_id);
+  auto reader = coordinator_->WatchJob(&watch_context, watch);
+  cohort::v1::CancelJobRequest cancel;
+  cancel.set_job_id(job_id);
+  cohort::v1::CancelJobResponse cancelled;
+  {
+    grpc::ClientContext context;
+    set_deadline(&context);
+    ASSERT_TRUE(coordinator_->CancelJob(&context, cancel, &cancelled).ok());
+  }
+  EXPECT_EQ(cancelled.job().state(), cohort::v1::CANCELLED);
+  std::vector<cohort::v1::JobState> seen;
+  cohort::v1::JobEvent event;
+  while (reader->Read(&event)) {
+    if (event.has_state_change()) seen.push_back(event.state_change().to());
+  }
+  grpc::Status watch_status = reader->Finish();
+  EXPECT_TRUE(watch_status.ok()) << watch_status.error_message();
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ(seen.front(), cohort::v1::PENDING);
+  EXPECT_EQ(seen.back(), cohort::v1::CANCELLED);
+
+  // The cancelled attempt's store is closed: no worker waits on it any more.
+  EXPECT_FALSE(store.get("addr/0", std::chrono::milliseconds(200)).ok());
+}
+
+TEST_F(CoordinatorServerTest, GetListAndCancelJobsRoundTrip) {
+  std::string job_id;
+  ASSERT_TRUE(submit(valid_spec("queued", 1, 1), &job_id).ok());  // no nodes: stays PENDING
+  cohort::v1::JobRecord job;
+  ASSERT_TRUE(get_job(job_id, &job).ok());
+  EXPECT_EQ(job.id(), job_id);
+  EXPECT_EQ(job.spec().name(), "queued");
+  EXPECT_EQ(job.state(), cohort::v1::PENDING);
+  EXPECT_TRUE(job.has_submit_time());
+  EXPECT_FALSE(job.waiting_for().empty());
+
+  auto list = [&](std::vector<cohort::v1::JobState> states) {
+    cohort::v1::ListJobsRequest request;
+    for (cohort::v1::JobState state : states) request.add_states(state);
+    cohort::v1::ListJobsResponse response;
+    grpc::ClientContext context;
+    set_deadline(&context);
+    EXPECT_TRUE(coordinator_->ListJobs(&context, request, &response).ok());
+    return response;
+  };
+  EXPECT_EQ(list({}).jobs_size(), 1);
+  EXPECT_EQ(list({cohort::v1::PENDING}).jobs_size(), 1);
+  EXPECT_EQ(list({cohort::v1::SUCCEEDED, cohort::v1::FAILED}).jobs_size(), 0);
+
+  cohort::v1::CancelJobRequest cancel;
+  cancel.set_job_id(job_id);
+  cancel.set_reason("no longer needed");
+  {
+    cohort::v1::CancelJobResponse response;
+    grpc::ClientContext context;
+    set_deadline(&context);
+    ASSERT_TRUE(coordinator_->CancelJob(&context, cancel, &response).ok());
+    EXPECT_EQ(response.job().state(), cohort::v1::CANCELLED);
+    EXPECT_NE(response.job().reason().find("no longer needed"), std::string::npos) << response.job().reason();
+  }
+  {
+    cohort::v1::CancelJobResponse response;
+    grpc::ClientContext context;
+    set_deadline(&context);
+    EXPECT_EQ(coordinator_->CancelJob(&context, cancel, &response).error_code(),
+              grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  EXPECT_EQ(list({cohort::v1::CANCELLED}).jobs_size(), 1);
+
+  // Watching a job that is already over replays its events and ends the stream.
+  grpc::ClientContext watch_context;
+  set_deadline(&watch_context);
+  cohort::v1::WatchJobRequest watch;
+  watch.set_job_id(job_id);
+  auto reader = coordinator_->WatchJob(&watch_context, watch);
+  cohort::v1::JobEvent event;
+  int64_t last_seq = 0;
+  cohort::v1::JobState last_state = cohort::v1::JOB_STATE_UNSPECIFIED;
+  while (reader->Read(&event)) {
+    EXPECT_GT(event.seq(), last_seq);
+    last_seq = event.seq();
+    if (event.has_state_change()) last_state = event.state_change().to();
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(last_state, cohort::v1::CANCELLED);
+
+  EXPECT_EQ(get_job("no-such-job-7", &job).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(get_job("", &job).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(CoordinatorServerTest, InvalidSpecIsRejectedNamingTheField) {
+  cohort::v1::JobSpec spec = valid_spec();
+  spec.set_batch_size(0);
+  std::string job_id;
+  grpc::Status status = submit(spec, &job_id);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("batch_size"), std::string::npos) << status.error_message();
+  cohort::v1::ListJobsResponse jobs;
+  grpc::ClientContext context;
+  set_deadline(&context);
+  ASSERT_TRUE(coordinator_->ListJobs(&context, cohort::v1::ListJobsRequest(), &jobs).ok());
+  EXPECT_EQ(jobs.jobs_size(), 0) << "a rejected job is not recorded";
+}
+
+TEST_F(CoordinatorServerTest, RendezvousCallsAreValidatedAndBoundedByTheirTimeout) {
+  cohort::v1::JoinRequest join;
+  join.mutable_attempt()->set_job_id("no-such-job-1");
+  join.mutable_attempt()->set_attempt(1);
+  join.set_node_id("node-a");
+  cohort::v1::JoinResponse joined;
+  {
+    grpc::ClientContext context;
+    set_deadline(&context);
+    EXPECT_EQ(rendezvous_->Join(&context, join, &joined).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  join.mutable_attempt()->set_attempt(0);
+  {
+    grpc::ClientContext context;
+    set_deadline(&context);
+    EXPECT_EQ(rendezvous_->Join(&context, join, &joined).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+
+  // A 2-rank job where only one rank shows up: Join ends at its timeout naming the missing rank.
+  register_node("node-a", 1, 7071);
+  register_node("node-b", 1, 7072);
+  std::string job_id;
+  ASSERT_TRUE(submit(valid_spec("lonely", 2, 1), &job_id).ok());
+  ASSERT_EQ(wait_for_state(job_id, cohort::v1::PLACED).state(), cohort::v1::PLACED);
+  join.mutable_attempt()->set_job_id(job_id);
+  join.mutable_attempt()->set_attempt(1);
+  join.set_timeout_ms(300);
+  grpc::ClientContext context;
+  set_deadline(&context);
+  const auto started = std::chrono::steady_clock::now();
+  grpc::Status status = rendezvous_->Join(&context, join, &joined);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << status.error_message();
+  EXPECT_NE(status.error_message().find("node-b"), std::string::npos) << status.error_message();
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5));
+
+  // timeout_ms 0 (the server's 5-minute default) is still capped by the client's deadline.
+  join.set_timeout_ms(0);
+  grpc::ClientContext short_context;
+  set_deadline(&short_context, std::chrono::milliseconds(300));
+  const auto capped_start = std::chrono::steady_clock::now();
+  EXPECT_EQ(rendezvous_->Join(&short_context, join, &joined).error_code(),
+            grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_LT(std::chrono::steady_clock::now() - capped_start, std::chrono::seconds(5));
+}
+
+TEST_F(CoordinatorServerTest, RestartedCoordinatorKeepsItsJobs) {
+  std::string job_id;
+  ASSERT_TRUE(submit(valid_spec("durable", 1, 1), &job_id).ok());
+  restart_server();
+  cohort::v1::JobRecord job;
+  grpc::Status status = get_job(job_id, &job);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(job.spec().name(), "durable");
+  EXPECT_EQ(job.state(), cohort::v1::PENDING);
+  // The new coordinator still places it once a node appears.
+  register_node("node-a", 1, 7071);
+  EXPECT_EQ(wait_for_state(job_id, cohort::v1::PLACED).state(), cohort::v1::PLACED);
+}
+
+TEST_F(CoordinatorServerTest, ShutdownEndsAWatchPromptly) {
+  std::string job_id;
+  ASSERT_TRUE(submit(valid_spec("waiting", 1, 1), &job_id).ok());  // no nodes: never finishes
+  grpc::ClientContext watch_context;
+  set_deadline(&watch_context);
+  cohort::v1::WatchJobRequest watch;
+  watch.set_job_id(job_id);
+  auto reader = coordinator_->WatchJob(&watch_context, watch);
+  cohort::v1::JobEvent event;
+  ASSERT_TRUE(reader->Read(&event)) << "the submission event";
+  const auto started = std::chrono::steady_clock::now();
+  server_->shutdown();
+  while (reader->Read(&event)) {
+  }
+  grpc::Status status = reader->Finish();
+  EXPECT_FALSE(status.ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - started, kDefaultShutdownGrace)
+      << "the coordinator's shutdown wakes watchers instead of waiting out the grace period";
+}
+
+TEST(DaemonServerTest, AnAddressInUseIsUnavailable) {
+  TempDir first_dir;
+  TempDir second_dir;
+  DaemonServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.data_dir = first_dir.path();
+  auto first = DaemonServer::start(options);
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  options.listen = (*first)->address();
+  options.data_dir = second_dir.path();
+  auto second = DaemonServer::start(options);
+  EXPECT_EQ(second.status().code(), StatusCode::kUnavailable) << second.status().to_string();
+  EXPECT_NE(second.status().message().find(options.listen), std::string::npos);
+}
+
+TEST(DaemonServerTest, RejectsABadListenAddressAndAMissingDataDir) {
+  TempDir dir;
+  DaemonServerOptions options;
+  options.data_dir = dir.path();
+  options.listen = "localhost";
+  auto server = DaemonServer::start(options);
+  EXPECT_EQ(server.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(server.status().message().find("localhost"), std::string::npos);
+  options.listen = "127.0.0.1:0";
+  options.data_dir.clear();
+  EXPECT_EQ(DaemonServer::start(options).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace cohort::daemon
