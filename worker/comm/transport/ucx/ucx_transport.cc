@@ -504,9 +504,10 @@ constexpr int kYieldAfterSpins = 32;
 Status UcxEngine::wait(UcxWork* work, Duration timeout) {
   // Anything beyond a century means "no limit" (and keeps time_point arithmetic from overflowing).
   const bool forever = timeout > std::chrono::hours(24 * 365 * 100);
-  const Clock::time_point start = Clock::now();
-  const Clock::time_point deadline =
-      forever ? Clock::time_point::max() : start + std::max(timeout, Duration(0));
+  // The deadline is set at the first clock check, not on entry: a reply that is already on its
+  // way arrives within the first few spins, and such a wait reads no clock at all. The timeout
+  // then starts at most kYieldAfterSpins progress calls (and one yield) late.
+  Clock::time_point deadline = Clock::time_point::min();
   int idle = 0;
   for (;;) {
     bool sleep = false;
@@ -526,13 +527,16 @@ Status UcxEngine::wait(UcxWork* work, Duration timeout) {
         }
       }
     }
-    // Reading the clock costs as much as a progress call on some VMs: while spinning, look at it
-    // only every kClockCheckInterval iterations (a few microseconds).
     // Past a short spin, give the core away on every idle iteration: with more ranks than cores
     // (4 ranks on 2 here) the peer we wait for may need this very core to make progress.
     if (!sleep && idle > kYieldAfterSpins) sched_yield();
-    if (!sleep && idle % kClockCheckInterval != 0) continue;
+    // Reading the clock costs as much as a progress call on some VMs: while spinning, look at it
+    // only every kClockCheckInterval iterations (a few microseconds), and once as soon as the
+    // waiter yields (a yield may last another process's timeslice: start the deadline first).
+    const bool deadline_set = deadline != Clock::time_point::min();
+    if (!sleep && idle % kClockCheckInterval != 0 && (deadline_set || idle <= kYieldAfterSpins)) continue;
     Clock::time_point now = Clock::now();
+    if (!deadline_set) deadline = forever ? Clock::time_point::max() : now + std::max(timeout, Duration(0));
     if (now >= deadline) {
       if (sleep) sleepers_.fetch_sub(1, std::memory_order_relaxed);
       if (work->done()) break;
