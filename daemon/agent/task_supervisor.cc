@@ -1,0 +1,282 @@
+#include "daemon/agent/task_supervisor.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <set>
+#include <utility>
+
+#include <fmt/format.h>
+
+extern char** environ;
+
+namespace cohort::agent {
+namespace {
+
+// Adds "NAME=value" entries to `env`, later ones replacing earlier ones of the same name.
+void merge_entries(const std::vector<std::string>& entries, std::map<std::string, std::string>* env) {
+  for (const std::string& entry : entries) {
+    size_t eq = entry.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    (*env)[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+}
+
+Status validate(const JobTasks& job) {
+  if (job.job_id.empty()) return invalid_argument_error("launch: empty job_id");
+  if (job.argv.empty() || job.argv[0].empty()) {
+    return invalid_argument_error("launch job {}: empty argv; give the worker's path", job.job_id);
+  }
+  if (job.world_size <= 0) {
+    return invalid_argument_error("launch job {}: world_size {} must be >= 1", job.job_id, job.world_size);
+  }
+  if (job.ranks.empty()) return invalid_argument_error("launch job {}: no ranks", job.job_id);
+  std::set<int> seen;
+  for (int rank : job.ranks) {
+    if (rank < 0 || rank >= job.world_size) {
+      return invalid_argument_error("launch job {}: rank {} outside the world [0, {})", job.job_id, rank,
+                                    job.world_size);
+    }
+    if (!seen.insert(rank).second) {
+      return invalid_argument_error("launch job {}: rank {} given twice", job.job_id, rank);
+    }
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+TaskSupervisor::TaskSupervisor(TaskSupervisorOptions options, ProcessLauncher* launcher,
+                               TaskExitCallback on_exit)
+    : options_(std::move(options)),
+      launcher_(launcher),
+      on_exit_(std::move(on_exit)),
+      clock_(options_.clock != nullptr ? options_.clock : &system_clock_) {
+  monitor_ = std::thread([this] { monitor_loop(); });
+}
+
+TaskSupervisor::~TaskSupervisor() {
+  std::vector<std::string> job_ids;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [job_id, job] : jobs_) job_ids.push_back(job_id);
+  }
+  for (const std::string& job_id : job_ids) stop(job_id).ignore_error();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutdown_ = true;
+  }
+  shutdown_cv_.notify_all();
+  monitor_.join();
+}
+
+std::vector<std::string> TaskSupervisor::environment_for(const JobTasks& job, int rank,
+                                                         int local_rank) const {
+  std::map<std::string, std::string> env;
+  if (options_.inherit_environment) {
+    for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+      merge_entries({*entry}, &env);
+    }
+  }
+  merge_entries(options_.base_environment, &env);
+  for (const auto& [name, value] : job.env) env[name] = value;
+  env["RANK"] = std::to_string(rank);
+  env["WORLD_SIZE"] = std::to_string(job.world_size);
+  env["LOCAL_RANK"] = std::to_string(local_rank);
+  env["LOCAL_WORLD_SIZE"] = std::to_string(job.ranks.size());
+  env["MASTER_ADDR"] = job.master_addr;
+  env["MASTER_PORT"] = std::to_string(job.master_port);
+  env["COHORT_JOB_ID"] = job.job_id;
+  env["COHORT_NODE_ID"] = options_.node_id;
+  env["COHORT_COORDINATOR"] = options_.coordinator_address;
+  std::vector<std::string> entries;
+  entries.reserve(env.size());
+  for (const auto& [name, value] : env) entries.push_back(name + "=" + value);
+  return entries;
+}
+
+StatusOr<std::shared_ptr<TaskSupervisor::Task>> TaskSupervisor::start_task(const JobTasks& job, int rank,
+                                                                           int local_rank) {
+  auto task = std::make_shared<Task>();
+  task->job_id = job.job_id;
+  task->rank = rank;
+  std::string log_path = fmt::format("{}/{}/rank-{}.log", options_.log_dir, job.job_id, rank);
+  COHORT_ASSIGN_OR_RETURN(std::unique_ptr<LogCapture> log, LogCapture::open(log_path));
+  task->log = std::move(log);
+
+  LaunchOptions launch;
+  launch.argv = job.argv;
+  launch.env = environment_for(job, rank, local_rank);
+  launch.working_dir = job.working_dir;
+  // Both streams go to one log, interleaved as they arrive, which is how people read a rank.
+  std::shared_ptr<LogCapture> capture = task->log;
+  launch.on_stdout = [capture](std::string_view bytes) { capture->append(bytes); };
+  launch.on_stderr = [capture](std::string_view bytes) { capture->append(bytes); };
+  COHORT_ASSIGN_OR_RETURN(task->process, launcher_->launch(launch));
+  return task;
+}
+
+Status TaskSupervisor::launch(const JobTasks& job) {
+  COHORT_RETURN_IF_ERROR(validate(job));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(job.job_id);
+    if (it != jobs_.end()) {
+      for (const auto& [rank, task] : it->second) {
+        if (!task->exit.has_value()) {
+          return already_exists_error("launch job {}: rank {} of it still runs on node {}", job.job_id, rank,
+                                      options_.node_id);
+        }
+      }
+    }
+  }
+  Job started;
+  for (size_t local_rank = 0; local_rank < job.ranks.size(); ++local_rank) {
+    int rank = job.ranks[local_rank];
+    auto task = start_task(job, rank, static_cast<int>(local_rank));
+    if (!task.ok()) {
+      // All or nothing: the handles' destructors kill and reap the ranks already started.
+      for (auto& [started_rank, started_task] : started) {
+        started_task->process->signal_group(SIGKILL).ignore_error();
+      }
+      return task.status().with_context(fmt::format("launch job {} rank {}", job.job_id, rank));
+    }
+    started[rank] = std::move(task).value();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  jobs_[job.job_id] = std::move(started);
+  return ok_status();
+}
+
+bool TaskSupervisor::check_exit(const std::shared_ptr<Task>& task) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (task->exit.has_value()) return true;
+    if (task->claimed) return false;  // another thread is reporting it right now
+  }
+  std::optional<ExitStatus> exit = task->process->poll_exit();
+  if (!exit.has_value()) return false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (task->claimed || task->exit.has_value()) return task->exit.has_value();
+    task->claimed = true;
+  }
+  // The leader is gone; whatever it left in its group is killed with it, so a rank's slot is
+  // really free. Then its last output bytes are delivered before the exit is reported.
+  task->process->signal_group(SIGKILL).ignore_error();
+  task->process->wait_output_closed(options_.output_drain_timeout);
+  task->log->close();
+  TaskExit report;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    task->exit = exit;
+    report = TaskExit{task->job_id, task->rank, *exit, task->stopping};
+  }
+  if (on_exit_) on_exit_(report);
+  return true;
+}
+
+bool TaskSupervisor::wait_all_exited(const std::vector<std::shared_ptr<Task>>& tasks,
+                                     const std::function<bool()>& give_up) {
+  while (true) {
+    bool all_exited = true;
+    for (const auto& task : tasks) all_exited = check_exit(task) && all_exited;
+    if (all_exited) return true;
+    if (give_up()) return false;
+    std::this_thread::sleep_for(options_.exit_poll_interval);
+  }
+}
+
+Status TaskSupervisor::stop(const std::string& job_id) {
+  std::vector<std::shared_ptr<Task>> tasks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) return not_found_error("stop: no job {} on node {}", job_id, options_.node_id);
+    for (auto& [rank, task] : it->second) {
+      if (!task->exit.has_value()) task->stopping = true;
+      tasks.push_back(task);
+    }
+  }
+  for (const auto& task : tasks) {
+    if (!check_exit(task)) task->process->signal_group(SIGTERM).ignore_error();
+  }
+  coordinator::TimePoint grace_deadline = clock_->now() + options_.stop_grace_period;
+  wait_all_exited(tasks, [&] { return clock_->now() >= grace_deadline; });
+  // Ranks that exited had their groups killed when reaped (check_exit); the rest get SIGKILL.
+  for (const auto& task : tasks) {
+    if (!check_exit(task)) task->process->signal_group(SIGKILL).ignore_error();
+  }
+  auto kill_deadline = std::chrono::steady_clock::now() + kKillWaitTimeout;
+  if (!wait_all_exited(tasks, [&] { return std::chrono::steady_clock::now() >= kill_deadline; })) {
+    return deadline_exceeded_error(
+        "stop job {}: a rank survived SIGKILL for {}; it is probably stuck in the kernel "
+        "(uninterruptible sleep); check `ps -o pid,stat,wchan` on node {}",
+        job_id, coordinator::format_duration(kKillWaitTimeout), options_.node_id);
+  }
+  return ok_status();
+}
+
+void TaskSupervisor::monitor_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!shutdown_) {
+    std::vector<std::shared_ptr<Task>> running;
+    for (const auto& [job_id, job] : jobs_) {
+      for (const auto& [rank, task] : job) {
+        if (!task->exit.has_value()) running.push_back(task);
+      }
+    }
+    lock.unlock();
+    for (const auto& task : running) check_exit(task);
+    lock.lock();
+    shutdown_cv_.wait_for(lock, options_.exit_poll_interval, [this] { return shutdown_; });
+  }
+}
+
+StatusOr<std::shared_ptr<LogCapture>> TaskSupervisor::log(const std::string& job_id, int rank) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto job = jobs_.find(job_id);
+  if (job == jobs_.end()) return not_found_error("logs: no job {} on node {}", job_id, options_.node_id);
+  auto task = job->second.find(rank);
+  if (task == job->second.end()) {
+    return not_found_error("logs: job {} has no rank {} on node {}", job_id, rank, options_.node_id);
+  }
+  return task->second->log;
+}
+
+StatusOr<std::vector<TaskInfo>> TaskSupervisor::tasks(const std::string& job_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto job = jobs_.find(job_id);
+  if (job == jobs_.end()) return not_found_error("tasks: no job {} on node {}", job_id, options_.node_id);
+  std::vector<TaskInfo> result;
+  for (const auto& [rank, task] : job->second) {
+    result.push_back(TaskInfo{rank, task->process->pid(), task->exit, task->log->path()});
+  }
+  return result;
+}
+
+int TaskSupervisor::running_tasks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int running = 0;
+  for (const auto& [job_id, job] : jobs_) {
+    for (const auto& [rank, task] : job) running += task->exit.has_value() ? 0 : 1;
+  }
+  return running;
+}
+
+Status TaskSupervisor::forget(const std::string& job_id) {
+  Job forgotten;  // destroyed after the lock is released: handles join their reader threads
+  std::lock_guard<std::mutex> lock(mu_);
+  auto job = jobs_.find(job_id);
+  if (job == jobs_.end()) return not_found_error("forget: no job {} on node {}", job_id, options_.node_id);
+  for (const auto& [rank, task] : job->second) {
+    if (!task->exit.has_value()) {
+      return failed_precondition_error("forget job {}: rank {} still runs; stop the job first", job_id, rank);
+    }
+  }
+  forgotten = std::move(job->second);
+  jobs_.erase(job);
+  return ok_status();
+}
+
+}  // namespace cohort::agent

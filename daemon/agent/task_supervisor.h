@@ -1,0 +1,173 @@
+#pragma once
+
+// TaskSupervisor: runs the tasks of jobs on this node — one worker process per rank, each in its
+// own process group with the job's environment — captures each rank's output, and reports every
+// exit through one callback so the coordinator learns promptly that a rank died and can stop the
+// others (no rank waits forever on a dead peer).
+//
+// A rank's environment: the agent's base environment, then the job's extra variables, then the
+// ones cohort owns (which win): RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
+// MASTER_PORT, COHORT_JOB_ID, COHORT_NODE_ID, COHORT_COORDINATOR.
+//
+// Stopping a job sends SIGTERM to each rank's process group, waits up to the grace period for
+// them to exit, then sends SIGKILL to every group (which also removes stragglers a worker forked).
+//
+// Example:
+//   PosixProcessLauncher launcher;
+//   TaskSupervisorOptions options;
+//   options.log_dir = "/var/log/cohort";
+//   options.node_id = "node-a";
+//   TaskSupervisor supervisor(options, &launcher, [&](const TaskExit& exit) { report(exit); });
+//   JobTasks job;  // job_id, argv, world_size, ranks, master address ...
+//   COHORT_RETURN_IF_ERROR(supervisor.launch(job));
+//   ...
+//   COHORT_RETURN_IF_ERROR(supervisor.stop(job.job_id));
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon/agent/log_capture.h"
+#include "daemon/agent/process_launcher.h"
+#include "daemon/coordinator/clock.h"
+#include "worker/base/status.h"
+
+namespace cohort::agent {
+
+using Duration = coordinator::Duration;
+
+// 10 s: long enough for a worker to write a final checkpoint shard and close its connections on
+// SIGTERM, short enough that a cancel feels immediate. (Kubernetes uses 30 s for whole pods.)
+inline constexpr Duration kDefaultStopGracePeriod = std::chrono::seconds(10);
+// How often the monitor reaps exited processes: the bound on how late an exit is reported.
+inline constexpr Duration kDefaultExitPollInterval = std::chrono::milliseconds(50);
+// After a process exits, how long to wait for its pipes to deliver the last bytes (a grandchild
+// holding them open must not delay the exit report longer than this).
+inline constexpr Duration kDefaultOutputDrainTimeout = std::chrono::seconds(2);
+// After SIGKILL, how long to wait for the kernel to reap; only a process stuck in
+// uninterruptible sleep (a hung NFS or GPU driver call) takes longer.
+inline constexpr Duration kKillWaitTimeout = std::chrono::seconds(10);
+
+struct TaskSupervisorOptions {
+  std::string log_dir;                                   // rank logs go to <log_dir>/<job_id>/rank-<rank>.log
+  std::string node_id;                                   // COHORT_NODE_ID
+  std::string coordinator_address;                       // COHORT_COORDINATOR (host:port)
+  bool inherit_environment = true;                       // start each task from the agent's own environment
+  std::vector<std::string> base_environment;             // extra "NAME=value" applied after the inherited one
+  Duration stop_grace_period = kDefaultStopGracePeriod;  // SIGTERM → SIGKILL
+  Duration exit_poll_interval = kDefaultExitPollInterval;      // monitor period
+  Duration output_drain_timeout = kDefaultOutputDrainTimeout;  // exit → last output bytes
+  const coordinator::Clock* clock = nullptr;  // times the grace period; nullptr: the system clock
+};
+
+// The tasks of one job that run on this node.
+struct JobTasks {
+  std::string job_id;
+  std::vector<std::string> argv;           // the worker command; argv[0] an absolute path
+  std::string working_dir;                 // empty: the agent's working directory
+  int world_size = 0;                      // ranks in the whole job
+  std::vector<int> ranks;                  // global ranks placed here; LOCAL_RANK is the index in this list
+  std::string master_addr;                 // MASTER_ADDR
+  int master_port = 0;                     // MASTER_PORT
+  std::map<std::string, std::string> env;  // the job's extra environment
+};
+
+// One rank's exit, as reported to the callback.
+struct TaskExit {
+  std::string job_id;
+  int rank = 0;
+  ExitStatus status;
+  bool stopped = false;  // the exit followed stop(): a cancel, not a failure
+};
+
+// Called once per task exit, from the supervisor's monitor thread or from the thread in stop().
+// Must not block for long; it may call any TaskSupervisor method except stop() and the destructor
+// (hand a stop to another thread).
+using TaskExitCallback = std::function<void(const TaskExit&)>;
+
+// A rank's state, for listing.
+struct TaskInfo {
+  int rank = 0;
+  pid_t pid = 0;
+  std::optional<ExitStatus> exit;  // nullopt while running
+  std::string log_path;
+};
+
+// Thread-safe.
+class TaskSupervisor {
+ public:
+  // `launcher` must outlive the supervisor.
+  TaskSupervisor(TaskSupervisorOptions options, ProcessLauncher* launcher, TaskExitCallback on_exit);
+  // Stops every job that still runs (blocking up to the grace period), then the monitor.
+  ~TaskSupervisor();
+  TaskSupervisor(const TaskSupervisor&) = delete;
+  TaskSupervisor& operator=(const TaskSupervisor&) = delete;
+
+  // Starts one process per rank. All or nothing: if a rank cannot start, the ranks already
+  // started are killed and the error names the job and rank. A job id whose tasks still run is
+  // ALREADY_EXISTS; one whose tasks all ended is replaced (a restart). Blocking until each
+  // process has exec'd.
+  Status launch(const JobTasks& job);
+
+  // SIGTERM to each rank's process group, SIGKILL to all groups after the grace period (or as
+  // soon as every rank exited, for stragglers). Blocks until every rank is reaped, at most the
+  // grace period plus kKillWaitTimeout. NOT_FOUND for an unknown job; OK for one already ended.
+  Status stop(const std::string& job_id);
+
+  // The rank's captured output; it stays readable after the job ends until forget(). Non-blocking.
+  StatusOr<std::shared_ptr<LogCapture>> log(const std::string& job_id, int rank) const;
+
+  // The job's ranks, ascending. NOT_FOUND for an unknown job. Non-blocking.
+  StatusOr<std::vector<TaskInfo>> tasks(const std::string& job_id) const;
+
+  // Tasks still running on this node, over all jobs (used slots). Non-blocking.
+  int running_tasks() const;
+
+  // Drops an ended job's records and logs from memory (the log files stay). FAILED_PRECONDITION
+  // while any of its ranks runs.
+  Status forget(const std::string& job_id);
+
+ private:
+  struct Task {
+    std::string job_id;
+    int rank = 0;
+    std::unique_ptr<ProcessHandle> process;
+    std::shared_ptr<LogCapture> log;
+    std::optional<ExitStatus> exit;  // guarded by mu_
+    bool stopping = false;           // guarded by mu_
+    bool claimed = false;            // guarded by mu_; someone is reporting this task's exit
+  };
+  using Job = std::map<int, std::shared_ptr<Task>>;
+
+  std::vector<std::string> environment_for(const JobTasks& job, int rank, int local_rank) const;
+  StatusOr<std::shared_ptr<Task>> start_task(const JobTasks& job, int rank, int local_rank);
+  // Reaps the task if its process exited, reporting the exit exactly once. Returns whether it
+  // has exited. Call without holding mu_.
+  bool check_exit(const std::shared_ptr<Task>& task);
+  // Polls the tasks until all exited or `done()` says to give up.
+  bool wait_all_exited(const std::vector<std::shared_ptr<Task>>& tasks, const std::function<bool()>& give_up);
+  void monitor_loop();
+
+  const TaskSupervisorOptions options_;
+  ProcessLauncher* const launcher_;
+  const TaskExitCallback on_exit_;
+  coordinator::SystemClock system_clock_;
+  const coordinator::Clock* const clock_;
+
+  mutable std::mutex mu_;
+  std::condition_variable shutdown_cv_;
+  bool shutdown_ = false;            // guarded by mu_
+  std::map<std::string, Job> jobs_;  // guarded by mu_
+  std::thread monitor_;
+};
+
+}  // namespace cohort::agent

@@ -1,0 +1,286 @@
+#include "daemon/agent/task_supervisor.h"
+
+#include <signal.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "daemon/agent/test_util.h"
+
+namespace cohort::agent {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::TempDir;
+using testing::wait_until;
+
+// Records every exit the supervisor reports.
+class ExitRecorder {
+ public:
+  TaskExitCallback callback() {
+    return [this](const TaskExit& exit) {
+      std::lock_guard<std::mutex> lock(mu_);
+      exits_.push_back(exit);
+    };
+  }
+  std::vector<TaskExit> exits() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return exits_;
+  }
+  bool wait_for(size_t count) {
+    return wait_until([&] { return exits().size() >= count; });
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<TaskExit> exits_;
+};
+
+JobTasks shell_job(const std::string& job_id, const std::string& script, int world_size = 1) {
+  JobTasks job;
+  job.job_id = job_id;
+  job.argv = {"/bin/sh", "-c", script};
+  job.world_size = world_size;
+  for (int rank = 0; rank < world_size; ++rank) job.ranks.push_back(rank);
+  job.master_addr = "127.0.0.1";
+  job.master_port = 29500;
+  return job;
+}
+
+class TaskSupervisorTest : public ::testing::Test {
+ protected:
+  TaskSupervisorOptions options(Duration grace = 5s) {
+    TaskSupervisorOptions options;
+    options.log_dir = dir_.path() + "/logs";
+    options.node_id = "node-a";
+    options.coordinator_address = "127.0.0.1:7070";
+    options.stop_grace_period = grace;
+    options.exit_poll_interval = 10ms;
+    return options;
+  }
+  std::string log_text(TaskSupervisor& supervisor, const std::string& job_id, int rank) {
+    auto log = supervisor.log(job_id, rank);
+    return log.ok() ? (*log)->tail(kLogRingBufferBytes) : log.status().to_string();
+  }
+
+  TempDir dir_;
+  PosixProcessLauncher launcher_;
+  ExitRecorder recorder_;
+};
+
+TEST_F(TaskSupervisorTest, ReportsExitCodeAndCapturesBothStreams) {
+  TaskSupervisor supervisor(options(), &launcher_, recorder_.callback());
+  ASSERT_TRUE(supervisor.launch(shell_job("job-1", "echo out; echo err 1>&2; exit 3")).ok());
+  ASSERT_TRUE(recorder_.wait_for(1));
+  std::vector<TaskExit> exits = recorder_.exits();
+  ASSERT_EQ(exits.size(), 1u);
+  EXPECT_EQ(exits[0].job_id, "job-1");
+  EXPECT_EQ(exits[0].rank, 0);
+  EXPECT_EQ(exits[0].status, (ExitStatus{3, 0}));
+  EXPECT_FALSE(exits[0].stopped);
+
+  // Reported only after the output was drained: both lines are there already.
+  std::string ring = log_text(supervisor, "job-1", 0);
+  EXPECT_NE(ring.find("out\n"), std::string::npos) << ring;
+  EXPECT_NE(ring.find("err\n"), std::string::npos) << ring;
+  std::string file = testing::read_file(dir_.path() + "/logs/job-1/rank-0.log");
+  EXPECT_EQ(file, ring);
+  EXPECT_TRUE((*supervisor.log("job-1", 0))->read_from(0).closed);
+
+  auto tasks = supervisor.tasks("job-1");
+  ASSERT_TRUE(tasks.ok());
+  ASSERT_EQ(tasks->size(), 1u);
+  EXPECT_EQ((*tasks)[0].exit, (std::optional<ExitStatus>(ExitStatus{3, 0})));
+  EXPECT_EQ(supervisor.running_tasks(), 0);
+}
+
+TEST_F(TaskSupervisorTest, EnvironmentReachesEachRank) {
+  TaskSupervisor supervisor(options(), &launcher_, recorder_.callback());
+  JobTasks job = shell_job("job-env",
+                           "echo \"$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT "
+                           "$COHORT_JOB_ID $COHORT_NODE_ID $COHORT_COORDINATOR $EXTRA\"");
+  job.world_size = 6;
+  job.ranks = {2, 5};
+  job.master_addr = "10.0.0.1";
+  job.env = {{"EXTRA", "extra value"}, {"RANK", "overridden by cohort"}};
+  ASSERT_TRUE(supervisor.launch(job).ok());
+  ASSERT_TRUE(recorder_.wait_for(2));
+  EXPECT_EQ(log_text(supervisor, "job-env", 2),
+            "2 6 0 2 10.0.0.1 29500 job-env node-a 127.0.0.1:7070 extra value\n");
+  EXPECT_EQ(log_text(supervisor, "job-env", 5),
+            "5 6 1 2 10.0.0.1 29500 job-env node-a 127.0.0.1:7070 extra value\n");
+}
+
+TEST_F(TaskSupervisorTest, MissingBinaryIsAClearErrorAndStartsNothing) {
+  TaskSupervisor supervisor(options(), &launcher_, recorder_.callback());
+  JobTasks job = shell_job("job-missing", "", 2);
+  job.argv = {"/nonexistent/cohort-worker"};
+  Status status = supervisor.launch(job);
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.code(), StatusCode::kNotFound);
+  EXPECT_NE(status.message().find("/nonexistent/cohort-worker"), std::string::npos) << status.message();
+  EXPECT_NE(status.message().find("job-missing rank 0"), std::string::npos) << status.message();
+  EXPECT_EQ(supervisor.running_tasks(), 0);
+  EXPECT_EQ(supervisor.tasks("job-missing").status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(TaskSupervisorTest, RejectsInvalidJobsAndDuplicates) {
+  TaskSupervisor supervisor(options(), &launcher_, recorder_.callback());
+  JobTasks outside = shell_job("job-bad", "true", 2);
+  outside.ranks = {0, 2};
+  Status status = supervisor.launch(outside);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("rank 2 outside the world [0, 2)"), std::string::npos) << status.message();
+
+  ASSERT_TRUE(supervisor.launch(shell_job("job-dup", "sleep 100")).ok());
+  EXPECT_EQ(supervisor.launch(shell_job("job-dup", "sleep 100")).code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(supervisor.forget("job-dup").code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(supervisor.stop("job-dup").ok());
+  EXPECT_TRUE(supervisor.forget("job-dup").ok());
+  EXPECT_EQ(supervisor.stop("job-dup").code(), StatusCode::kNotFound);
+}
+
+TEST_F(TaskSupervisorTest, StopKillsARankThatIgnoresTermAfterTheGracePeriod) {
+  constexpr Duration kGrace = 300ms;
+  TaskSupervisor supervisor(options(kGrace), &launcher_, recorder_.callback());
+  // An ignored signal stays ignored in the shell's children (sleep), so nothing in the group
+  // dies of SIGTERM.
+  ASSERT_TRUE(
+      supervisor
+          .launch(shell_job("job-stubborn", "trap '' TERM; echo ready; while true; do sleep 0.05; done"))
+          .ok());
+  ASSERT_TRUE(wait_until([&] { return log_text(supervisor, "job-stubborn", 0) == "ready\n"; }));
+  auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(supervisor.stop("job-stubborn").ok());
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(elapsed, kGrace);
+  std::vector<TaskExit> exits = recorder_.exits();
+  ASSERT_EQ(exits.size(), 1u);
+  EXPECT_EQ(exits[0].status.signal, SIGKILL);
+  EXPECT_TRUE(exits[0].stopped);
+}
+
+TEST_F(TaskSupervisorTest, StopKillsTheWholeGroupIncludingGrandchildren) {
+  TaskSupervisor supervisor(options(), &launcher_, recorder_.callback());
+  ASSERT_TRUE(supervisor.launch(shell_job("job-tree", "sleep 100 & wait")).ok());
+  auto tasks = supervisor.tasks("job-tree");
+  ASSERT_TRUE(tasks.ok());
+  pid_t pgid = (*tasks)[0].pid;
+  ASSERT_TRUE(wait_until([&] { return testing::live_processes_in_group(pgid).size() >= 2; }));
+  auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(supervisor.stop("job-tree").ok());
+  // SIGTERM was enough: no waiting out the 5 s grace period.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 4s);
+  EXPECT_TRUE(testing::live_processes_in_group(pgid).empty());
+  std::vector<TaskExit> exits = recorder_.exits();
+  ASSERT_EQ(exits.size(), 1u);
+  EXPECT_EQ(exits[0].status.signal, SIGTERM);
+  EXPECT_TRUE(exits[0].stopped);
+}
+
+TEST_F(TaskSupervisorTest, OneFailingRankIsReportedWhileTheOthersRun) {
+  TaskSupervisor supervisor(options(), &launcher_, recorder_.callback());
+  ASSERT_TRUE(
+      supervisor.launch(shell_job("job-3", "if [ \"$RANK\" = 1 ]; then exit 7; fi; sleep 100", 3)).ok());
+  ASSERT_TRUE(recorder_.wait_for(1));
+  std::vector<TaskExit> exits = recorder_.exits();
+  ASSERT_EQ(exits.size(), 1u);
+  EXPECT_EQ(exits[0].rank, 1);
+  EXPECT_EQ(exits[0].status, (ExitStatus{7, 0}));
+  EXPECT_FALSE(exits[0].stopped);
+  EXPECT_EQ(supervisor.running_tasks(), 2);
+
+  // What the coordinator then does: stop the rest.
+  ASSERT_TRUE(supervisor.stop("job-3").ok());
+  exits = recorder_.exits();
+  ASSERT_EQ(exits.size(), 3u);
+  for (size_t i = 1; i < exits.size(); ++i) {
+    EXPECT_NE(exits[i].rank, 1);
+    EXPECT_TRUE(exits[i].stopped);
+  }
+  EXPECT_EQ(supervisor.running_tasks(), 0);
+}
+
+// ---- the grace period driven by a FakeClock over a fake launcher: no real processes ----
+
+class FakeProcess final : public ProcessHandle {
+ public:
+  explicit FakeProcess(pid_t pid) : pid_(pid) {}
+  pid_t pid() const override { return pid_; }
+  pid_t pgid() const override { return pid_; }
+  Status signal_group(int sig) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    signals_.push_back(sig);
+    if (sig == SIGKILL && !exit_.has_value()) exit_ = ExitStatus{0, SIGKILL};  // TERM is ignored
+    return ok_status();
+  }
+  std::optional<ExitStatus> poll_exit() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return exit_;
+  }
+  bool wait_output_closed(std::chrono::milliseconds) override { return true; }
+  std::vector<int> signals() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return signals_;
+  }
+
+ private:
+  const pid_t pid_;
+  mutable std::mutex mu_;
+  std::vector<int> signals_;
+  std::optional<ExitStatus> exit_;
+};
+
+class FakeLauncher final : public ProcessLauncher {
+ public:
+  StatusOr<std::unique_ptr<ProcessHandle>> launch(const LaunchOptions& options) override {
+    auto process = std::make_unique<FakeProcess>(next_pid_++);
+    processes_.push_back(process.get());
+    return std::unique_ptr<ProcessHandle>(std::move(process));
+  }
+  std::vector<FakeProcess*> processes_;  // owned by the supervisor's tasks
+  pid_t next_pid_ = 1000;
+};
+
+TEST_F(TaskSupervisorTest, KillFollowsTermOnlyWhenTheFakeClockPassesTheGracePeriod) {
+  coordinator::FakeClock clock;
+  FakeLauncher launcher;
+  TaskSupervisorOptions opts = options(30s);
+  opts.clock = &clock;
+  TaskSupervisor supervisor(opts, &launcher, recorder_.callback());
+  ASSERT_TRUE(supervisor.launch(shell_job("job-fake", "unused", 2)).ok());
+  ASSERT_EQ(launcher.processes_.size(), 2u);
+
+  std::atomic<bool> stopped{false};
+  std::thread stopper([&] {
+    EXPECT_TRUE(supervisor.stop("job-fake").ok());
+    stopped = true;
+  });
+  ASSERT_TRUE(wait_until([&] {
+    return launcher.processes_[0]->signals().size() == 1 && launcher.processes_[1]->signals().size() == 1;
+  }));
+  clock.advance(29s);
+  std::this_thread::sleep_for(50ms);  // several poll intervals: still only SIGTERM
+  EXPECT_FALSE(stopped);
+  EXPECT_EQ(launcher.processes_[0]->signals(), std::vector<int>{SIGTERM});
+  clock.advance(1s);
+  stopper.join();
+  EXPECT_TRUE(stopped);
+  for (FakeProcess* process : launcher.processes_) {
+    EXPECT_EQ(process->signals().front(), SIGTERM);
+    EXPECT_EQ(process->signals()[1], SIGKILL);
+  }
+  std::vector<TaskExit> exits = recorder_.exits();
+  ASSERT_EQ(exits.size(), 2u);
+  EXPECT_EQ(exits[0].status.signal, SIGKILL);
+  EXPECT_TRUE(exits[0].stopped);
+}
+
+}  // namespace
+}  // namespace cohort::agent
