@@ -1,0 +1,300 @@
+#include "worker/train/multi_node_checkpointer.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <exception>
+#include <filesystem>
+#include <functional>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include <fmt/format.h>
+#include <torch/csrc/autograd/grad_mode.h>
+#include <torch/serialize/archive.h>
+
+namespace cohort::train {
+
+namespace fs = std::filesystem;
+
+// One registered section: how to write it into, and read it from, a nested archive.
+struct MultiNodeCheckpointer::Entry {
+  std::string key;
+  std::function<void(torch::serialize::OutputArchive&)> save;
+  std::function<void(torch::serialize::InputArchive&)> load;
+};
+
+namespace {
+
+constexpr char kIterationKey[] = "iteration";
+
+Status write_all(int fd, const std::string& data, const std::string& path) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno_status("write(" + path + ")", errno);
+    }
+    done += static_cast<size_t>(n);
+  }
+  return ok_status();
+}
+
+// Writes `data` to `path` so that a crash leaves the old file or the new one: temp file, fsync,
+// rename, fsync of the directory (which makes the rename durable).
+Status write_atomically(const std::string& path, const std::string& data) {
+  std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return errno_status("open(" + tmp + ")", errno);
+  Status status = write_all(fd, data, tmp);
+  if (status.ok() && ::fsync(fd) != 0) status = errno_status("fsync(" + tmp + ")", errno);
+  if (::close(fd) != 0 && status.ok()) status = errno_status("close(" + tmp + ")", errno);
+  if (status.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    status = errno_status("rename(" + tmp + ", " + path + ")", errno);
+  }
+  if (!status.ok()) {
+    ::unlink(tmp.c_str());
+    return status;
+  }
+  std::string dir = fs::path(path).parent_path().string();
+  int dir_fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) return errno_status("open(" + dir + ")", errno);
+  if (::fsync(dir_fd) != 0) status = errno_status("fsync(" + dir + ")", errno);
+  ::close(dir_fd);
+  return status;
+}
+
+std::string join(const std::vector<int64_t>& values) {
+  std::string out;
+  for (int64_t v : values) out += (out.empty() ? "" : ",") + std::to_string(v);
+  return out;
+}
+
+std::vector<int64_t> split(const std::string& text) {
+  std::vector<int64_t> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (!item.empty()) out.push_back(std::stoll(item));
+  }
+  return out;
+}
+
+}  // namespace
+
+MultiNodeCheckpointer::MultiNodeCheckpointer(std::string name, comm::Communicator& comm,
+                                             std::string directory, CheckpointerOptions options)
+    : name_(std::move(name)), comm_(comm), directory_(std::move(directory)), options_(options) {
+  options_.keep_generations = std::max(options_.keep_generations, 1);
+}
+
+void MultiNodeCheckpointer::add_module(const std::string& key, torch::nn::Module& module) {
+  entries_.push_back(
+      std::make_shared<Entry>(Entry{"module." + key, [&module](auto& archive) { module.save(archive); },
+                                    [&module](auto& archive) { module.load(archive); }}));
+}
+
+void MultiNodeCheckpointer::add_optimizer(const std::string& key, torch::optim::Optimizer& optimizer) {
+  entries_.push_back(std::make_shared<Entry>(
+      Entry{"optimizer." + key, [&optimizer](auto& archive) { optimizer.save(archive); },
+            [&optimizer](auto& archive) { optimizer.load(archive); }}));
+}
+
+void MultiNodeCheckpointer::add_tensors(const std::string& key, std::vector<at::Tensor> tensors) {
+  auto shared = std::make_shared<std::vector<at::Tensor>>(std::move(tensors));
+  entries_.push_back(std::make_shared<Entry>(
+      Entry{"tensors." + key,
+            [shared](torch::serialize::OutputArchive& archive) {
+              for (size_t i = 0; i < shared->size(); ++i)
+                archive.write(std::to_string(i), (*shared)[i].detach());
+            },
+            [shared, key](torch::serialize::InputArchive& archive) {
+              torch::NoGradGuard no_grad;
+              for (size_t i = 0; i < shared->size(); ++i) {
+                at::Tensor value;
+                archive.read(std::to_string(i), value);
+                at::Tensor& target = (*shared)[i];
+                if (value.sizes() != target.sizes()) {
+                  std::ostringstream message;
+                  message << "tensors." << key << "[" << i << "]: saved shape " << value.sizes()
+                          << " but the registered tensor has " << target.sizes();
+                  throw std::runtime_error(message.str());
+                }
+                target.copy_(value);
+              }
+            }}));
+}
+
+void MultiNodeCheckpointer::add_generator(const std::string& key, at::Generator generator) {
+  entries_.push_back(
+      std::make_shared<Entry>(Entry{"generator." + key,
+                                    [generator](torch::serialize::OutputArchive& archive) mutable {
+                                      std::lock_guard<std::mutex> lock(generator.mutex());
+                                      archive.write("state", generator.get_state());
+                                    },
+                                    [generator](torch::serialize::InputArchive& archive) mutable {
+                                      at::Tensor state;
+                                      archive.read("state", state);
+                                      std::lock_guard<std::mutex> lock(generator.mutex());
+                                      generator.set_state(state);
+                                    }}));
+}
+
+void MultiNodeCheckpointer::add_iterator(const std::string& key, BatchIterator& iterator) {
+  entries_.push_back(std::make_shared<Entry>(
+      Entry{"iterator." + key,
+            [&iterator](torch::serialize::OutputArchive& archive) {
+              IteratorPosition p = iterator.position();
+              archive.write("position", at::tensor(std::vector<int64_t>{p.epoch, p.offset}, at::kLong));
+              archive.write("seed", c10::IValue(static_cast<int64_t>(iterator.seed())));
+            },
+            [&iterator](torch::serialize::InputArchive& archive) {
+              // The order of an epoch follows from the seed: a position under another seed would
+              // silently continue with different samples.
+              c10::IValue seed;
+              archive.read("seed", seed);
+              if (static_cast<uint64_t>(seed.toInt()) != iterator.seed()) {
+                throw std::runtime_error("the iterator was saved with shuffle seed " +
+                                         std::to_string(static_cast<uint64_t>(seed.toInt())) +
+                                         " but now has seed " + std::to_string(iterator.seed()) +
+                                         "; resume with the run's original seed");
+              }
+              at::Tensor p;
+              archive.read("position", p);
+              iterator.set_position(IteratorPosition{p[0].item<int64_t>(), p[1].item<int64_t>()});
+            }}));
+}
+
+std::string MultiNodeCheckpointer::path_for(int64_t iteration) const {
+  return (fs::path(directory_) /
+          fmt::format("{}.iter{:012d}.rank{}of{}.pt", name_, iteration, comm_.rank(), comm_.size()))
+      .string();
+}
+
+StatusOr<std::string> MultiNodeCheckpointer::serialize(int64_t iteration) const {
+  try {
+    torch::serialize::OutputArchive archive;
+    archive.write(kIterationKey, c10::IValue(iteration));
+    for (const auto& entry : entries_) {
+      torch::serialize::OutputArchive section;
+      entry->save(section);
+      archive.write(entry->key, section);
+    }
+    std::ostringstream out;
+    archive.save_to(out);
+    return out.str();
+  } catch (const std::exception& e) {
+    return internal_error("checkpointer {}: serializing iteration {}: {}", name_, iteration, e.what());
+  }
+}
+
+Status MultiNodeCheckpointer::agree(const Status& local, const char* what) {
+  COHORT_ASSIGN_OR_RETURN(double failed, comm_.allreduce_obj(local.ok() ? 0.0 : 1.0, comm::ReduceOp::kMax));
+  if (!local.ok()) return local;
+  if (failed > 0)
+    return aborted_error("checkpointer {}: {} failed on another rank of {}", name_, what,
+                         comm_.description());
+  return ok_status();
+}
+
+Status MultiNodeCheckpointer::save(int64_t iteration) {
+  Status local = [&]() -> Status {
+    if (iteration < 0)
+      return invalid_argument_error("checkpointer {}: iteration {} is negative", name_, iteration);
+    std::error_code error;
+    fs::create_directories(directory_, error);
+    if (error)
+      return unavailable_error("checkpointer {}: cannot create {}: {}", name_, directory_, error.message());
+    COHORT_ASSIGN_OR_RETURN(std::string data, serialize(iteration));
+    return write_atomically(path_for(iteration), data);
+  }();
+  COHORT_RETURN_IF_ERROR(agree(local, "save"));
+  return collect_garbage();
+}
+
+StatusOr<std::vector<int64_t>> MultiNodeCheckpointer::local_iterations() const {
+  std::vector<int64_t> out;
+  std::error_code error;
+  if (!fs::exists(directory_, error)) return out;
+  std::string prefix = name_ + ".iter";
+  std::string suffix = fmt::format(".rank{}of{}.pt", comm_.rank(), comm_.size());
+  for (fs::directory_iterator it(directory_, error), end; !error && it != end; it.increment(error)) {
+    std::string file = it->path().filename().string();
+    if (file.size() <= prefix.size() + suffix.size() || file.compare(0, prefix.size(), prefix) != 0 ||
+        file.compare(file.size() - suffix.size(), suffix.size(), suffix) != 0) {
+      continue;
+    }
+    std::string digits = file.substr(prefix.size(), file.size() - prefix.size() - suffix.size());
+    if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit)) continue;
+    out.push_back(std::stoll(digits));
+  }
+  if (error) return unavailable_error("checkpointer {}: listing {}: {}", name_, directory_, error.message());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Status MultiNodeCheckpointer::collect_garbage() {
+  COHORT_ASSIGN_OR_RETURN(std::vector<int64_t> iterations, local_iterations());
+  int64_t excess = static_cast<int64_t>(iterations.size()) - options_.keep_generations;
+  for (int64_t i = 0; i < excess; ++i) {
+    std::string path = path_for(iterations[i]);
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return errno_status("unlink(" + path + ")", errno);
+  }
+  return ok_status();
+}
+
+Status MultiNodeCheckpointer::load_file(int64_t iteration) {
+  std::string path = path_for(iteration);
+  try {
+    torch::serialize::InputArchive archive;
+    archive.load_from(path);
+    c10::IValue saved;
+    archive.read(kIterationKey, saved);
+    if (saved.toInt() != iteration) {
+      return data_loss_error("checkpointer {}: {} holds iteration {}, expected {}", name_, path,
+                             saved.toInt(), iteration);
+    }
+    for (const auto& entry : entries_) {
+      torch::serialize::InputArchive section;
+      archive.read(entry->key, section);
+      entry->load(section);
+    }
+  } catch (const std::exception& e) {
+    return data_loss_error("checkpointer {}: loading {}: {}", name_, path, e.what());
+  }
+  return ok_status();
+}
+
+StatusOr<std::optional<int64_t>> MultiNodeCheckpointer::resume() {
+  StatusOr<std::vector<int64_t>> mine = local_iterations();
+  // A rank that cannot list its files contributes "none" so the collective still completes.
+  COHORT_ASSIGN_OR_RETURN(std::vector<std::string> all,
+                          comm_.allgather_obj(mine.ok() ? join(mine.value()) : std::string("-")));
+  COHORT_RETURN_IF_ERROR(agree(mine.status(), "listing checkpoints"));
+  std::set<int64_t> common(mine.value().begin(), mine.value().end());
+  for (const auto& list : all) {
+    std::vector<int64_t> theirs = split(list);
+    std::set<int64_t> next;
+    for (int64_t i : theirs) {
+      if (common.count(i) != 0) next.insert(i);
+    }
+    common = std::move(next);
+  }
+  if (common.empty()) return std::optional<int64_t>();
+  int64_t iteration = *common.rbegin();
+  COHORT_RETURN_IF_ERROR(agree(load_file(iteration), "resume"));
+  return std::optional<int64_t>(iteration);
+}
+
+std::unique_ptr<MultiNodeCheckpointer> create_multi_node_checkpointer(const std::string& name,
+                                                                      comm::Communicator& comm,
+                                                                      const std::string& directory,
+                                                                      CheckpointerOptions options) {
+  return std::make_unique<MultiNodeCheckpointer>(name, comm, directory, options);
+}
+
+}  // namespace cohort::train

@@ -1,0 +1,102 @@
+#pragma once
+
+// Checkpoint and resume of a data-parallel run (ChainerMN's create_multi_node_checkpointer):
+// every rank saves its own state — registered modules (parameters and buffers), optimizers (their
+// state, e.g. SGD momentum), plain tensors, RNG generators, iterator positions — and the iteration,
+// to its own file; resume() loads the newest iteration that every rank has.
+//
+//   auto checkpointer = create_multi_node_checkpointer("mnist", *comm, "/var/tmp/ckpt");
+//   checkpointer->add_module("model", *model);
+//   checkpointer->add_optimizer("sgd", sgd);
+//   checkpointer->add_iterator("train", *train_iterator);
+//   int64_t start = checkpointer->resume().value().value_or(0);   // collective
+//   for (int64_t it = start; it < steps; ++it) {
+//     train_step();
+//     if ((it + 1) % 1000 == 0) throw_if_error(checkpointer->save(it + 1), "checkpoint");
+//   }
+//
+// Files: <directory>/<name>.iter<iteration, 12 digits>.rank<rank>of<size>.pt, each a libtorch
+// archive. A save writes <file>.tmp, fsyncs it, renames it into place and fsyncs the directory,
+// so a crash leaves either the old set of files or the new one, never a torn file under a final
+// name. Garbage collection deletes this rank's generations beyond the newest keep_generations —
+// only after every rank has reported its save complete, so the generation that resume() would
+// pick is never lost.
+//
+// Thread-safety: one training thread uses a checkpointer. Registered objects must outlive it.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include "worker/base/status.h"
+#include "worker/comm/communicator.h"
+#include "worker/train/multi_node_iterator.h"
+
+namespace cohort::train {
+
+// Generations kept per rank: the newest, plus one in case the newest is incomplete on some rank.
+inline constexpr int kDefaultKeepGenerations = 2;
+
+struct CheckpointerOptions {
+  int keep_generations = kDefaultKeepGenerations;  // this rank's newest files kept after a save (>= 1)
+};
+
+class MultiNodeCheckpointer {
+ public:
+  // Local; the directory is created by the first save().
+  MultiNodeCheckpointer(std::string name, comm::Communicator& comm, std::string directory,
+                        CheckpointerOptions options = {});
+
+  // Registration (local): each `key` names a section of the file; a section must be registered
+  // on resume under the same key as on save. Objects are referenced, not copied.
+  void add_module(const std::string& key, torch::nn::Module& module);
+  void add_optimizer(const std::string& key, torch::optim::Optimizer& optimizer);
+  // Tensors restored in place (copy_ into the same storage), e.g. parameters held as leaf tensors.
+  void add_tensors(const std::string& key, std::vector<at::Tensor> tensors);
+  void add_generator(const std::string& key, at::Generator generator);
+  // Saves the position and the shuffle seed; resume() fails when the seed differs.
+  void add_iterator(const std::string& key, BatchIterator& iterator);
+
+  // Saves this rank's state as `iteration` (atomically), then garbage-collects. Collective and
+  // blocking: after writing, ranks agree (one allreduce) whether every rank saved; on failure
+  // anywhere every rank returns an error and deletes nothing.
+  Status save(int64_t iteration);
+
+  // Loads the newest iteration present for every rank (the ranks' lists of iterations are
+  // allgathered and intersected), or returns nullopt — loading nothing — when there is none.
+  // Collective and blocking; a load failure on any rank is an error on every rank.
+  StatusOr<std::optional<int64_t>> resume();
+
+  // This rank's complete checkpoint files' iterations, ascending (local).
+  StatusOr<std::vector<int64_t>> local_iterations() const;
+  // The file of this rank for `iteration`.
+  std::string path_for(int64_t iteration) const;
+
+ private:
+  struct Entry;
+  StatusOr<std::string> serialize(int64_t iteration) const;
+  Status load_file(int64_t iteration);
+  Status collect_garbage();
+  // True on every rank iff `local` is OK on every rank (one allreduce MAX of a failure flag).
+  Status agree(const Status& local, const char* what);
+
+  std::string name_;
+  comm::Communicator& comm_;
+  std::string directory_;
+  CheckpointerOptions options_;
+  std::vector<std::shared_ptr<Entry>> entries_;
+};
+
+// ChainerMN's name for the constructor.
+std::unique_ptr<MultiNodeCheckpointer> create_multi_node_checkpointer(const std::string& name,
+                                                                      comm::Communicator& comm,
+                                                                      const std::string& directory,
+                                                                      CheckpointerOptions options = {});
+
+}  // namespace cohort::train

@@ -1,0 +1,100 @@
+#include "worker/train/multi_node_evaluator.h"
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace cohort::train {
+namespace {
+
+// Evaluation is rare and on the training thread: run collectives there.
+const comm::CallOptions kBlocking{std::nullopt, true};
+
+// A 24-bit FNV-1a hash of the names, exact in a double even when summed over 2^29 ranks: the
+// cross-check that rides along in the allreduce (Σ hash == size·hash iff all agree, barring a
+// collision of sums).
+double names_hash(const std::vector<std::string>& names) {
+  uint32_t h = 2166136261u;
+  for (const auto& name : names) {
+    for (unsigned char c : name) h = (h ^ c) * 16777619u;
+    h = (h ^ 0xffu) * 16777619u;  // separator: {"ab"} and {"a","b"} differ
+  }
+  return static_cast<double>(h & 0xffffffu);
+}
+
+// Sums `values` over all ranks in place, with the names' hash appended and checked.
+Status allreduce_checked(std::vector<double>& values, const std::vector<std::string>& names,
+                         comm::ReduceOp op, comm::Communicator& comm, const char* what) {
+  double hash = names_hash(names);
+  values.push_back(hash);
+  COHORT_RETURN_IF_ERROR(
+      comm.allreduce(nullptr, values.data(), values.size(), comm::DataType::kFloat64, op, kBlocking)->wait());
+  double expected = op == comm::ReduceOp::kAvg ? hash : hash * comm.size();
+  double got = values.back();
+  values.pop_back();
+  if (got != expected) {
+    std::string joined;
+    for (const auto& name : names) joined += (joined.empty() ? "" : ", ") + name;
+    return invalid_argument_error(
+        "{}: ranks of {} reported different names (this rank: [{}]); every rank must report the same ones",
+        what, comm.description(), joined);
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+MultiNodeEvaluator::MultiNodeEvaluator(EvaluateFn evaluate_fn, comm::Communicator& comm)
+    : evaluate_fn_(std::move(evaluate_fn)), comm_(comm) {}
+
+StatusOr<std::map<std::string, double>> MultiNodeEvaluator::evaluate() {
+  COHORT_ASSIGN_OR_RETURN(Metrics local, evaluate_fn_());
+  // Layout: [value·count for each metric, count for each metric] in name order.
+  std::vector<std::string> names;
+  std::vector<double> sums;
+  for (const auto& [name, metric] : local) {
+    names.push_back(name);
+    sums.push_back(metric.value * static_cast<double>(metric.count));
+  }
+  for (const auto& [name, metric] : local) sums.push_back(static_cast<double>(metric.count));
+  COHORT_RETURN_IF_ERROR(allreduce_checked(sums, names, comm::ReduceOp::kSum, comm_, "multi-node evaluator"));
+  std::map<std::string, double> out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    double count = sums[names.size() + i];
+    out[names[i]] = count > 0 ? sums[i] / count : 0.0;
+  }
+  return out;
+}
+
+std::unique_ptr<MultiNodeEvaluator> create_multi_node_evaluator(MultiNodeEvaluator::EvaluateFn evaluate_fn,
+                                                                comm::Communicator& comm) {
+  return std::make_unique<MultiNodeEvaluator>(std::move(evaluate_fn), comm);
+}
+
+ObservationAggregator::ObservationAggregator(comm::Communicator& comm, int64_t interval)
+    : comm_(comm), interval_(interval < 1 ? 1 : interval) {}
+
+void ObservationAggregator::observe(const std::string& name, double value) {
+  Sum& sum = sums_[name];
+  sum.sum += value;
+  ++sum.count;
+}
+
+StatusOr<std::optional<std::map<std::string, double>>> ObservationAggregator::end_iteration() {
+  ++iteration_;
+  if (iteration_ % interval_ != 0) return std::optional<std::map<std::string, double>>();
+  std::vector<std::string> names;
+  std::vector<double> means;
+  for (const auto& [name, sum] : sums_) {
+    names.push_back(name);
+    means.push_back(sum.count > 0 ? sum.sum / static_cast<double>(sum.count) : 0.0);
+  }
+  sums_.clear();
+  COHORT_RETURN_IF_ERROR(
+      allreduce_checked(means, names, comm::ReduceOp::kAvg, comm_, "observation aggregator"));
+  std::map<std::string, double> out;
+  for (size_t i = 0; i < names.size(); ++i) out[names[i]] = means[i];
+  return std::optional<std::map<std::string, double>>(std::move(out));
+}
+
+}  // namespace cohort::train

@@ -1,0 +1,131 @@
+#include "worker/train/multi_node_evaluator.h"
+
+#include <cmath>
+#include <mutex>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <torch/nn/modules/batchnorm.h>
+
+#include "worker/comm/communicator_factory.h"
+#include "worker/comm/testing/loopback_world.h"
+#include "worker/comm/testing/rank_threads.h"
+#include "worker/train/allreduce_persistent.h"
+
+namespace cohort::train {
+namespace {
+
+// Runs `fn(rank, comm)` on `size` loopback ranks with flat communicators.
+template <typename Fn>
+std::string run_on_ranks(int size, Fn fn) {
+  auto worlds = comm::testing::loopback_worlds(size);
+  comm::CommunicatorOptions options;
+  options.timeout = std::chrono::seconds(10);
+  return comm::testing::failures(comm::testing::run_ranks(size, [&](int rank) -> Status {
+    COHORT_ASSIGN_OR_RETURN(auto comm, comm::create_communicator("flat", worlds[rank], options));
+    return fn(rank, *comm);
+  }));
+}
+
+// Rank r has r+1 samples with accuracy 1/(r+1) (one correct each) and loss r: the global accuracy
+// is size / Σ(r+1), the global loss Σ r(r+1) / Σ(r+1) — weighted, not the mean of the ranks' values.
+TEST(MultiNodeEvaluatorTest, WeightsBySampleCount) {
+  for (int size = 1; size <= 4; ++size) {
+    double total = 0, loss_sum = 0;
+    for (int r = 0; r < size; ++r) {
+      total += r + 1;
+      loss_sum += r * (r + 1.0);
+    }
+    std::string failures = run_on_ranks(size, [&](int rank, comm::Communicator& comm) -> Status {
+      auto evaluator = create_multi_node_evaluator(
+          [rank]() -> StatusOr<Metrics> {
+            return Metrics{{"accuracy", {1.0 / (rank + 1), rank + 1}},
+                           {"loss", {double(rank), rank + 1}},
+                           {"empty", {5.0, 0}}};
+          },
+          comm);
+      COHORT_ASSIGN_OR_RETURN(auto result, evaluator->evaluate());
+      if (std::abs(result["accuracy"] - size / total) > 1e-12 ||
+          std::abs(result["loss"] - loss_sum / total) > 1e-12 || result["empty"] != 0.0) {
+        return internal_error("rank {}: accuracy {} loss {} empty {}", rank, result["accuracy"],
+                              result["loss"], result["empty"]);
+      }
+      return ok_status();
+    });
+    EXPECT_EQ(failures, "") << "size " << size;
+  }
+}
+
+TEST(MultiNodeEvaluatorTest, DifferentNamesFailOnEveryRank) {
+  std::string failures = run_on_ranks(3, [&](int rank, comm::Communicator& comm) -> Status {
+    auto evaluator = create_multi_node_evaluator(
+        [rank]() -> StatusOr<Metrics> {
+          return Metrics{{rank == 1 ? "acc" : "accuracy", {1.0, 1}}};
+        },
+        comm);
+    auto result = evaluator->evaluate();
+    if (result.ok() || result.status().code() != StatusCode::kInvalidArgument) {
+      return internal_error("rank {}: expected INVALID_ARGUMENT, got {}", rank, result.status().to_string());
+    }
+    return ok_status();
+  });
+  EXPECT_EQ(failures, "");
+}
+
+// Rank r observes loss r+i at iterations i = 0..3 with interval 2: reports at iterations 2 and 4
+// of the mean over the interval, averaged over ranks.
+TEST(ObservationAggregatorTest, AveragesOverRanksEachInterval) {
+  for (int size = 1; size <= 4; ++size) {
+    std::string failures = run_on_ranks(size, [&](int rank, comm::Communicator& comm) -> Status {
+      ObservationAggregator aggregator(comm, 2);
+      double rank_mean = (size - 1) / 2.0;
+      for (int i = 0; i < 4; ++i) {
+        aggregator.observe("loss", rank + i);
+        COHORT_ASSIGN_OR_RETURN(auto report, aggregator.end_iteration());
+        if (i % 2 == 0) {
+          if (report.has_value()) return internal_error("rank {}: report at iteration {}", rank, i + 1);
+          continue;
+        }
+        double expected = rank_mean + (i - 1) + 0.5;
+        if (!report.has_value() || std::abs((*report)["loss"] - expected) > 1e-12) {
+          return internal_error("rank {}: iteration {}: expected {}", rank, i + 1, expected);
+        }
+      }
+      return ok_status();
+    });
+    EXPECT_EQ(failures, "") << "size " << size;
+  }
+}
+
+// BatchNorm running statistics differ per rank after local forwards; afterwards they are the mean.
+TEST(AllreducePersistentTest, AveragesBatchNormStatistics) {
+  for (int size = 1; size <= 4; ++size) {
+    std::mutex mu;
+    std::vector<at::Tensor> means(size), synced(size);
+    std::string failures = run_on_ranks(size, [&](int rank, comm::Communicator& comm) -> Status {
+      torch::nn::BatchNorm1d bn(3);
+      bn->train();
+      bn->forward(at::full({4, 3}, double(rank)).to(at::kFloat) +
+                  at::arange(12).reshape({4, 3}).to(at::kFloat));
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        means[rank] = bn->running_mean.clone();
+      }
+      AllreducePersistent sync(*bn, comm);
+      COHORT_RETURN_IF_ERROR(sync());
+      std::lock_guard<std::mutex> lock(mu);
+      synced[rank] = bn->running_mean.clone();
+      if (bn->num_batches_tracked.item<int64_t>() != 1) return internal_error("num_batches_tracked changed");
+      return ok_status();
+    });
+    ASSERT_EQ(failures, "") << "size " << size;
+    at::Tensor expected = at::stack(means).mean(0);
+    for (int r = 0; r < size; ++r) EXPECT_TRUE(at::allclose(synced[r], expected)) << "rank " << r;
+    if (size > 1) {
+      EXPECT_FALSE(at::allclose(means[0], means[1]));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cohort::train
