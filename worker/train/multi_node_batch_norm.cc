@@ -1,0 +1,75 @@
+#include "worker/train/multi_node_batch_norm.h"
+
+#include <stdexcept>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include "worker/autograd/collective_functions.h"
+#include "worker/autograd/tensor_comm.h"
+
+namespace cohort::train {
+
+MultiNodeBatchNormImpl::MultiNodeBatchNormImpl(comm::Communicator& comm,
+                                               const torch::nn::BatchNormOptions& options)
+    : comm_(comm), options_(options) {
+  const int64_t c = options_.num_features();
+  if (options_.affine()) {
+    weight = register_parameter("weight", at::ones({c}));
+    bias = register_parameter("bias", at::zeros({c}));
+  }
+  if (options_.track_running_stats()) {
+    running_mean = register_buffer("running_mean", at::zeros({c}));
+    running_var = register_buffer("running_var", at::ones({c}));
+    num_batches_tracked = register_buffer("num_batches_tracked", at::zeros({}, at::kLong));
+  }
+}
+
+at::Tensor MultiNodeBatchNormImpl::forward(const at::Tensor& x) {
+  if (x.dim() < 2 || x.size(1) != options_.num_features()) {
+    throw std::invalid_argument(fmt::format("MultiNodeBatchNorm: expected [N, {}, *], got {}",
+                                            options_.num_features(),
+                                            fmt::join(x.sizes().begin(), x.sizes().end(), "x")));
+  }
+  if (is_training() || !options_.track_running_stats()) return normalize_with_batch_statistics(x);
+  return at::batch_norm(x, weight, bias, running_mean, running_var, /*training=*/false, /*momentum=*/0.0,
+                        options_.eps(), /*cudnn_enabled=*/false);
+}
+
+at::Tensor MultiNodeBatchNormImpl::normalize_with_batch_statistics(const at::Tensor& x) {
+  std::vector<int64_t> reduce_dims{0};
+  std::vector<int64_t> channel_shape(x.dim(), 1);  // [1, C, 1, ...] for broadcasting
+  channel_shape[1] = x.size(1);
+  for (int64_t d = 2; d < x.dim(); ++d) reduce_dims.push_back(d);
+
+  // Protocol: one differentiable SUM allreduce of [sum; sum of squares] per channel, then the
+  // sample count (not differentiable) in the same order on every rank.
+  at::Tensor local = at::stack({x.sum(reduce_dims), x.mul(x).sum(reduce_dims)});
+  at::Tensor global = autograd::allreduce(comm_, local, comm::ReduceOp::kSum);
+  const double local_count = x.size(1) == 0 ? 0.0 : static_cast<double>(x.numel() / x.size(1));
+  auto count_or = comm_.allreduce_obj(local_count, comm::ReduceOp::kSum);
+  autograd::throw_if_error(count_or.status(), "MultiNodeBatchNorm: allreducing the sample count");
+  const double n = count_or.value();
+  if (n < 1) throw std::invalid_argument("MultiNodeBatchNorm: the global batch is empty");
+
+  at::Tensor mean = global[0].div(n);
+  at::Tensor var = global[1].div(n).sub(mean.mul(mean));
+  at::Tensor y = x.sub(mean.view(channel_shape)).mul(var.add(options_.eps()).rsqrt().view(channel_shape));
+  if (options_.affine()) y = y.mul(weight.view(channel_shape)).add(bias.view(channel_shape));
+
+  if (is_training() && options_.track_running_stats()) {
+    torch::NoGradGuard no_grad;
+    num_batches_tracked.add_(1);
+    const double momentum = options_.momentum().has_value()
+                                ? *options_.momentum()
+                                : 1.0 / static_cast<double>(num_batches_tracked.item<int64_t>());
+    const double unbias = n > 1 ? n / (n - 1) : 1.0;
+    running_mean.mul_(1 - momentum).add_(mean.detach().to(running_mean.scalar_type()), momentum);
+    running_var.mul_(1 - momentum).add_(var.detach().mul(unbias).to(running_var.scalar_type()), momentum);
+  }
+  return y;
+}
+
+}  // namespace cohort::train

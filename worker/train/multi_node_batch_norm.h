@@ -1,0 +1,65 @@
+#pragma once
+
+// Batch normalization over the global batch (ChainerMN's MultiNodeBatchNormalization): a drop-in
+// for torch::nn::BatchNorm1d / BatchNorm2d / BatchNorm3d in data-parallel training whose batch
+// statistics are those of the union of every rank's batch. Each rank computes, per channel, the
+// sum and the sum of squares of its batch; one differentiable allreduce (worker/autograd) adds
+// them up, and the sample count is allreduced alongside. The output, the input gradients (of the
+// sum of the ranks' losses) and the running statistics equal BatchNorm's on the concatenated
+// batch; the weight / bias gradients are this rank's part (the multi-node optimizer's gradient
+// allreduce completes them, as for any parameter).
+//
+//   MultiNodeBatchNorm bn(*comm, torch::nn::BatchNormOptions(64));
+//   at::Tensor y = bn->forward(x);            // x: this rank's [N_r, 64, H, W]; collective
+//
+// Parameters and buffers carry torch::nn::BatchNorm's names (weight, bias, running_mean,
+// running_var, num_batches_tracked), so state dicts load into either.
+//
+// The variance is E[x^2] - E[x]^2 (one allreduce instead of two, as ChainerMN): less accurate
+// than a two-pass variance in float when |mean| >> std.
+//
+// Not provided: create_mnbn_model (replacing the BatchNorm layers of an existing model). libtorch's
+// C++ modules call their children through typed member holders (and Sequential through its own
+// AnyModule list), which Module::replace_module does not update, so no generic replacement is
+// possible; build the model with MultiNodeBatchNorm where BatchNorm would be.
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+#include <torch/nn/options/batchnorm.h>
+#include <torch/nn/pimpl.h>
+
+#include "worker/comm/communicator.h"
+
+namespace cohort::train {
+
+class MultiNodeBatchNormImpl : public torch::nn::Module {
+ public:
+  // `comm` must outlive this module and the graphs built over it. Local.
+  MultiNodeBatchNormImpl(comm::Communicator& comm, const torch::nn::BatchNormOptions& options);
+
+  // x: [N, C, *] with C = num_features (N may differ per rank, and be 0 on some). In training
+  // mode (or without running statistics) normalizes with the global batch statistics and updates
+  // the running ones (momentum, or a cumulative average when momentum is unset; unbiased running
+  // variance); collective and blocking, every rank must call it, and backward is collective too.
+  // In eval mode normalizes with the running statistics, locally. Throws std::runtime_error on a
+  // communication failure, std::invalid_argument on a bad shape or an empty global batch.
+  at::Tensor forward(const at::Tensor& x);
+
+  const torch::nn::BatchNormOptions& options() const { return options_; }
+
+  at::Tensor weight;
+  at::Tensor bias;
+  at::Tensor running_mean;
+  at::Tensor running_var;
+  at::Tensor num_batches_tracked;
+
+ private:
+  at::Tensor normalize_with_batch_statistics(const at::Tensor& x);
+
+  comm::Communicator& comm_;
+  torch::nn::BatchNormOptions options_;
+};
+
+TORCH_MODULE(MultiNodeBatchNorm);
+
+}  // namespace cohort::train

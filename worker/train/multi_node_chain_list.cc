@@ -1,0 +1,119 @@
+#include "worker/train/multi_node_chain_list.h"
+
+#include <array>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "worker/autograd/point_to_point_functions.h"
+#include "worker/autograd/tensor_comm.h"
+
+namespace cohort::train {
+namespace {
+
+// Header: [scalar type, ndim, dims...]; a link's output has at most kMaxDims dimensions.
+constexpr int kMaxDims = 8;
+constexpr size_t kHeaderLength = 2 + kMaxDims;
+
+// Message k with a peer uses tag 2k (header) and 2k + 1 (data); both below kGradientTagBit.
+uint32_t header_tag(uint32_t k) { return 2 * k; }
+uint32_t data_tag(uint32_t k) { return 2 * k + 1; }
+
+// `joined` with `next` attached (pseudo_connect): either may be undefined.
+at::Tensor join(const at::Tensor& joined, const at::Tensor& next) {
+  if (!joined.defined()) return next;
+  if (!next.defined()) return joined;
+  return autograd::pseudo_connect(joined, next);
+}
+
+}  // namespace
+
+MultiNodeChainList::MultiNodeChainList(comm::Communicator& comm) : comm_(comm) {}
+
+const at::Tensor& MultiNodeChainList::single_input(const std::vector<at::Tensor>& inputs) {
+  if (inputs.size() != 1) {
+    throw std::invalid_argument(fmt::format(
+        "MultiNodeChainList: a module link takes one input, got {}; pass a LinkFunction for several rank_in",
+        inputs.size()));
+  }
+  return inputs[0];
+}
+
+void MultiNodeChainList::check_rank(int peer, const char* what) const {
+  if (peer < 0 || peer >= comm_.size() || peer == comm_.rank()) {
+    throw std::invalid_argument(
+        fmt::format("MultiNodeChainList::add_link: {} {} must be another rank in [0, {}) (this is rank {})",
+                    what, peer, comm_.size(), comm_.rank()));
+  }
+}
+
+void MultiNodeChainList::add_link(std::shared_ptr<torch::nn::Module> module, LinkFunction fn,
+                                  LinkRanks rank_in, LinkRanks rank_out) {
+  if (!fn) throw std::invalid_argument("MultiNodeChainList::add_link: empty link function");
+  for (int peer : rank_in.ranks()) check_rank(peer, "rank_in");
+  for (int peer : rank_out.ranks()) check_rank(peer, "rank_out");
+  if (module != nullptr) register_module("link" + std::to_string(links_.size()), std::move(module));
+  links_.push_back(Link{std::move(fn), rank_in.ranks(), rank_out.ranks()});
+}
+
+at::Tensor MultiNodeChainList::send_to(int peer, const at::Tensor& y, std::map<int, uint32_t>& sent) {
+  if (y.dim() > kMaxDims) {
+    throw std::invalid_argument(
+        fmt::format("MultiNodeChainList: cannot send a {}-dim output (at most {})", y.dim(), kMaxDims));
+  }
+  uint32_t k = sent[peer]++;
+  std::array<int64_t, kHeaderLength> header{};
+  header[0] = static_cast<int64_t>(y.scalar_type());
+  header[1] = y.dim();
+  for (int64_t d = 0; d < y.dim(); ++d) header[2 + d] = y.size(d);
+  autograd::throw_if_error(
+      comm_.send(header.data(), header.size(), comm::DataType::kInt64, peer, header_tag(k)),
+      fmt::format("MultiNodeChainList: sending the header of message {} to rank {}", k, peer));
+  return autograd::send(comm_, y, peer, data_tag(k));
+}
+
+at::Tensor MultiNodeChainList::recv_from(int peer, const at::Tensor& delegate,
+                                         std::map<int, uint32_t>& received) {
+  uint32_t k = received[peer]++;
+  std::array<int64_t, kHeaderLength> header{};
+  autograd::throw_if_error(
+      comm_.recv(header.data(), header.size(), comm::DataType::kInt64, peer, header_tag(k)),
+      fmt::format("MultiNodeChainList: receiving the header of message {} from rank {}", k, peer));
+  if (header[1] < 0 || header[1] > kMaxDims) {
+    throw std::runtime_error(
+        fmt::format("MultiNodeChainList: bad header from rank {}: {} dims", peer, header[1]));
+  }
+  std::vector<int64_t> shape(header.begin() + 2, header.begin() + 2 + header[1]);
+  return autograd::recv(comm_, peer, data_tag(k), delegate, shape, static_cast<at::ScalarType>(header[0]));
+}
+
+at::Tensor MultiNodeChainList::forward(const at::Tensor& x) {
+  std::map<int, uint32_t> sent;
+  std::map<int, uint32_t> received;
+  // The delegates of sends not yet attached to anything later in this rank's graph.
+  at::Tensor pending;
+  at::Tensor y;
+  for (const Link& link : links_) {
+    std::vector<at::Tensor> inputs;
+    if (link.rank_in.empty()) {
+      // The chain's input: earlier sends hang off it so backward still reaches them.
+      inputs.push_back(pending.defined() && x.defined() ? autograd::pseudo_connect(pending, x) : x);
+      if (x.defined()) pending = at::Tensor();
+    } else {
+      // Every receive of the link takes the pending delegate: its gradient is sent back to the
+      // peer before this rank waits for the gradients of its own earlier sends.
+      for (int peer : link.rank_in) inputs.push_back(recv_from(peer, pending, received));
+      pending = at::Tensor();
+    }
+    y = link.fn(inputs);
+    if (!link.rank_out.empty()) {
+      for (int peer : link.rank_out) pending = join(pending, send_to(peer, y, sent));
+      y = at::Tensor();
+    }
+  }
+  return join(pending, y);
+}
+
+}  // namespace cohort::train

@@ -1,0 +1,112 @@
+#pragma once
+
+// Model parallelism by pipeline links (ChainerMN's MultiNodeChainList): a model is a list of
+// links, each placed on this rank, that receive their inputs from other ranks, run a module and
+// send the output on. Every rank builds its own list with the links it runs, in the same global
+// order as its peers (a link's sends must meet the matching receives in the same order).
+//
+//   // A 3-stage MLP over ranks 0 → 1 → 2, loss on rank 2.
+//   MultiNodeChainList chain(*comm);
+//   if (rank == 0) chain.add_link(stage0, kNone, 1);
+//   if (rank == 1) chain.add_link(stage1, 0, 2);
+//   if (rank == 2) chain.add_link(stage2, 1, kNone);
+//   at::Tensor y = chain.forward(x);                       // x is only used by rank 0
+//   if (rank == 2) loss_of(y).backward(); else y.backward();  // y is a delegate on 0 and 1
+//
+// Shapes and dtypes travel with the data (a small header message before each tensor), so a link
+// need not know what it receives. Backward runs the transfers in reverse without deadlock: each
+// receive takes the delegate of this rank's earlier sends, so their gradients are received only
+// after this rank's later gradients were sent (worker/autograd's README, "non-connected graph").
+
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
+#include "worker/comm/communicator.h"
+
+namespace cohort::train {
+
+// The ranks a link receives from or sends to: none, one, or several (in this order).
+class LinkRanks {
+ public:
+  LinkRanks() = default;                 // none
+  LinkRanks(int rank) : ranks_{rank} {}  // NOLINT: implicit, as in add_link(m, 0, 1)
+  LinkRanks(std::initializer_list<int> ranks) : ranks_(ranks) {}
+  LinkRanks(std::vector<int> ranks) : ranks_(std::move(ranks)) {}  // NOLINT
+
+  bool empty() const { return ranks_.empty(); }
+  const std::vector<int>& ranks() const { return ranks_; }
+
+ private:
+  std::vector<int> ranks_;
+};
+
+// "No rank": the link takes the chain's input (rank_in) or its output is the chain's (rank_out).
+inline const LinkRanks kNone{};
+
+// A link's computation: its inputs (one per rank_in, in order; the chain's input when rank_in is
+// none) → its output.
+using LinkFunction = std::function<at::Tensor(const std::vector<at::Tensor>& inputs)>;
+
+class MultiNodeChainList : public torch::nn::Module {
+ public:
+  // `comm` must outlive this object and every graph its forward builds. Local.
+  explicit MultiNodeChainList(comm::Communicator& comm);
+
+  // Appends a link running `fn`; `module` (may be null) holds its parameters and is registered
+  // as a submodule "link<i>" so parameters(), to() and state dicts see it. Throws for a rank out
+  // of range or equal to this rank. Not thread-safe.
+  void add_link(std::shared_ptr<torch::nn::Module> module, LinkFunction fn, LinkRanks rank_in,
+                LinkRanks rank_out);
+
+  // A module whose forward takes one tensor (Linear, Sequential, Conv2d, ...); its rank_in must
+  // name at most one rank.
+  template <typename M>
+  void add_link(std::shared_ptr<M> module, LinkRanks rank_in, LinkRanks rank_out) {
+    M* raw = module.get();
+    add_link(
+        std::static_pointer_cast<torch::nn::Module>(module),
+        [raw](const std::vector<at::Tensor>& inputs) { return raw->forward(single_input(inputs)); },
+        std::move(rank_in), std::move(rank_out));
+  }
+  template <typename Holder, typename = decltype(std::declval<Holder>().ptr())>
+  void add_link(const Holder& holder, LinkRanks rank_in, LinkRanks rank_out) {
+    add_link(holder.ptr(), std::move(rank_in), std::move(rank_out));
+  }
+
+  // Runs the links in add order: receive each input from rank_in (or take `x`), run the link,
+  // send the output to each rank in rank_out. Returns the output of the last link when it has no
+  // rank_out, otherwise a 0-dim delegate whose backward() runs this rank's part of the backward.
+  // Every earlier send's delegate is joined into what is returned (pseudo_connect), so one
+  // backward() per rank suffices. Blocking (each transfer within the communicator's timeout; a
+  // missing peer is an error, not a hang); throws std::runtime_error on failure. `x` may be
+  // undefined on ranks whose links all receive.
+  at::Tensor forward(const at::Tensor& x = at::Tensor());
+
+  size_t num_links() const { return links_.size(); }
+
+ private:
+  struct Link {
+    LinkFunction fn;
+    std::vector<int> rank_in;
+    std::vector<int> rank_out;
+  };
+
+  static const at::Tensor& single_input(const std::vector<at::Tensor>& inputs);
+  void check_rank(int peer, const char* what) const;
+  // One tensor to / from `peer` with its dtype and shape; tags count the messages exchanged with
+  // that peer in this forward, so both sides agree without a global numbering.
+  at::Tensor send_to(int peer, const at::Tensor& y, std::map<int, uint32_t>& sent);
+  at::Tensor recv_from(int peer, const at::Tensor& delegate, std::map<int, uint32_t>& received);
+
+  comm::Communicator& comm_;
+  std::vector<Link> links_;
+};
+
+}  // namespace cohort::train
