@@ -1,5 +1,10 @@
 #include "daemon/server/daemon_server.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
 #include <utility>
 #include <vector>
 
@@ -7,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/coordinator/rendezvous.h"
+#include "daemon/service/grpc_status.h"
 
 namespace cohort::daemon {
 namespace {
@@ -39,41 +45,93 @@ void log_orders(const coordinator::AgentOrders& orders) {
 
 DaemonServer::DaemonServer(DaemonServerOptions options) : options_(std::move(options)) {}
 
+StatusOr<DaemonRole> parse_daemon_role(const std::string& role) {
+  if (role == "coordinator") return DaemonRole::kCoordinator;
+  if (role == "agent") return DaemonRole::kAgent;
+  if (role == "all") return DaemonRole::kAll;
+  return invalid_argument_error("unknown role {:?}; use coordinator, agent or all", role);
+}
+
 StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions options) {
   if (options.data_dir.empty())
-    return invalid_argument_error("data_dir is empty; give the coordinator a directory");
+    return invalid_argument_error("data_dir is empty; give the daemon a directory");
   if (options.tick_interval.count() <= 0) {
     return invalid_argument_error("tick_interval is {} ms; it must be positive",
                                   options.tick_interval.count());
   }
+  if (options.role != DaemonRole::kCoordinator) {
+    if (options.slots < 1)
+      return invalid_argument_error("slots is {}; an agent needs at least 1", options.slots);
+    if (options.role == DaemonRole::kAgent && options.coordinator_address.empty())
+      return invalid_argument_error("the agent role needs a coordinator address (--coordinator HOST:PORT)");
+    if (options.worker_command.empty() || options.worker_command[0].empty() ||
+        options.worker_command[0][0] != '/') {
+      return invalid_argument_error("worker_command must start with an absolute path, e.g. {}",
+                                    kDefaultWorkerPath);
+    }
+  }
   COHORT_ASSIGN_OR_RETURN(std::string host, listen_host(options.listen));
 
   std::unique_ptr<DaemonServer> server(new DaemonServer(std::move(options)));
-  coordinator::CoordinatorOptions coordinator_options;
-  coordinator_options.data_dir = server->options_.data_dir;
-  coordinator_options.node_lease = server->options_.node_lease;
-  COHORT_ASSIGN_OR_RETURN(server->coordinator_,
-                          coordinator::Coordinator::open(coordinator_options, &server->clock_));
-
   DaemonServer* self = server.get();
-  server->info_service_ = std::make_unique<InfoService>(std::vector<std::string>{"coordinator"});
-  server->coordinator_service_ = std::make_unique<CoordinatorService>(
-      server->coordinator_.get(), &server->clock_,
-      [self](coordinator::AgentOrders orders) { self->dispatch(std::move(orders)); });
-  server->rendezvous_service_ = std::make_unique<RendezvousService>(server->coordinator_.get());
-
+  std::vector<std::string> roles;
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   // gRPC sets SO_REUSEPORT by default: a second daemon on the same port would then start and
   // silently take half the calls. Binding must fail instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(server->options_.listen, grpc::InsecureServerCredentials(), &server->port_);
+
+  if (server->has_coordinator()) {
+    roles.push_back("coordinator");
+    coordinator::CoordinatorOptions coordinator_options;
+    coordinator_options.data_dir = server->options_.data_dir;
+    coordinator_options.node_lease = server->options_.node_lease;
+    COHORT_ASSIGN_OR_RETURN(server->coordinator_,
+                            coordinator::Coordinator::open(coordinator_options, &server->clock_));
+    server->coordinator_service_ = std::make_unique<CoordinatorService>(
+        server->coordinator_.get(), &server->clock_,
+        [self](coordinator::AgentOrders orders) { self->dispatch(std::move(orders)); });
+    server->rendezvous_service_ = std::make_unique<RendezvousService>(server->coordinator_.get());
+    builder.RegisterService(server->coordinator_service_.get());
+    builder.RegisterService(server->rendezvous_service_.get());
+  }
+  if (server->has_agent()) {
+    roles.push_back("agent");
+    agent::TaskSupervisorOptions supervisor_options;
+    supervisor_options.log_dir =
+        server->options_.log_dir.empty() ? server->options_.data_dir + "/logs" : server->options_.log_dir;
+    supervisor_options.stop_grace_period = server->options_.stop_grace_period;
+    // The node id and addresses are known only once the port is bound; the supervisor gets the
+    // coordinator address it can know now (COHORT_COORDINATOR), the node id below.
+    supervisor_options.coordinator_address = server->options_.coordinator_address;
+    char hostname[256] = {};
+    if (gethostname(hostname, sizeof(hostname) - 1) != 0) std::snprintf(hostname, sizeof(hostname), "node");
+    // One agent per machine is the deployment, so the host name is a unique default id.
+    server->node_id_ = server->options_.node_id.empty() ? std::string(hostname) : server->options_.node_id;
+    supervisor_options.node_id = server->node_id_;
+    server->supervisor_ = std::make_unique<agent::TaskSupervisor>(
+        supervisor_options, &server->launcher_, [self](const agent::TaskExit& exit) {
+          // Runs on the supervisor's threads: only queue it (STYLE: no RPC inside the callback).
+          {
+            std::lock_guard<std::mutex> lock(self->mu_);
+            self->exits_queue_.push_back(exit);
+          }
+          self->exits_changed_.notify_all();
+        });
+    AgentServiceOptions agent_options;
+    agent_options.node_id = server->node_id_;
+    agent_options.slots = server->options_.slots;
+    agent_options.worker_command = server->options_.worker_command;
+    server->agent_service_ = std::make_unique<AgentService>(server->supervisor_.get(), agent_options);
+    builder.RegisterService(server->agent_service_.get());
+  }
+  server->info_service_ = std::make_unique<InfoService>(roles);
   builder.RegisterService(server->info_service_.get());
-  builder.RegisterService(server->coordinator_service_.get());
-  builder.RegisterService(server->rendezvous_service_.get());
+
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
-    server->coordinator_->shutdown();
+    if (server->coordinator_ != nullptr) server->coordinator_->shutdown();
     return unavailable_error(
         "cannot listen on {}: the address is in use or not local; pick another with --listen",
         server->options_.listen);
@@ -81,24 +139,217 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
   server->address_ = host.find(':') != std::string::npos && host.front() != '['
                          ? fmt::format("[{}]:{}", host, server->port_)
                          : fmt::format("{}:{}", host, server->port_);
+  if (server->has_coordinator()) {
+    server->tick_thread_ = std::thread([self] { self->tick_loop(); });
+    server->dispatch_thread_ = std::thread([self] { self->dispatch_loop(); });
+  }
+  if (server->has_agent()) server->start_agent();
   if (grpc::HealthCheckServiceInterface* health = server->server_->GetHealthCheckService()) {
     health->SetServingStatus(true);
   }
-  server->tick_thread_ = std::thread([self] { self->tick_loop(); });
-  spdlog::info("cohortd coordinator listening on {} (data in {})", server->address_,
+  spdlog::info("cohortd {} listening on {} (data in {})", fmt::join(roles, "+"), server->address_,
                server->options_.data_dir);
   return server;
 }
 
 DaemonServer::~DaemonServer() { shutdown(); }
 
-void DaemonServer::dispatch(coordinator::AgentOrders orders) const {
+void DaemonServer::dispatch(coordinator::AgentOrders orders) {
   if (orders.empty()) return;
   if (options_.orders) {
     options_.orders(std::move(orders));
-  } else {
-    log_orders(orders);
+    return;
   }
+  // Called on gRPC handler threads and the tick thread, some holding nothing the dispatch thread
+  // needs; queueing keeps a slow agent from delaying the coordinator's answers.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) {
+      log_orders(orders);
+      return;
+    }
+    orders_queue_.push_back(std::move(orders));
+  }
+  orders_changed_.notify_all();
+}
+
+void DaemonServer::dispatch_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    orders_changed_.wait(lock, [this] { return stopping_ || !orders_queue_.empty(); });
+    if (stopping_) {
+      for (const coordinator::AgentOrders& orders : orders_queue_) log_orders(orders);
+      orders_queue_.clear();
+      return;
+    }
+    coordinator::AgentOrders orders = std::move(orders_queue_.front());
+    orders_queue_.pop_front();
+    lock.unlock();
+    // Stops first: a restart's stop and launch may arrive together, and slots free on stop.
+    for (const coordinator::StopOrder& stop : orders.stops) send_stop(stop);
+    for (const coordinator::LaunchOrder& launch : orders.launches) send_launch(launch);
+    lock.lock();
+  }
+}
+
+cohort::v1::Agent::Stub& DaemonServer::agent_stub(const std::string& address) {
+  std::unique_ptr<cohort::v1::Agent::Stub>& stub = agent_stubs_[address];
+  if (stub == nullptr) {
+    stub = cohort::v1::Agent::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  }
+  return *stub;
+}
+
+void DaemonServer::send_launch(const coordinator::LaunchOrder& order) {
+  cohort::v1::LaunchTasksRequest request;
+  request.set_job_id(order.job_id);
+  request.set_attempt(order.attempt);
+  *request.mutable_spec() = order.spec;
+  request.set_world_size(order.world_size);
+  request.set_num_nodes(order.num_nodes);
+  request.set_node_rank(order.node.node_rank);
+  request.set_master_address(order.master_address);
+  request.set_coordinator_address(address_);
+  for (int local_rank = 0; local_rank < order.node.num_ranks; ++local_rank) {
+    cohort::v1::Task* task = request.add_tasks();
+    task->set_rank(order.node.first_rank + local_rank);
+    task->set_local_rank(local_rank);
+    for (int gpu : order.node.gpus_of(local_rank)) task->add_gpus(gpu);
+  }
+  cohort::v1::LaunchTasksResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + options_.peer_rpc_timeout);
+  Status status = from_grpc_status(agent_stub(order.node.address).LaunchTasks(&context, request, &response),
+                                   "Agent.LaunchTasks", order.node.address);
+  if (!status.ok()) {
+    // The attempt stays PLACED; the node's lease (or a cancel) ends it.
+    spdlog::error("launch of job {} attempt {} on node {} failed: {}", order.job_id, order.attempt,
+                  order.node.node_id, status.to_string());
+    return;
+  }
+  Status started = coordinator_->report_tasks_started(order.node.node_id, order.job_id, order.attempt);
+  if (!started.ok()) {
+    spdlog::warn("job {} attempt {} started on node {} but the coordinator refused the report: {}",
+                 order.job_id, order.attempt, order.node.node_id, started.to_string());
+  }
+}
+
+void DaemonServer::send_stop(const coordinator::StopOrder& order) {
+  cohort::v1::StopTasksRequest request;
+  request.set_job_id(order.job_id);
+  request.set_attempt(order.attempt);
+  request.set_reason(order.reason);
+  cohort::v1::StopTasksResponse response;
+  grpc::ClientContext context;
+  // The agent answers once its tasks are reaped: up to its grace period plus the SIGKILL wait.
+  context.set_deadline(std::chrono::system_clock::now() + options_.peer_rpc_timeout +
+                       options_.stop_grace_period + agent::kKillWaitTimeout);
+  Status status = from_grpc_status(agent_stub(order.address).StopTasks(&context, request, &response),
+                                   "Agent.StopTasks", order.address);
+  if (!status.ok()) {
+    spdlog::error("stop of job {} attempt {} on node {} failed: {}", order.job_id, order.attempt,
+                  order.node_id, status.to_string());
+  }
+}
+
+void DaemonServer::start_agent() {
+  agent_service_->set_address(address_);
+  const std::string coordinator_address =
+      options_.coordinator_address.empty() ? address_ : options_.coordinator_address;
+  coordinator_stub_ = cohort::v1::Coordinator::NewStub(
+      grpc::CreateChannel(coordinator_address, grpc::InsecureChannelCredentials()));
+  agent_thread_ = std::thread([this] { agent_loop(); });
+}
+
+void DaemonServer::agent_loop() {
+  using Clock = std::chrono::steady_clock;
+  bool registered = false;
+  Clock::time_point next_contact = Clock::now();
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    exits_changed_.wait_until(lock, next_contact, [this] { return stopping_ || !exits_queue_.empty(); });
+    if (stopping_) break;
+    std::deque<agent::TaskExit> exits;
+    exits.swap(exits_queue_);
+    lock.unlock();
+
+    if (registered && Clock::now() >= next_contact) {
+      Status beat = heartbeat();
+      if (beat.code() == StatusCode::kNotFound) {
+        spdlog::warn("the coordinator does not know node {} ({}); registering again", node_id_,
+                     beat.to_string());
+        registered = false;
+      } else if (!beat.ok()) {
+        spdlog::warn("heartbeat of node {} failed: {}", node_id_, beat.to_string());
+      }
+      next_contact = registered ? Clock::now() + heartbeat_interval_ : Clock::now();
+    }
+    if (!registered && Clock::now() >= next_contact) {
+      Status status = register_node();
+      registered = status.ok();
+      if (!registered) spdlog::warn("registering node {} failed: {}; retrying", node_id_, status.to_string());
+      next_contact = Clock::now() + (registered ? heartbeat_interval_ : kRegisterRetryInterval);
+    }
+    std::deque<agent::TaskExit> retry;
+    for (const agent::TaskExit& exit : exits) {
+      Status status = report_exit(exit);
+      if (status.code() == StatusCode::kUnavailable || status.code() == StatusCode::kDeadlineExceeded) {
+        retry.push_back(exit);  // the coordinator is restarting; the exit must not be lost
+        next_contact = std::min(next_contact, Clock::now() + kRegisterRetryInterval);
+      } else if (!status.ok()) {
+        spdlog::warn("exit report for job {} rank {} refused: {}", exit.job_id, exit.rank,
+                     status.to_string());
+      }
+    }
+    lock.lock();
+    exits_queue_.insert(exits_queue_.begin(), retry.begin(), retry.end());
+  }
+}
+
+Status DaemonServer::register_node() {
+  COHORT_ASSIGN_OR_RETURN(cohort::v1::NodeInfo node, agent_service_->describe_node());
+  cohort::v1::RegisterNodeRequest request;
+  *request.mutable_node() = std::move(node);
+  cohort::v1::RegisterNodeResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + options_.peer_rpc_timeout);
+  COHORT_RETURN_IF_ERROR(from_grpc_status(coordinator_stub_->RegisterNode(&context, request, &response),
+                                          "Coordinator.RegisterNode", "coordinator"));
+  // The coordinator asks for lease / 3, so two lost heartbeats still keep the node.
+  heartbeat_interval_ = response.heartbeat_interval_ms() > 0
+                            ? std::chrono::milliseconds(response.heartbeat_interval_ms())
+                            : std::chrono::milliseconds(response.lease_ms() / 3);
+  if (heartbeat_interval_.count() <= 0) heartbeat_interval_ = kRegisterRetryInterval;
+  spdlog::info("node {} registered at {} (heartbeat every {} ms)", node_id_, address_,
+               heartbeat_interval_.count());
+  return ok_status();
+}
+
+Status DaemonServer::heartbeat() {
+  cohort::v1::HeartbeatRequest request;
+  request.set_node_id(node_id_);
+  cohort::v1::HeartbeatResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + options_.peer_rpc_timeout);
+  return from_grpc_status(coordinator_stub_->Heartbeat(&context, request, &response), "Coordinator.Heartbeat",
+                          "coordinator");
+}
+
+Status DaemonServer::report_exit(const agent::TaskExit& exit) {
+  std::optional<int> attempt = agent_service_->attempt_of(exit.job_id);
+  if (!attempt.has_value()) return not_found_error("job {} was never launched here", exit.job_id);
+  cohort::v1::ReportTaskExitRequest request;
+  request.set_node_id(node_id_);
+  request.set_job_id(exit.job_id);
+  request.set_attempt(*attempt);
+  request.set_rank(exit.rank);
+  request.set_exit_code(exit.status.exit_code);
+  request.set_signal(exit.status.signal);
+  cohort::v1::ReportTaskExitResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + options_.peer_rpc_timeout);
+  return from_grpc_status(coordinator_stub_->ReportTaskExit(&context, request, &response),
+                          "Coordinator.ReportTaskExit", "coordinator");
 }
 
 void DaemonServer::tick_loop() {
@@ -123,18 +374,24 @@ void DaemonServer::shutdown_once() {
     stopping_ = true;
   }
   stop_changed_.notify_all();
+  orders_changed_.notify_all();
+  exits_changed_.notify_all();
   if (server_ != nullptr) {
     // Load balancers and `grpc_health_probe` see the drain before calls start failing.
     if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService())
       health->SetServingStatus(false);
   }
   if (tick_thread_.joinable()) tick_thread_.join();
+  if (dispatch_thread_.joinable()) dispatch_thread_.join();
+  if (agent_thread_.joinable()) agent_thread_.join();
   // Wakes WatchJob streams and rendezvous waiters with UNAVAILABLE, so the drain below is quick.
   if (coordinator_ != nullptr) coordinator_->shutdown();
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() + options_.shutdown_grace);
     server_->Wait();
   }
+  // Last: its destructor stops the tasks still running (their exits are no longer reported).
+  supervisor_.reset();
 }
 
 }  // namespace cohort::daemon

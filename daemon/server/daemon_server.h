@@ -1,8 +1,20 @@
 #pragma once
 
-// DaemonServer: cohortd's gRPC server for the coordinator role. It opens the Coordinator on the
-// data directory, serves cohort.v1.Info, Coordinator and Rendezvous plus grpc.health.v1, and runs
-// the coordinator's periodic tick (node leases, placement) on its own thread.
+// DaemonServer: cohortd's gRPC server, for the coordinator role, the agent role, or both ("all").
+//
+// Coordinator role: opens the Coordinator on the data directory, serves cohort.v1.Coordinator and
+// Rendezvous, runs the coordinator's periodic tick (node leases, placement) on its own thread, and
+// carries out the AgentOrders it produces on a dispatch thread: Agent.LaunchTasks (then the
+// coordinator's report_tasks_started) and Agent.StopTasks, each call with a deadline.
+//
+// Agent role: runs a TaskSupervisor behind cohort.v1.Agent, registers the node with the
+// coordinator (RegisterNode with its address and inventory), heartbeats every
+// heartbeat_interval_ms the coordinator asks for (lease / 3), registers again when a heartbeat
+// answers NOT_FOUND (the coordinator restarted or declared the node lost), and reports each task
+// exit (ReportTaskExit). The supervisor's exit callback only queues the exit; the agent thread
+// sends it, so no RPC runs inside the callback.
+//
+// Every role serves cohort.v1.Info and grpc.health.v1.
 //
 //   DaemonServerOptions options;
 //   options.listen = "127.0.0.1:0";          // port 0: the kernel picks; port() tells which
@@ -12,8 +24,11 @@
 //   ...
 //   server->shutdown();                      // NOT_SERVING, stop ticking, drain with a deadline
 //
-// Orders for agents (launch / stop tasks) go to DaemonServerOptions::orders; the agent role that
-// carries them out is not part of this server yet, so by default they are logged.
+//   options.role = DaemonRole::kAll;         // coordinator and agent in one process
+//   options.slots = 2;
+//
+// Orders for agents go to DaemonServerOptions::orders when it is set (tests), else to the agents'
+// Agent services as above.
 //
 // Thread-safe: shutdown() may be called from any thread, more than once.
 
@@ -26,8 +41,17 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <deque>
+#include <map>
+#include <vector>
+
+#include "cohort/v1/agent.grpc.pb.h"
+#include "cohort/v1/coordinator.grpc.pb.h"
+#include "daemon/agent/process_launcher.h"
+#include "daemon/agent/task_supervisor.h"
 #include "daemon/coordinator/clock.h"
 #include "daemon/coordinator/coordinator.h"
+#include "daemon/service/agent_service.h"
 #include "daemon/service/coordinator_service.h"
 #include "daemon/service/info_service.h"
 #include "daemon/service/rendezvous_service.h"
@@ -42,13 +66,41 @@ inline constexpr std::chrono::milliseconds kDefaultShutdownGrace = std::chrono::
 // Where cohortd listens unless told otherwise (the CLI's default coordinator address).
 inline constexpr const char* kDefaultListenAddress = "127.0.0.1:7070";
 
+// How long one call to an agent or to the coordinator (launch, register, heartbeat, exit report)
+// may take; a dead peer must turn into a logged error, not a stuck dispatch or agent thread.
+inline constexpr std::chrono::milliseconds kDefaultPeerRpcTimeout = std::chrono::seconds(10);
+// How long an agent waits before trying RegisterNode (or a failed exit report) again.
+inline constexpr std::chrono::milliseconds kRegisterRetryInterval = std::chrono::seconds(1);
+// The worker every task runs unless DaemonServerOptions::worker_command says otherwise.
+inline constexpr const char* kDefaultWorkerPath = "/usr/local/bin/cohort-worker";
+
+enum class DaemonRole {
+  kCoordinator,  // node registry, scheduling, rendezvous, job records
+  kAgent,        // runs this node's tasks for a coordinator elsewhere
+  kAll,          // both in one process; the agent registers with its own coordinator
+};
+
+// "coordinator" | "agent" | "all"; INVALID_ARGUMENT naming the value otherwise.
+StatusOr<DaemonRole> parse_daemon_role(const std::string& role);
+
 struct DaemonServerOptions {
+  DaemonRole role = DaemonRole::kCoordinator;                         // which services this daemon runs
   std::string listen = kDefaultListenAddress;                         // HOST:PORT; port 0 picks a free one
   std::string data_dir;                                               // job database directory (required)
   std::chrono::milliseconds tick_interval = kDefaultTickInterval;     // coordinator tick period
   std::chrono::milliseconds shutdown_grace = kDefaultShutdownGrace;   // drain limit for in-flight calls
   coordinator::Duration node_lease = coordinator::kDefaultNodeLease;  // a node silent this long is lost
-  OrdersHandler orders;  // receives agent orders; empty: log them
+  OrdersHandler orders;  // receives agent orders; empty: sent to the agents' Agent services
+  // Agent role (kAgent, kAll):
+  std::string coordinator_address;  // HOST:PORT to register with; empty with kAll: this server
+  std::string node_id;              // registry id; empty: this machine's host name
+  int slots = 1;                    // tasks this node runs at once (>= 1)
+  std::string log_dir;              // rank logs; empty: <data_dir>/logs
+  // argv of every task (argv[0] absolute); the task learns its job from COHORT_JOB_ID, RANK, ...
+  // Tests set a shell command here, since JobSpec has no field for the worker binary.
+  std::vector<std::string> worker_command = {kDefaultWorkerPath};
+  agent::Duration stop_grace_period = agent::kDefaultStopGracePeriod;   // SIGTERM → SIGKILL
+  std::chrono::milliseconds peer_rpc_timeout = kDefaultPeerRpcTimeout;  // one call to a peer
 };
 
 class DaemonServer {
@@ -68,7 +120,10 @@ class DaemonServer {
   // HOST:PORT clients dial: the listen host with the bound port.
   const std::string& address() const { return address_; }
   // The coordinator this server serves (for in-process callers and tests); owned by the server.
+  // Only for the kCoordinator and kAll roles.
   coordinator::Coordinator& coordinator() { return *coordinator_; }
+  // The node id the agent registers as (kAgent, kAll); empty for kCoordinator.
+  const std::string& node_id() const { return node_id_; }
 
   // Marks health NOT_SERVING, stops the tick thread, shuts the coordinator down (waking every
   // watcher and rendezvous waiter), and stops the server, cancelling calls still running after
@@ -80,7 +135,20 @@ class DaemonServer {
   explicit DaemonServer(DaemonServerOptions options);
   void shutdown_once();
   void tick_loop();
-  void dispatch(coordinator::AgentOrders orders) const;
+  void dispatch(coordinator::AgentOrders orders);
+  // Coordinator side: carries out queued orders with Agent stubs.
+  void dispatch_loop();
+  void send_launch(const coordinator::LaunchOrder& order);
+  void send_stop(const coordinator::StopOrder& order);
+  cohort::v1::Agent::Stub& agent_stub(const std::string& address);
+  // Agent side: register, heartbeat, report exits.
+  void start_agent();
+  void agent_loop();
+  Status register_node();
+  Status heartbeat();
+  Status report_exit(const agent::TaskExit& exit);
+  bool has_coordinator() const { return options_.role != DaemonRole::kAgent; }
+  bool has_agent() const { return options_.role != DaemonRole::kCoordinator; }
 
   const DaemonServerOptions options_;
   coordinator::SystemClock clock_;
@@ -88,6 +156,12 @@ class DaemonServer {
   std::unique_ptr<InfoService> info_service_;
   std::unique_ptr<CoordinatorService> coordinator_service_;
   std::unique_ptr<RendezvousService> rendezvous_service_;
+  agent::PosixProcessLauncher launcher_;
+  std::unique_ptr<agent::TaskSupervisor> supervisor_;
+  std::unique_ptr<AgentService> agent_service_;
+  std::unique_ptr<cohort::v1::Coordinator::Stub> coordinator_stub_;  // the agent's coordinator
+  std::string node_id_;
+  std::chrono::milliseconds heartbeat_interval_ = kRegisterRetryInterval;  // agent thread only
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::string address_;
@@ -95,8 +169,15 @@ class DaemonServer {
   std::mutex mu_;
   std::condition_variable stop_changed_;  // wakes the tick thread for shutdown
   bool stopping_ = false;
+  std::deque<coordinator::AgentOrders> orders_queue_;  // guarded by mu_; for the dispatch thread
+  std::deque<agent::TaskExit> exits_queue_;            // guarded by mu_; for the agent thread
+  std::condition_variable orders_changed_;             // wakes the dispatch thread
+  std::condition_variable exits_changed_;              // wakes the agent thread
+  std::map<std::string, std::unique_ptr<cohort::v1::Agent::Stub>> agent_stubs_;  // dispatch thread only
   std::once_flag shutdown_once_;
   std::thread tick_thread_;
+  std::thread dispatch_thread_;
+  std::thread agent_thread_;
 };
 
 }  // namespace cohort::daemon

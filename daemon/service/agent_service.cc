@@ -1,0 +1,152 @@
+#include "daemon/service/agent_service.h"
+
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "daemon/agent/node_inventory.h"
+#include "daemon/service/grpc_status.h"
+
+namespace cohort::daemon {
+
+AgentService::AgentService(agent::TaskSupervisor* supervisor, AgentServiceOptions options)
+    : supervisor_(supervisor), options_(std::move(options)) {}
+
+Status AgentService::launch(const cohort::v1::LaunchTasksRequest& request,
+                            cohort::v1::LaunchTasksResponse* response) {
+  if (request.job_id().empty()) return invalid_argument_error("LaunchTasks: job_id is empty");
+  if (request.tasks_size() == 0)
+    return invalid_argument_error("LaunchTasks for job '{}': no tasks given", request.job_id());
+  if (options_.worker_command.empty()) {
+    return failed_precondition_error("LaunchTasks for job '{}': this agent has no worker command configured",
+                                     request.job_id());
+  }
+  agent::JobTasks job;
+  job.job_id = request.job_id();
+  job.argv = options_.worker_command;
+  job.world_size = request.world_size();
+  job.master_addr = request.master_address();
+  for (const cohort::v1::Task& task : request.tasks()) {
+    if (task.rank() < 0 || task.rank() >= request.world_size()) {
+      return invalid_argument_error("LaunchTasks for job '{}': rank {} is outside the world of {} ranks",
+                                    request.job_id(), task.rank(), request.world_size());
+    }
+    job.ranks.push_back(task.rank());
+  }
+  job.env["COHORT_ATTEMPT"] = std::to_string(request.attempt());
+  job.env["COHORT_NODE_RANK"] = std::to_string(request.node_rank());
+  job.env["COHORT_NUM_NODES"] = std::to_string(request.num_nodes());
+
+  // The slot check and the launch happen under one lock so two launches cannot both fit.
+  std::lock_guard<std::mutex> lock(mu_);
+  const int free_slots = options_.slots - supervisor_->running_tasks();
+  if (request.tasks_size() > free_slots) {
+    return resource_exhausted_error("LaunchTasks for job '{}': {} tasks do not fit the {} free of {} slots",
+                                    request.job_id(), request.tasks_size(), free_slots, options_.slots);
+  }
+  COHORT_RETURN_IF_ERROR(supervisor_->launch(job));
+  attempts_[job.job_id] = request.attempt();
+  StatusOr<std::vector<agent::TaskInfo>> tasks = supervisor_->tasks(job.job_id);
+  if (tasks.ok()) {
+    for (const cohort::v1::Task& task : request.tasks()) {
+      for (const agent::TaskInfo& info : *tasks) {
+        if (info.rank == task.rank()) response->add_pids(info.pid);
+      }
+    }
+  }
+  return Status();
+}
+
+grpc::Status AgentService::LaunchTasks(grpc::ServerContext* /*context*/,
+                                       const cohort::v1::LaunchTasksRequest* request,
+                                       cohort::v1::LaunchTasksResponse* response) {
+  return to_grpc_status(launch(*request, response));
+}
+
+grpc::Status AgentService::StopTasks(grpc::ServerContext* /*context*/,
+                                     const cohort::v1::StopTasksRequest* request,
+                                     cohort::v1::StopTasksResponse* response) {
+  if (request->job_id().empty()) return to_grpc_status(invalid_argument_error("StopTasks: job_id is empty"));
+  StatusOr<std::vector<agent::TaskInfo>> tasks = supervisor_->tasks(request->job_id());
+  if (!tasks.ok()) return to_grpc_status(tasks.status());
+  int running = 0;
+  for (const agent::TaskInfo& task : *tasks) running += task.exit.has_value() ? 0 : 1;
+  Status stopped = supervisor_->stop(request->job_id());
+  if (!stopped.ok()) return to_grpc_status(stopped);
+  response->set_signalled(running);
+  return grpc::Status::OK;
+}
+
+grpc::Status AgentService::StreamLogs(grpc::ServerContext* context,
+                                      const cohort::v1::StreamLogsRequest* request,
+                                      grpc::ServerWriter<cohort::v1::LogChunk>* writer) {
+  if (request->stream() != cohort::v1::BOTH) {
+    return to_grpc_status(invalid_argument_error(
+        "StreamLogs for job '{}' rank {}: only stream BOTH is captured (stdout and stderr interleaved)",
+        request->job_id(), request->rank()));
+  }
+  StatusOr<std::shared_ptr<agent::LogCapture>> capture = supervisor_->log(request->job_id(), request->rank());
+  if (!capture.ok()) return to_grpc_status(capture.status());
+  uint64_t offset = 0;
+  while (!context->IsCancelled()) {
+    agent::LogChunk chunk = request->follow() ? (*capture)->wait_and_read_from(offset, kLogFollowPollInterval)
+                                              : (*capture)->read_from(offset);
+    if (!chunk.data.empty()) {
+      cohort::v1::LogChunk out;
+      out.set_rank(request->rank());
+      out.set_stream(cohort::v1::BOTH);
+      out.set_data(std::move(chunk.data));
+      out.set_offset(static_cast<int64_t>(chunk.offset));
+      if (!writer->Write(out)) return grpc::Status::OK;  // the client left
+    }
+    offset = chunk.next_offset;
+    if (!request->follow() || (chunk.closed && offset >= (*capture)->size())) return grpc::Status::OK;
+  }
+  return grpc::Status(grpc::StatusCode::CANCELLED, "StreamLogs: the client cancelled");
+}
+
+StatusOr<cohort::v1::NodeInfo> AgentService::describe_node() const {
+  COHORT_ASSIGN_OR_RETURN(agent::NodeInventory inventory, agent::probe_node_inventory());
+  cohort::v1::NodeInfo node;
+  node.set_node_id(options_.node_id);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    node.set_address(options_.address);
+  }
+  node.set_hostname(inventory.hostname);
+  node.set_cores(inventory.cores);
+  node.set_memory_bytes(inventory.memory_bytes);
+  for (const agent::GpuDevice& gpu : inventory.gpus) {
+    cohort::v1::Gpu* out = node.add_gpus();
+    out->set_index(gpu.index);
+    out->set_model(gpu.model);
+    out->set_memory_bytes(gpu.memory_bytes);
+  }
+  node.set_slots(options_.slots);
+  const int free_slots = options_.slots - supervisor_->running_tasks();
+  node.set_free_slots(free_slots > 0 ? free_slots : 0);
+  return node;
+}
+
+grpc::Status AgentService::NodeInfo(grpc::ServerContext* /*context*/,
+                                    const cohort::v1::NodeInfoRequest* /*request*/,
+                                    cohort::v1::NodeInfo* response) {
+  StatusOr<cohort::v1::NodeInfo> node = describe_node();
+  if (!node.ok()) return to_grpc_status(node.status());
+  *response = std::move(node).value();
+  return grpc::Status::OK;
+}
+
+void AgentService::set_address(const std::string& address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  options_.address = address;
+}
+
+std::optional<int> AgentService::attempt_of(const std::string& job_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = attempts_.find(job_id);
+  if (it == attempts_.end()) return std::nullopt;
+  return it->second;
+}
+
+}  // namespace cohort::daemon

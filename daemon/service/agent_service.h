@@ -1,0 +1,86 @@
+#pragma once
+
+// AgentService: the cohort.v1.Agent gRPC adapter over the node agent's TaskSupervisor. It
+// validates requests at the edge, turns a LaunchTasks request into the supervisor's JobTasks (the
+// worker command comes from the agent's options, not the wire), serves a rank's captured output
+// from its LogCapture, and describes the node (probe_node_inventory plus slots).
+//
+//   AgentServiceOptions options;
+//   options.node_id = "node-a";
+//   options.slots = 8;
+//   options.worker_command = {"/usr/local/bin/cohort-worker"};
+//   AgentService service(&supervisor, options);
+//   builder.RegisterService(&service);
+//
+// The supervisor keys tasks by job id only, so the service remembers which attempt of each job it
+// launched last (attempt_of) for the daemon's exit reports.
+//
+// Thread-safe: gRPC calls it on its handler threads concurrently.
+
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "cohort/v1/agent.grpc.pb.h"
+#include "daemon/agent/task_supervisor.h"
+#include "worker/base/status.h"
+
+namespace cohort::daemon {
+
+// How long a following StreamLogs waits for new output before checking that its client is still
+// there (a cancelled client is noticed within this).
+inline constexpr std::chrono::milliseconds kLogFollowPollInterval = std::chrono::milliseconds(200);
+
+struct AgentServiceOptions {
+  std::string node_id;                      // this node's registry id (NodeInfo.node_id)
+  std::string address;                      // the agent's host:port as the coordinator dials it
+  int slots = 1;                            // worker processes this node runs at once
+  std::vector<std::string> worker_command;  // argv of every task; argv[0] an absolute path
+};
+
+class AgentService final : public cohort::v1::Agent::Service {
+ public:
+  // `supervisor` is not owned and must outlive the service.
+  AgentService(agent::TaskSupervisor* supervisor, AgentServiceOptions options);
+
+  // Starts the request's tasks (all or none). RESOURCE_EXHAUSTED when they do not fit the free
+  // slots; ALREADY_EXISTS while the job's tasks still run. Blocks until each process exec'd.
+  grpc::Status LaunchTasks(grpc::ServerContext* context, const cohort::v1::LaunchTasksRequest* request,
+                           cohort::v1::LaunchTasksResponse* response) override;
+  // Stops the job's tasks (TERM, then KILL after the supervisor's grace period; the request's
+  // grace_period_ms is not honoured per call yet). Blocks until every task is reaped.
+  grpc::Status StopTasks(grpc::ServerContext* context, const cohort::v1::StopTasksRequest* request,
+                         cohort::v1::StopTasksResponse* response) override;
+  // A rank's output (stdout and stderr interleaved as captured; `stream` other than BOTH is
+  // INVALID_ARGUMENT). With `follow`, blocks until the capture closes or the client leaves.
+  grpc::Status StreamLogs(grpc::ServerContext* context, const cohort::v1::StreamLogsRequest* request,
+                          grpc::ServerWriter<cohort::v1::LogChunk>* writer) override;
+  // The node's capacity; blocks on the inventory probe (nvidia-smi, bounded).
+  grpc::Status NodeInfo(grpc::ServerContext* context, const cohort::v1::NodeInfoRequest* request,
+                        cohort::v1::NodeInfo* response) override;
+
+  // Sets the address reported by NodeInfo (known once the server has bound its port).
+  void set_address(const std::string& address);
+
+  // The attempt of `job_id` launched last on this node; nullopt if none. Non-blocking.
+  std::optional<int> attempt_of(const std::string& job_id) const;
+
+  // The node as RegisterNode and NodeInfo describe it. Blocking (the inventory probe).
+  StatusOr<cohort::v1::NodeInfo> describe_node() const;
+
+ private:
+  Status launch(const cohort::v1::LaunchTasksRequest& request, cohort::v1::LaunchTasksResponse* response);
+
+  agent::TaskSupervisor* const supervisor_;
+  AgentServiceOptions options_;  // address guarded by mu_; the rest constant
+
+  mutable std::mutex mu_;
+  std::map<std::string, int> attempts_;  // guarded by mu_; job id → attempt launched last
+};
+
+}  // namespace cohort::daemon
