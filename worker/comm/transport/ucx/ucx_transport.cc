@@ -199,6 +199,11 @@ Status UcxEngine::create_context() {
   }
   std::string interval = fmt::format("{}ms", std::max<int64_t>(1, options_.keepalive_interval.count()));
   COHORT_RETURN_IF_ERROR(set_unless_in_environment(config, "KEEPALIVE_INTERVAL", interval));
+  // UCX's registration cache installs mmap hooks at ucp_init; in freshly forked ranks that install
+  // was seen to block forever on UCM's internal lock (ucm_event_enter_exclusive), which would make
+  // communicator creation hang. Shared-memory and CMA lanes do not need registered memory, so the
+  // cache is off unless UCX_RCACHE_ENABLE says otherwise.
+  COHORT_RETURN_IF_ERROR(set_unless_in_environment(config, "RCACHE_ENABLE", "n"));
   if (options_.rendezvous_threshold > 0) {
     COHORT_RETURN_IF_ERROR(
         set_unless_in_environment(config, "RNDV_THRESH", std::to_string(options_.rendezvous_threshold)));

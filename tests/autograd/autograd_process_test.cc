@@ -1,0 +1,345 @@
+// The autograd ops with ranks as real processes over UCX on 127.0.0.1, bootstrapped through a
+// TcpStore served by the test on an ephemeral port. Each child computes a single-process
+// reference with plain libtorch ops on every rank's (deterministic) input, runs the op over the
+// communicator with a non-uniform upstream gradient, and compares its output and gradient.
+// The parent never touches libtorch, so forking does not copy its thread pools half-initialised.
+
+#include <stdlib.h>
+
+#include <chrono>
+#include <exception>
+#include <filesystem>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <gtest/gtest.h>
+
+#include "tests/comm/process_ranks.h"
+#include "worker/autograd/collective_functions.h"
+#include "worker/autograd/point_to_point_functions.h"
+#include "worker/autograd/wait_handle.h"
+#include "worker/comm/bootstrap.h"
+#include "worker/comm/store/tcp_store.h"
+#include "worker/comm/store/tcp_store_server.h"
+
+namespace cohort::autograd {
+namespace {
+
+using comm::Communicator;
+using comm::Duration;
+using comm::testing::failed_ranks;
+using comm::testing::ProcessRanks;
+using std::chrono::seconds;
+using Tensors = std::vector<at::Tensor>;
+
+// Sizes where every op is meaningful across processes (size 1 is covered by the thread level).
+constexpr int kSizes[] = {2, 3, 4};
+// The whole run of one multi-process case; children left past it are SIGKILLed.
+constexpr Duration kTestDeadline = seconds(120);
+// Store connection and world bootstrap of each child.
+constexpr Duration kBootstrapTimeout = seconds(30);
+// Per operation: a broken case fails well before kTestDeadline instead of running into it.
+constexpr Duration kOpTimeout = seconds(30);
+
+class TempDir {
+ public:
+  TempDir() {
+    char pattern[] = "/tmp/cohort-autograd-test-XXXXXX";
+    path_ = mkdtemp(pattern);
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+int64_t numel_of(at::IntArrayRef shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// Distinct values per rank and element.
+at::Tensor data(int rank, at::IntArrayRef shape) {
+  return at::arange(numel_of(shape), at::kDouble)
+      .mul(0.37 * (rank + 1))
+      .add(0.5 * rank)
+      .sin()
+      .mul(2)
+      .add(0.1 * rank)
+      .reshape(shape);
+}
+
+// Non-uniform upstream gradient dL/dy of `rank` (uniform gradients hide routing bugs).
+at::Tensor upstream(int rank, at::IntArrayRef shape) {
+  return at::arange(numel_of(shape), at::kDouble).mul(0.61 + 0.2 * rank).cos().add(rank + 0.5).reshape(shape);
+}
+
+std::string text_of(const at::Tensor& t) {
+  std::ostringstream out;
+  out << t;
+  return out.str();
+}
+
+Status expect_close(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+  if (!got.defined()) return internal_error("{}: undefined, expected\n{}", what, text_of(want));
+  if (got.sizes() != want.sizes() || !at::allclose(got, want)) {
+    return internal_error("{}:\n{}\nexpected\n{}", what, text_of(got), text_of(want));
+  }
+  return ok_status();
+}
+
+// Runs `body`, turning an exception (the ops throw std::runtime_error) into a Status.
+Status guarded(const std::function<Status()>& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    return internal_error("threw: {}", e.what());
+  }
+}
+
+struct GradCase {
+  // The input of `rank`; undefined where the op takes none (non-root bcast).
+  std::function<at::Tensor(int rank, int size)> input;
+  std::function<at::Tensor(Communicator& comm, const at::Tensor& x)> op;
+  // Every rank's output computed in one process with plain libtorch ops.
+  std::function<Tensors(const Tensors& xs)> reference;
+};
+
+// On rank `rank` of `comm`: the single-process reference of sum_r sum(y_r * upstream_r), then the
+// op with loss sum(y * upstream_rank); compares the output and dL/dx.
+Status check_gradients(Communicator& comm, const GradCase& c) {
+  const int rank = comm.rank(), size = comm.size();
+  Tensors leaves;
+  for (int r = 0; r < size; ++r) {
+    at::Tensor x = c.input(r, size);
+    leaves.push_back(x.defined() ? x.clone().set_requires_grad(true) : x);
+  }
+  Tensors expected = c.reference(leaves);
+  at::Tensor loss = at::zeros({}, at::kDouble);
+  for (int r = 0; r < size; ++r) loss = loss + expected[r].mul(upstream(r, expected[r].sizes())).sum();
+  if (loss.requires_grad()) loss.backward();
+  const at::Tensor& leaf = leaves[rank];
+  at::Tensor expected_grad = !leaf.defined()         ? leaf
+                             : leaf.grad().defined() ? leaf.grad()
+                                                     : at::zeros_like(leaf);
+
+  at::Tensor x = c.input(rank, size);
+  if (x.defined()) x.set_requires_grad(true);
+  at::Tensor y = c.op(comm, x);
+  COHORT_RETURN_IF_ERROR(
+      expect_close(y, expected[rank].detach(), fmt::format("rank {} of {} output", rank, size)));
+  y.mul(upstream(rank, y.sizes())).sum().backward();
+  if (!x.defined()) return ok_status();
+  return expect_close(x.grad(), expected_grad, fmt::format("rank {} of {} grad", rank, size));
+}
+
+Tensors same_for_all(const at::Tensor& y, size_t size) { return Tensors(size, y); }
+
+GradCase allreduce_case(
+    comm::ReduceOp op, std::function<at::Tensor(const at::Tensor&)> reduce_rows,
+    std::function<at::Tensor(int, int)> input = [](int rank, int) {
+      return data(rank, {2, 3});
+    }) {
+  return GradCase{
+      input, [op](Communicator& comm, const at::Tensor& x) { return allreduce(comm, x, op); },
+      [reduce_rows](const Tensors& xs) { return same_for_all(reduce_rows(at::stack(xs)), xs.size()); }};
+}
+
+class AutogradProcessTest : public ::testing::Test {
+ protected:
+  // Forks `size` ranks; each builds a flat communicator over UCX (per-op timeout `op_timeout`)
+  // and runs body(comm). Returns "" when every rank succeeded, else one line per failed rank.
+  // A fresh store per run keeps the UCX address keys of runs apart.
+  std::string run_ranks(int size, const std::function<Status(Communicator& comm)>& body,
+                        Duration op_timeout = kOpTimeout) {
+    comm::TcpStoreServerOptions options;
+    options.host = "127.0.0.1";
+    options.port = 0;
+    auto server = comm::TcpStoreServer::start(options);
+    if (!server.ok()) return "store server: " + server.status().to_string();
+    int port = (*server)->port();
+    ProcessRanks ranks(dir_.path());
+    ranks.fork_ranks(size, [&](int rank) -> Status {
+      at::set_num_threads(1);  // 2-4 processes share the machine's cores
+      COHORT_ASSIGN_OR_RETURN(std::unique_ptr<comm::TcpStore> store,
+                              comm::TcpStore::connect("127.0.0.1", port, kBootstrapTimeout));
+      comm::Bootstrap boot;
+      boot.store = std::move(store);
+      boot.rank = rank;
+      boot.world_size = size;
+      boot.node_id = "node0";
+      COHORT_ASSIGN_OR_RETURN(auto world, comm::create_world(boot, kBootstrapTimeout));
+      comm::CommunicatorOptions comm_options;
+      comm_options.timeout = op_timeout;
+      COHORT_ASSIGN_OR_RETURN(auto comm, comm::create_communicator("flat", world, comm_options));
+      return guarded([&] { return body(*comm); });
+    });
+    return failed_ranks(ranks.wait_all(kTestDeadline));
+  }
+
+  void expect_all_sizes(const GradCase& c) {
+    for (int size : kSizes) {
+      EXPECT_EQ(run_ranks(size, [&](Communicator& comm) { return check_gradients(comm, c); }), "")
+          << "size " << size;
+    }
+  }
+
+  TempDir dir_;
+};
+
+TEST_F(AutogradProcessTest, AllreduceSum) {
+  expect_all_sizes(allreduce_case(comm::ReduceOp::kSum, [](const at::Tensor& s) { return s.sum(0); }));
+}
+
+TEST_F(AutogradProcessTest, AllreduceMaxRoutesToTheExtremeAndSplitsTies) {
+  auto distinct = allreduce_case(comm::ReduceOp::kMax, [](const at::Tensor& s) { return s.amax(0); });
+  // Values in {0, 1, 2}: many elements tie across ranks; amax splits ties evenly too.
+  auto ties = allreduce_case(
+      comm::ReduceOp::kMax, [](const at::Tensor& s) { return s.amax(0); },
+      [](int rank, int) {
+        return at::arange(12, at::kDouble).add(rank).remainder(3).reshape({3, 4});
+      });
+  for (int size : kSizes) {
+    EXPECT_EQ(run_ranks(size,
+                        [&](Communicator& comm) {
+                          COHORT_RETURN_IF_ERROR(check_gradients(comm, distinct));
+                          return check_gradients(comm, ties);
+                        }),
+              "")
+        << "size " << size;
+  }
+}
+
+TEST_F(AutogradProcessTest, Allgather) {
+  expect_all_sizes(GradCase{[](int rank, int) { return data(rank, {3}); },
+                            [](Communicator& comm, const at::Tensor& x) { return allgather(comm, x); },
+                            [](const Tensors& xs) { return same_for_all(at::stack(xs), xs.size()); }});
+}
+
+TEST_F(AutogradProcessTest, BcastFromFirstAndLastRank) {
+  for (int size : kSizes) {
+    for (int root : {0, size - 1}) {
+      GradCase c{[root](int rank, int) {
+                   return rank == root ? data(rank, {3, 2}) : at::Tensor();
+                 },
+                 [root](Communicator& comm, const at::Tensor& x) { return bcast(comm, x, root); },
+                 [root](const Tensors& xs) { return same_for_all(xs[root].mul(1), xs.size()); }};
+      EXPECT_EQ(run_ranks(size, [&](Communicator& comm) { return check_gradients(comm, c); }), "")
+          << "size " << size << " root " << root;
+    }
+  }
+}
+
+at::Tensor values(double scale, int64_t n) { return at::arange(n, at::kDouble).mul(scale).add(0.25).sin(); }
+
+// ChainerMN's Model_0 / Model_1: rank 0 runs the first layer and the loss, rank 1 the second;
+// rank 0's recv takes the delegate of its send so one backward covers both transfers.
+TEST_F(AutogradProcessTest, ModelParallelWithDelegateVariable) {
+  EXPECT_EQ(run_ranks(2,
+                      [](Communicator& comm) -> Status {
+                        const int64_t n = 5;
+                        at::Tensor x = values(0.3, n), w0 = values(0.7, n).add(1), w1 = values(1.1, n).sub(2),
+                                   up = values(0.9, n).add(3);
+                        if (comm.rank() == 0) {  // Model_0
+                          at::Tensor p0 = w0.clone().set_requires_grad(true);
+                          at::Tensor phi = send(comm, x.mul(p0), 1, 0);
+                          at::Tensor y = recv(comm, 1, 1, phi, std::vector<int64_t>{n}, at::kDouble);
+                          COHORT_RETURN_IF_ERROR(expect_close(y, x * w0 * w1, "Model_0 output"));
+                          y.mul(up).sum().backward();
+                          return expect_close(p0.grad(), up * w1 * x, "Model_0 grad");
+                        }
+                        at::Tensor p1 = w1.clone().set_requires_grad(true);  // Model_1
+                        at::Tensor h = recv(comm, 0, 0, {}, std::vector<int64_t>{n}, at::kDouble);
+                        at::Tensor phi = send(comm, h.mul(p1), 0, 1);
+                        phi.backward();
+                        return expect_close(p1.grad(), up * x * w0, "Model_1 grad");
+                      }),
+            "");
+}
+
+// mpi4torch's ring: Isend to the next rank, Recv from the previous one (ordered after the Isend
+// through its dummy), Wait, and join the Wait's output into the result. With loss sum(res) every
+// element of `a` reaches the loss twice, so a.grad == 2; with a non-uniform upstream u_r,
+// a_r.grad == u_r + u_{r+1}.
+Status ring(Communicator& comm, uint32_t tag, bool uniform) {
+  const int rank = comm.rank(), size = comm.size();
+  const int64_t n = 10;
+  at::Tensor a = data(rank, {n}).set_requires_grad(true);
+  WaitHandle handle = isend(comm, a, (rank + 1) % size, tag);
+  at::Tensor b =
+      recv(comm, (rank + size - 1) % size, tag, handle.dummy(), std::vector<int64_t>{n}, at::kDouble);
+  at::Tensor sent = wait(handle);
+  COHORT_RETURN_IF_ERROR(expect_close(b, data((rank + size - 1) % size, {n}), "ring recv"));
+  at::Tensor res = join_dummies(a + b, {sent});
+  if (uniform) {
+    res.sum().backward();
+    return expect_close(a.grad(), at::full({n}, 2.0, at::kDouble), "ring grad");
+  }
+  res.mul(upstream(rank, {n})).sum().backward();
+  return expect_close(a.grad(), upstream(rank, {n}) + upstream((rank + 1) % size, {n}),
+                      "ring grad (non-uniform)");
+}
+
+TEST_F(AutogradProcessTest, RingIsendRecvWaitGivesGradTwoWithJoinDummies) {
+  for (int size : kSizes) {
+    EXPECT_EQ(run_ranks(size,
+                        [](Communicator& comm) {
+                          COHORT_RETURN_IF_ERROR(ring(comm, 0, /*uniform=*/true));
+                          return ring(comm, 1, /*uniform=*/false);
+                        }),
+              "")
+        << "size " << size;
+  }
+}
+
+// A rank that never runs backward (but stays alive) makes the other's backward fail with a
+// DEADLINE_EXCEEDED naming the op, within about twice the timeout, instead of hanging.
+TEST_F(AutogradProcessTest, BackwardWhosePeerNeverRunsBackwardTimesOut) {
+  constexpr Duration kTimeout = seconds(2);
+  EXPECT_EQ(
+      run_ranks(
+          2,
+          [&](Communicator& comm) -> Status {
+            at::Tensor x = data(comm.rank(), {3}).set_requires_grad(true);
+            at::Tensor y = allreduce(comm, x, comm::ReduceOp::kSum);
+            if (comm.rank() == 1) {
+              // Alive but silent: the peer must see a timeout, not a closed connection.
+              std::this_thread::sleep_for(3 * kTimeout);
+              return ok_status();
+            }
+            auto start = comm::Clock::now();
+            std::string what;
+            try {
+              y.sum().backward();
+              return internal_error("backward succeeded without the peer's backward");
+            } catch (const std::exception& e) {
+              what = e.what();
+            }
+            auto waited = comm::Clock::now() - start;
+            if (what.find("DEADLINE_EXCEEDED") == std::string::npos)
+              return internal_error("not a timeout: {}", what);
+            if (what.find("allreduce") == std::string::npos && what.find("flight") == std::string::npos) {
+              return internal_error("neither the op nor the flight recorder named: {}", what);
+            }
+            if (waited > 2 * kTimeout) {
+              return internal_error("took {} ms",
+                                    std::chrono::duration_cast<std::chrono::milliseconds>(waited).count());
+            }
+            return ok_status();
+          },
+          kTimeout),
+      "");
+}
+
+}  // namespace
+}  // namespace cohort::autograd
