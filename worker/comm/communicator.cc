@@ -195,12 +195,17 @@ Status Communicator::run_recorded(uint64_t sequence_hint, const OpInfo& info, De
   if (status.ok()) status = body(deadline);
   recorder_.finish(id, status);
   if (status.ok()) return status;
+  std::string suffix = failed_peers();
   if (status.code() == StatusCode::kDeadlineExceeded) {
+    // A timeout explains itself: the error carries the flight recorder (also logged, for
+    // operators who never see the exception).
+    std::string dump = recorder_.dump();
     spdlog::error("{} #{} on {} timed out; last operations of this communicator:\n{}", info.op, sequence_hint,
-                  description(), recorder_.dump());
+                  description(), dump);
+    suffix += "\nlast operations of this communicator:\n" + dump;
   }
   return status.with_context(fmt::format("{} #{} ({}) on {}", info.op, sequence_hint, info.detail(), description()))
-      .with_suffix(failed_peers());
+      .with_suffix(suffix);
 }
 
 std::string Communicator::failed_peers() const {

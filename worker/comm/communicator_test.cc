@@ -236,6 +236,9 @@ TEST(CommunicatorTest, AbsentPeerTimesOutNamingOpPeerAndTimeWithFlightRecorder) 
       if (status.message().find(needle) == std::string::npos) return internal_error("'{}' missing: {}", needle, status.message());
     }
     if (waited > std::chrono::milliseconds(600)) return internal_error("took too long to time out");
+    if (status.message().find("last operations of this communicator:\n  #0 allreduce") == std::string::npos) {
+      return internal_error("flight recorder missing from the error: {}", status.message());
+    }
     std::string dump = comm->flight_recorder_dump();
     if (dump.find("#0 allreduce") == std::string::npos || dump.find("DEADLINE_EXCEEDED") == std::string::npos) {
       return internal_error("flight recorder: {}", dump);
