@@ -111,7 +111,8 @@ struct GradCase {
   // The input of `rank`; undefined where the op takes none (non-root bcast).
   std::function<at::Tensor(int rank, int size)> input;
   std::function<at::Tensor(Communicator& comm, const at::Tensor& x)> op;
-  // Every rank's output computed in one process with plain libtorch ops.
+  // Every rank's output computed in one process with plain libtorch ops; undefined where the
+  // op returns a delegate (non-root reduce / gather).
   std::function<Tensors(const Tensors& xs)> reference;
 };
 
@@ -126,7 +127,9 @@ Status check_gradients(Communicator& comm, const GradCase& c) {
   }
   Tensors expected = c.reference(leaves);
   at::Tensor loss = at::zeros({}, at::kDouble);
-  for (int r = 0; r < size; ++r) loss = loss + expected[r].mul(upstream(r, expected[r].sizes())).sum();
+  for (int r = 0; r < size; ++r) {
+    if (expected[r].defined()) loss = loss + expected[r].mul(upstream(r, expected[r].sizes())).sum();
+  }
   if (loss.requires_grad()) loss.backward();
   const at::Tensor& leaf = leaves[rank];
   at::Tensor expected_grad = !leaf.defined()         ? leaf
@@ -136,9 +139,18 @@ Status check_gradients(Communicator& comm, const GradCase& c) {
   at::Tensor x = c.input(rank, size);
   if (x.defined()) x.set_requires_grad(true);
   at::Tensor y = c.op(comm, x);
-  COHORT_RETURN_IF_ERROR(
-      expect_close(y, expected[rank].detach(), fmt::format("rank {} of {} output", rank, size)));
-  y.mul(upstream(rank, y.sizes())).sum().backward();
+  if (expected[rank].defined()) {
+    COHORT_RETURN_IF_ERROR(
+        expect_close(y, expected[rank].detach(), fmt::format("rank {} of {} output", rank, size)));
+    y.mul(upstream(rank, y.sizes())).sum().backward();
+  } else {
+    // A delegate: 0-dim, and its backward still runs this rank's part of the reverse collective.
+    if (!y.defined() || y.dim() != 0) {
+      return internal_error("rank {} of {}: expected a 0-dim delegate, got {}", rank, size,
+                            y.defined() ? text_of(y) : std::string("undefined"));
+    }
+    y.backward();
+  }
   if (!x.defined()) return ok_status();
   return expect_close(x.grad(), expected_grad, fmt::format("rank {} of {} grad", rank, size));
 }
@@ -238,6 +250,99 @@ TEST_F(AutogradProcessTest, BcastFromFirstAndLastRank) {
           << "size " << size << " root " << root;
     }
   }
+}
+
+TEST_F(AutogradProcessTest, AllreduceAvg) {
+  expect_all_sizes(allreduce_case(comm::ReduceOp::kAvg, [](const at::Tensor& s) { return s.mean(0); }));
+}
+
+// Element 0 is zero on rank 0 only; element 1 on ranks 0 and 1: a backward dividing the product
+// by x would give NaN (or inf) there, while the product of the other ranks' values is exact.
+TEST_F(AutogradProcessTest, AllreduceProductHandlesZeros) {
+  expect_all_sizes(allreduce_case(
+      comm::ReduceOp::kProduct, [](const at::Tensor& s) { return s.prod(0); },
+      [](int rank, int) {
+        at::Tensor x = data(rank, {5});
+        if (rank == 0) x[0].fill_(0.0);
+        if (rank <= 1) x[1].fill_(0.0);
+        return x;
+      }));
+}
+
+// Non-root ranks get a delegate and run its backward: every x.grad is root's upstream gradient.
+TEST_F(AutogradProcessTest, ReduceToFirstAndLastRankWithDelegatesOffRoot) {
+  for (int size : kSizes) {
+    for (int root : {0, size - 1}) {
+      GradCase c{[](int rank, int) { return data(rank, {2, 3}); },
+                 [root](Communicator& comm, const at::Tensor& x) { return reduce(comm, x, root); },
+                 [root](const Tensors& xs) {
+                   Tensors ys(xs.size());
+                   ys[root] = at::stack(xs).sum(0);
+                   return ys;
+                 }};
+      EXPECT_EQ(run_ranks(size, [&](Communicator& comm) { return check_gradients(comm, c); }), "")
+          << "size " << size << " root " << root;
+    }
+  }
+}
+
+// [size, *x.shape] at root, delegates elsewhere; rank r's x.grad is block r of root's upstream.
+TEST_F(AutogradProcessTest, GatherToFirstAndLastRankWithDelegatesOffRoot) {
+  for (int size : kSizes) {
+    for (int root : {0, size - 1}) {
+      GradCase c{[](int rank, int) { return data(rank, {2, 2}); },
+                 [root](Communicator& comm, const at::Tensor& x) { return gather(comm, x, root); },
+                 [root](const Tensors& xs) {
+                   Tensors ys(xs.size());
+                   ys[root] = at::stack(xs);
+                   return ys;
+                 }};
+      EXPECT_EQ(run_ranks(size, [&](Communicator& comm) { return check_gradients(comm, c); }), "")
+          << "size " << size << " root " << root;
+    }
+  }
+}
+
+// xs = [size, 3] at root only (non-root ranks pass an undefined tensor); rank r gets xs[r], and
+// root's xs.grad stacks every rank's upstream gradient in rank order.
+TEST_F(AutogradProcessTest, ScatterFromFirstAndLastRank) {
+  for (int size : kSizes) {
+    for (int root : {0, size - 1}) {
+      GradCase c{[root](int rank, int n) { return rank == root ? data(rank, {n, 3}) : at::Tensor(); },
+                 [root](Communicator& comm, const at::Tensor& x) { return scatter(comm, x, root); },
+                 [root](const Tensors& xs) {
+                   Tensors ys;
+                   for (size_t r = 0; r < xs.size(); ++r) ys.push_back(xs[root][static_cast<int64_t>(r)]);
+                   return ys;
+                 }};
+      EXPECT_EQ(run_ranks(size, [&](Communicator& comm) { return check_gradients(comm, c); }), "")
+          << "size " << size << " root " << root;
+    }
+  }
+}
+
+// xs = [size, 2] on every rank; rank r gets sum_q xs_q[r]; xs.grad stacks every rank's upstream.
+TEST_F(AutogradProcessTest, ReduceScatter) {
+  expect_all_sizes(GradCase{[](int rank, int n) { return data(rank, {n, 2}); },
+                            [](Communicator& comm, const at::Tensor& x) { return reduce_scatter(comm, x); },
+                            [](const Tensors& xs) {
+                              at::Tensor sum = at::stack(xs).sum(0);
+                              Tensors ys;
+                              for (size_t r = 0; r < xs.size(); ++r) ys.push_back(sum[static_cast<int64_t>(r)]);
+                              return ys;
+                            }});
+}
+
+// y_r[q] = xs_q[r] (a transpose of the rank and block dimensions); the gradient goes back the same way.
+TEST_F(AutogradProcessTest, Alltoall) {
+  expect_all_sizes(GradCase{[](int rank, int n) { return data(rank, {n, 2, 3}); },
+                            [](Communicator& comm, const at::Tensor& x) { return alltoall(comm, x); },
+                            [](const Tensors& xs) {
+                              at::Tensor t = at::stack(xs).transpose(0, 1);
+                              Tensors ys;
+                              for (size_t r = 0; r < xs.size(); ++r) ys.push_back(t[static_cast<int64_t>(r)]);
+                              return ys;
+                            }});
 }
 
 at::Tensor values(double scale, int64_t n) { return at::arange(n, at::kDouble).mul(scale).add(0.25).sin(); }
