@@ -1,0 +1,144 @@
+#include "worker/examples/fashion_cnn.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <torch/optim/sgd.h>
+
+#include "worker/train/allreduce_persistent.h"
+#include "worker/train/idx_dataset.h"
+#include "worker/train/multi_node_evaluator.h"
+#include "worker/train/multi_node_iterator.h"
+#include "worker/train/multi_node_optimizer.h"
+#include "worker/train/scatter_dataset.h"
+
+namespace cohort::examples {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Batch size for evaluation: no gradients are kept, so larger batches only save overhead.
+constexpr int64_t kEvalBatch = 1000;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+train::TensorDataset limited(const train::TensorDataset& data, int64_t limit) {
+  if (limit <= 0 || limit >= data.size()) return data;
+  return data.slice(0, limit);
+}
+
+// This rank's contiguous part of `data` (no communication: every rank holds the whole set).
+train::TensorDataset shard(const train::TensorDataset& data, const comm::Communicator& comm, bool equal) {
+  train::IndexRange range = train::scatter_range(data.size(), comm.size(), comm.rank(), equal);
+  at::Tensor indices = at::arange(range.begin, range.end, at::kLong).remainder(data.size());
+  return data.select(indices);
+}
+
+}  // namespace
+
+FashionCnnImpl::FashionCnnImpl() {
+  conv1_ = register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3).padding(1)));
+  bn1_ = register_module("bn1", torch::nn::BatchNorm2d(32));
+  conv2_ = register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 3).padding(1)));
+  bn2_ = register_module("bn2", torch::nn::BatchNorm2d(64));
+  fc1_ = register_module("fc1", torch::nn::Linear(3136, 128));
+  fc2_ = register_module("fc2", torch::nn::Linear(128, 10));
+}
+
+at::Tensor FashionCnnImpl::forward(const at::Tensor& x) {
+  at::Tensor h = at::max_pool2d(at::relu(bn1_->forward(conv1_->forward(x))), 2);
+  h = at::max_pool2d(at::relu(bn2_->forward(conv2_->forward(h))), 2);
+  h = at::relu(fc1_->forward(h.flatten(1)));
+  return fc2_->forward(h);
+}
+
+StatusOr<DataParallelResult> train_data_parallel(comm::Communicator& comm, const DataParallelOptions& options) {
+  StatusOr<train::TensorDataset> train_all = train::read_fashion_mnist(true);
+  if (!train_all.ok()) return train_all.status();
+  StatusOr<train::TensorDataset> test_all = train::read_fashion_mnist(false);
+  if (!test_all.ok()) return test_all.status();
+  train::TensorDataset train_part = shard(limited(*train_all, options.limit), comm, /*equal=*/true);
+  train::TensorDataset test_part = shard(limited(*test_all, options.limit), comm, /*equal=*/false);
+
+  at::manual_seed(options.seed + comm.rank());  // ranks differ; the optimizer broadcasts rank 0's
+  FashionCnn model;
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(options.lr).momentum(options.momentum));
+  DataParallelResult result;
+  try {
+    auto optimizer = train::create_multi_node_optimizer(sgd, comm);
+    optimizer->broadcast_parameters();
+    train::AllreducePersistent sync_bn(*model, comm);
+    train::BatchIterator batches(train_part, options.batch_size, /*shuffle=*/true, options.seed + comm.rank());
+    for (int epoch = 0; epoch < options.epochs; ++epoch) {
+      EpochStats stats;
+      model->train();
+      double wait_before = optimizer->communication_wait_seconds();
+      double loss_sum = 0;
+      int64_t steps = 0;
+      Clock::time_point start = Clock::now();
+      while (std::optional<train::TensorDataset> batch = batches.next()) {
+        optimizer->zero_grad();
+        at::Tensor loss = at::cross_entropy_loss(model->forward(batch->inputs), batch->targets);
+        loss.backward();
+        optimizer->step();
+        loss_sum += loss.item<double>();
+        ++steps;
+        stats.samples += batch->size();
+      }
+      stats.seconds = seconds_since(start);
+      stats.comm_wait_seconds = optimizer->communication_wait_seconds() - wait_before;
+
+      Status synced = sync_bn();
+      if (!synced.ok()) return synced;
+      model->eval();
+      at::NoGradGuard no_grad;
+      auto evaluator = train::create_multi_node_evaluator(
+          [&]() -> StatusOr<train::Metrics> {
+            double loss = 0;
+            double correct = 0;
+            int64_t n = test_part.size();
+            for (int64_t begin = 0; begin < n; begin += kEvalBatch) {
+              train::TensorDataset b = test_part.slice(begin, std::min(n, begin + kEvalBatch));
+              at::Tensor logits = model->forward(b.inputs);
+              loss += at::cross_entropy_loss(logits, b.targets, {}, at::Reduction::Sum).item<double>();
+              correct += logits.argmax(1).eq(b.targets).sum().item<double>();
+            }
+            double denom = n > 0 ? static_cast<double>(n) : 1.0;
+            train::Metrics metrics;
+            metrics["accuracy"] = {correct / denom, n};
+            metrics["loss"] = {loss / denom, n};
+            metrics["train_loss"] = {steps > 0 ? loss_sum / steps : 0.0, 1};
+            metrics["samples"] = {static_cast<double>(stats.samples), 1};
+            return metrics;
+          },
+          comm);
+      StatusOr<std::map<std::string, double>> global = evaluator->evaluate();
+      if (!global.ok()) return global.status();
+      stats.test_accuracy = global->at("accuracy");
+      stats.test_loss = global->at("loss");
+      stats.train_loss = global->at("train_loss");
+      stats.samples = static_cast<int64_t>(std::llround(global->at("samples") * comm.size()));
+      if (options.verbose && comm.rank() == 0) {
+        std::printf("epoch %d  train_loss=%.4f  test_loss=%.4f  test_acc=%.4f  time=%.1fs  comm_wait=%.1fs\n",
+                    epoch + 1, stats.train_loss, stats.test_loss, stats.test_accuracy, stats.seconds,
+                    stats.comm_wait_seconds);
+        std::fflush(stdout);
+      }
+      result.epochs.push_back(stats);
+    }
+  } catch (const std::exception& e) {
+    return Status(StatusCode::kInternal, std::string("train_data_parallel: ") + e.what());
+  }
+  return result;
+}
+
+}  // namespace cohort::examples

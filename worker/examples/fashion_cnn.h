@@ -1,0 +1,72 @@
+#pragma once
+
+// The data-parallel Fashion-MNIST CNN of issue 5 (section 6 and its benchmark), shared by
+// worker/examples/train_mnist_dp and bench/train_fashion_mnist so both train the same network:
+// conv 1→32 3×3 pad 1 + BN + ReLU + maxpool 2, conv 32→64 3×3 pad 1 + BN + ReLU + maxpool 2,
+// FC 3136→128, ReLU, FC 128→10; SGD momentum 0.9, lr 0.05, per-rank batch 64.
+//
+//   auto comm = create_communicator("flat", InitOptions::from_url(url)).value();
+//   DataParallelOptions options;
+//   options.epochs = 5;
+//   StatusOr<DataParallelResult> result = train_data_parallel(*comm, options);
+
+#include <cstdint>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+
+#include "worker/base/status.h"
+#include "worker/comm/communicator.h"
+
+namespace cohort::examples {
+
+class FashionCnnImpl : public torch::nn::Module {
+ public:
+  FashionCnnImpl();
+  // x: [N, 1, 28, 28] float. Returns logits [N, 10].
+  at::Tensor forward(const at::Tensor& x);
+
+ private:
+  torch::nn::Conv2d conv1_{nullptr};
+  torch::nn::BatchNorm2d bn1_{nullptr};
+  torch::nn::Conv2d conv2_{nullptr};
+  torch::nn::BatchNorm2d bn2_{nullptr};
+  torch::nn::Linear fc1_{nullptr};
+  torch::nn::Linear fc2_{nullptr};
+};
+TORCH_MODULE(FashionCnn);
+
+struct DataParallelOptions {
+  int epochs = 1;             // passes over the training set
+  int64_t batch_size = 64;    // per rank
+  double lr = 0.05;           // SGD learning rate
+  double momentum = 0.9;      // SGD momentum
+  int64_t limit = 0;          // > 0: use only the first `limit` training (and test) samples
+  uint64_t seed = 0;          // model initialization and shuffling
+  bool verbose = true;        // rank 0 prints one line per epoch
+};
+
+struct EpochStats {
+  double train_loss = 0;      // mean over the epoch's batches, averaged over ranks
+  double test_loss = 0;       // over the whole test set
+  double test_accuracy = 0;   // over the whole test set
+  double seconds = 0;         // training time of the epoch (evaluation excluded)
+  double comm_wait_seconds = 0;  // of which step() waited for gradient allreduces
+  int64_t samples = 0;        // training samples processed by all ranks
+};
+
+struct DataParallelResult {
+  std::vector<EpochStats> epochs;
+};
+
+// Reads Fashion-MNIST on every rank, gives each rank its shard of the training set
+// (scatter_range, equal length), trains with create_multi_node_optimizer, averages the BN
+// statistics (AllreducePersistent) and evaluates each epoch on the test set split over the ranks
+// (create_multi_node_evaluator). Collective and blocking; errors name what failed.
+StatusOr<DataParallelResult> train_data_parallel(comm::Communicator& comm, const DataParallelOptions& options);
+
+}  // namespace cohort::examples
