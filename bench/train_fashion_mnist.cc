@@ -18,7 +18,7 @@
 #include "worker/comm/bootstrap.h"
 #include "worker/examples/example_flags.h"
 #include "worker/examples/fashion_cnn.h"
-#include "worker/examples/local_ranks.h"
+#include "worker/examples/example_rank.h"
 
 namespace {
 
@@ -34,23 +34,18 @@ constexpr const char* kUsage =
 int main(int argc, char** argv) {
   cohort::examples::ExampleFlags flags;
   flags.ranks = 2;
-  if (!cohort::examples::parse_example_flags(argc, argv, kUsage, flags)) return 2;
-  if (flags.init.empty()) return cohort::examples::run_local_ranks(argc, argv, flags.ranks);
+  int exit_code = 0;
+  auto comm = cohort::examples::start_example_rank(argc, argv, "train_fashion_mnist", kUsage, flags, &exit_code);
+  if (comm == nullptr) return exit_code;
   cohort::examples::DataParallelOptions options;
   options.epochs = flags.epochs;
   options.limit = flags.limit;
-  at::set_num_threads(1);
-  auto comm = cohort::comm::create_communicator(flags.kind, cohort::comm::InitOptions::from_url(flags.init));
-  if (!comm.ok()) {
-    std::fprintf(stderr, "train_fashion_mnist: %s\n", comm.status().to_string().c_str());
-    return 1;
-  }
-  auto result = cohort::examples::train_data_parallel(**comm, options);
+  auto result = cohort::examples::train_data_parallel(*comm, options);
   if (!result.ok()) {
-    std::fprintf(stderr, "train_fashion_mnist rank %d: %s\n", (*comm)->rank(), result.status().to_string().c_str());
+    std::fprintf(stderr, "train_fashion_mnist rank %d: %s\n", comm->rank(), result.status().to_string().c_str());
     return 1;
   }
-  if ((*comm)->rank() == 0 && !result->epochs.empty()) {
+  if (comm->rank() == 0 && !result->epochs.empty()) {
     double seconds = 0;
     double wait = 0;
     double samples = 0;
@@ -59,7 +54,7 @@ int main(int argc, char** argv) {
       wait += epoch.comm_wait_seconds;
       samples += static_cast<double>(epoch.samples);
     }
-    std::printf("ranks=%d kind=%s epochs=%zu\n", (*comm)->size(), flags.kind.c_str(), result->epochs.size());
+    std::printf("ranks=%d kind=%s epochs=%zu\n", comm->size(), flags.kind.c_str(), result->epochs.size());
     std::printf("RESULT acc=%.4f samples_per_s=%.0f epoch_s=%.1f comm_wait=%.1f%%\n",
                 result->epochs.back().test_accuracy, samples / seconds, seconds / result->epochs.size(),
                 100.0 * wait / seconds);

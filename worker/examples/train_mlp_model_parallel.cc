@@ -23,7 +23,7 @@
 
 #include "worker/comm/bootstrap.h"
 #include "worker/examples/example_flags.h"
-#include "worker/examples/local_ranks.h"
+#include "worker/examples/example_rank.h"
 #include "worker/train/idx_dataset.h"
 #include "worker/train/multi_node_chain_list.h"
 #include "worker/train/multi_node_iterator.h"
@@ -115,18 +115,13 @@ int train(cohort::comm::Communicator& comm, const cohort::examples::ExampleFlags
 int main(int argc, char** argv) {
   cohort::examples::ExampleFlags flags;
   flags.ranks = kStages;
-  if (!cohort::examples::parse_example_flags(argc, argv, kUsage, flags)) return 2;
-  if (flags.init.empty()) return cohort::examples::run_local_ranks(argc, argv, flags.ranks);
-  at::set_num_threads(1);
-  auto comm = cohort::comm::create_communicator(flags.kind, cohort::comm::InitOptions::from_url(flags.init));
-  if (!comm.ok()) {
-    std::fprintf(stderr, "train_mlp_model_parallel: %s\n", comm.status().to_string().c_str());
-    return 1;
-  }
+  int exit_code = 0;
+  auto comm = cohort::examples::start_example_rank(argc, argv, "train_mlp_model_parallel", kUsage, flags, &exit_code);
+  if (comm == nullptr) return exit_code;
   try {
-    return train(**comm, flags);
+    return train(*comm, flags);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "train_mlp_model_parallel rank %d: %s\n", (*comm)->rank(), e.what());
+    std::fprintf(stderr, "train_mlp_model_parallel rank %d: %s\n", comm->rank(), e.what());
     return 1;
   }
 }

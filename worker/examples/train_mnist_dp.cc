@@ -14,7 +14,7 @@
 #include "worker/comm/bootstrap.h"
 #include "worker/examples/example_flags.h"
 #include "worker/examples/fashion_cnn.h"
-#include "worker/examples/local_ranks.h"
+#include "worker/examples/example_rank.h"
 
 namespace {
 
@@ -31,20 +31,15 @@ constexpr const char* kUsage =
 int main(int argc, char** argv) {
   cohort::examples::ExampleFlags flags;
   flags.ranks = 1;
-  if (!cohort::examples::parse_example_flags(argc, argv, kUsage, flags)) return 2;
-  if (flags.init.empty()) return cohort::examples::run_local_ranks(argc, argv, flags.ranks);
+  int exit_code = 0;
+  auto comm = cohort::examples::start_example_rank(argc, argv, "train_mnist_dp", kUsage, flags, &exit_code);
+  if (comm == nullptr) return exit_code;
   cohort::examples::DataParallelOptions options;
   options.epochs = flags.epochs;
   options.limit = flags.limit;
-  at::set_num_threads(1);
-  auto comm = cohort::comm::create_communicator(flags.kind, cohort::comm::InitOptions::from_url(flags.init));
-  if (!comm.ok()) {
-    std::fprintf(stderr, "train_mnist_dp: %s\n", comm.status().to_string().c_str());
-    return 1;
-  }
-  auto result = cohort::examples::train_data_parallel(**comm, options);
+  auto result = cohort::examples::train_data_parallel(*comm, options);
   if (!result.ok()) {
-    std::fprintf(stderr, "train_mnist_dp rank %d: %s\n", (*comm)->rank(), result.status().to_string().c_str());
+    std::fprintf(stderr, "train_mnist_dp rank %d: %s\n", comm->rank(), result.status().to_string().c_str());
     return 1;
   }
   return 0;

@@ -25,7 +25,7 @@
 
 #include "worker/comm/bootstrap.h"
 #include "worker/examples/example_flags.h"
-#include "worker/examples/local_ranks.h"
+#include "worker/examples/example_rank.h"
 #include "worker/train/idx_dataset.h"
 #include "worker/train/multi_node_iterator.h"
 #include "worker/train/parallel_convolution_2d.h"
@@ -128,18 +128,13 @@ int train(cohort::comm::Communicator& comm, const cohort::examples::ExampleFlags
 int main(int argc, char** argv) {
   cohort::examples::ExampleFlags flags;
   flags.ranks = 2;
-  if (!cohort::examples::parse_example_flags(argc, argv, kUsage, flags)) return 2;
-  if (flags.init.empty()) return cohort::examples::run_local_ranks(argc, argv, flags.ranks);
-  at::set_num_threads(1);
-  auto comm = cohort::comm::create_communicator(flags.kind, cohort::comm::InitOptions::from_url(flags.init));
-  if (!comm.ok()) {
-    std::fprintf(stderr, "train_vgg_parallel_conv: %s\n", comm.status().to_string().c_str());
-    return 1;
-  }
+  int exit_code = 0;
+  auto comm = cohort::examples::start_example_rank(argc, argv, "train_vgg_parallel_conv", kUsage, flags, &exit_code);
+  if (comm == nullptr) return exit_code;
   try {
-    return train(**comm, flags);
+    return train(*comm, flags);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "train_vgg_parallel_conv rank %d: %s\n", (*comm)->rank(), e.what());
+    std::fprintf(stderr, "train_vgg_parallel_conv rank %d: %s\n", comm->rank(), e.what());
     return 1;
   }
 }

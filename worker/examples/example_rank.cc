@@ -1,0 +1,34 @@
+#include "worker/examples/example_rank.h"
+
+#include <ATen/Parallel.h>
+
+#include <cstdio>
+
+#include "worker/comm/bootstrap.h"
+#include "worker/examples/local_ranks.h"
+
+namespace cohort::examples {
+
+std::unique_ptr<comm::Communicator> start_example_rank(int argc, char** argv, const char* program,
+                                                       const char* usage, ExampleFlags& flags, int* exit_code) {
+  if (!parse_example_flags(argc, argv, usage, flags)) {
+    *exit_code = 2;
+    return nullptr;
+  }
+  if (flags.init.empty()) {
+    *exit_code = run_local_ranks(argc, argv, flags.ranks);
+    return nullptr;
+  }
+  // Each rank is one process of several sharing the machine's cores.
+  at::set_num_threads(1);
+  auto comm = comm::create_communicator(flags.kind, comm::InitOptions::from_url(flags.init));
+  if (!comm.ok()) {
+    std::fprintf(stderr, "%s: %s\n", program, comm.status().to_string().c_str());
+    *exit_code = 1;
+    return nullptr;
+  }
+  *exit_code = 0;
+  return std::move(comm).value();
+}
+
+}  // namespace cohort::examples
