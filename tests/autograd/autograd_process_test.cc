@@ -19,6 +19,8 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
+#include "worker/autograd/testing/test_tensors.h"
+
 #include "tests/comm/process_ranks.h"
 #include "worker/autograd/collective_functions.h"
 #include "worker/autograd/point_to_point_functions.h"
@@ -62,27 +64,9 @@ class TempDir {
   std::string path_;
 };
 
-int64_t numel_of(at::IntArrayRef shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
-// Distinct values per rank and element.
-at::Tensor data(int rank, at::IntArrayRef shape) {
-  return at::arange(numel_of(shape), at::kDouble)
-      .mul(0.37 * (rank + 1))
-      .add(0.5 * rank)
-      .sin()
-      .mul(2)
-      .add(0.1 * rank)
-      .reshape(shape);
-}
-
-// Non-uniform upstream gradient dL/dy of `rank` (uniform gradients hide routing bugs).
-at::Tensor upstream(int rank, at::IntArrayRef shape) {
-  return at::arange(numel_of(shape), at::kDouble).mul(0.61 + 0.2 * rank).cos().add(rank + 0.5).reshape(shape);
-}
+using autograd::testing::data;
+using autograd::testing::numel_of;
+using autograd::testing::upstream;
 
 std::string text_of(const at::Tensor& t) {
   std::ostringstream out;

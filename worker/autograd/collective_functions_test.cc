@@ -6,6 +6,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "worker/autograd/testing/test_tensors.h"
+
 #include "worker/autograd/testing/autograd_ranks.h"
 
 namespace cohort::autograd {
@@ -16,27 +18,9 @@ using testing::run_autograd_ranks;
 
 constexpr int kSizes[] = {1, 2, 3, 4};
 
-int64_t numel_of(at::IntArrayRef shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
-// Distinct values per rank and element.
-at::Tensor data(int rank, at::IntArrayRef shape) {
-  return at::arange(numel_of(shape), at::kDouble)
-      .mul(0.37 * (rank + 1))
-      .add(0.5 * rank)
-      .sin()
-      .mul(2)
-      .add(0.1 * rank)
-      .reshape(shape);
-}
-
-// Non-uniform upstream gradient dL/dy of rank `rank` (uniform gradients hide routing bugs).
-at::Tensor upstream(int rank, at::IntArrayRef shape) {
-  return at::arange(numel_of(shape), at::kDouble).mul(0.61 + 0.2 * rank).cos().add(rank + 0.5).reshape(shape);
-}
+using autograd::testing::data;
+using autograd::testing::numel_of;
+using autograd::testing::upstream;
 
 struct GradCase {
   // The input of `rank`; undefined where the op takes none (non-root bcast / scatter).
