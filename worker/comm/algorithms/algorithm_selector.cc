@@ -4,6 +4,20 @@
 
 namespace cohort::comm {
 
+AlgorithmSelector::AlgorithmSelector(AlgorithmSelectorOptions options) : options_(std::move(options)) {
+  if (options_.read_environment_once && !options_.environment_variable.empty()) {
+    const char* value = std::getenv(options_.environment_variable.c_str());
+    cached_environment_ = value != nullptr ? std::string(value) : std::string();
+  }
+}
+
+std::optional<std::string> AlgorithmSelector::environment_value() const {
+  if (cached_environment_) return cached_environment_;
+  const char* value = std::getenv(options_.environment_variable.c_str());
+  if (value == nullptr) return std::nullopt;
+  return std::string(value);
+}
+
 StatusOr<Algorithm> AlgorithmSelector::select(Collective collective, size_t bytes, int ranks,
                                               Algorithm forced) const {
   if (forced != Algorithm::kAuto) {
@@ -11,9 +25,9 @@ StatusOr<Algorithm> AlgorithmSelector::select(Collective collective, size_t byte
     return forced;
   }
   if (!options_.environment_variable.empty()) {
-    const char* value = std::getenv(options_.environment_variable.c_str());
-    if (value != nullptr && *value != '\0') {
-      StatusOr<Algorithm> from_environment = parse_algorithm(value);
+    std::optional<std::string> value = environment_value();
+    if (value && !value->empty()) {
+      StatusOr<Algorithm> from_environment = parse_algorithm(*value);
       if (!from_environment.ok()) {
         return from_environment.status().with_context(options_.environment_variable);
       }

@@ -20,6 +20,7 @@
 // alltoall(v): pairwise exchange; gather(v), scatter(v): linear; barrier: dissemination.
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -39,11 +40,14 @@ struct AlgorithmSelectorOptions {
   size_t allreduce_folded_halving_doubling_max_bytes = 256 * 1024;
   // Environment variable that can override kAuto; empty to ignore the environment.
   std::string environment_variable = kAlgorithmEnvironmentVariable;
+  // Read the environment variable once, at construction, instead of on every select(): for the
+  // process-wide selector on the collective hot path (getenv scans the whole environment).
+  bool read_environment_once = false;
 };
 
 class AlgorithmSelector {
  public:
-  explicit AlgorithmSelector(AlgorithmSelectorOptions options = {}) : options_(std::move(options)) {}
+  explicit AlgorithmSelector(AlgorithmSelectorOptions options = {});
 
   // The algorithm for `collective` moving `bytes` (per rank, as the collective's size is
   // usually quoted: the buffer of an allreduce, the total of an allgather) over `ranks` ranks.
@@ -59,7 +63,11 @@ class AlgorithmSelector {
   const AlgorithmSelectorOptions& options() const { return options_; }
 
  private:
+  // The environment variable's value: read now, or on every select() when not cached.
+  std::optional<std::string> environment_value() const;
+
   AlgorithmSelectorOptions options_;
+  std::optional<std::string> cached_environment_;  // set when read_environment_once
 };
 
 }  // namespace cohort::comm

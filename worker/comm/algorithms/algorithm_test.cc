@@ -115,6 +115,17 @@ TEST_F(AlgorithmSelectorTest, ForcedAlgorithmWinsOrFails) {
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST_F(AlgorithmSelectorTest, ReadingTheEnvironmentOnceKeepsTheValueAtConstruction) {
+  setenv(kAlgorithmEnvironmentVariable, "ring", 1);
+  AlgorithmSelectorOptions options;
+  options.read_environment_once = true;
+  AlgorithmSelector cached(options);
+  unsetenv(kAlgorithmEnvironmentVariable);
+  EXPECT_EQ(*cached.select(Collective::kAllreduce, 8, 4), Algorithm::kRing);
+  // The default selector reads it on every call.
+  EXPECT_EQ(*selector_.select(Collective::kAllreduce, 8, 4), Algorithm::kRecursiveDoubling);
+}
+
 TEST_F(AlgorithmSelectorTest, EnvironmentOverridesAutoWhereItApplies) {
   setenv(kAlgorithmEnvironmentVariable, "ring", 1);
   EXPECT_EQ(*selector_.select(Collective::kAllreduce, 8, 4), Algorithm::kRing);

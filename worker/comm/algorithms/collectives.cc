@@ -22,8 +22,13 @@
 namespace cohort::comm {
 namespace {
 
+// COHORT_ALGO is read once per process, at the first collective.
 const AlgorithmSelector& selector() {
-  static const AlgorithmSelector instance;
+  static const AlgorithmSelector instance([] {
+    AlgorithmSelectorOptions options;
+    options.read_environment_once = true;
+    return options;
+  }());
   return instance;
 }
 
