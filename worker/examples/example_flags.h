@@ -6,6 +6,7 @@
 //   --kind KIND   communicator kind (default flat)
 //   --epochs E    passes over the training set (default 1)
 //   --limit N     use only the first N training and test samples (default 0: all)
+//   --double-buffering  (no value) data-parallel programs: the multi-node optimizer's double buffering
 
 #include <cstdint>
 #include <cstdio>
@@ -20,6 +21,8 @@ struct ExampleFlags {
   int ranks = 1;              // local ranks to start when init is empty
   int epochs = 1;             // passes over the training set
   int64_t limit = 0;          // > 0: first `limit` samples only
+  // MultiNodeOptimizerOptions::double_buffering, for the data-parallel programs.
+  bool double_buffering = false;
 };
 
 // Parses argv into `flags` (which holds the program's defaults). On an unknown flag or a missing
@@ -27,6 +30,10 @@ struct ExampleFlags {
 inline bool parse_example_flags(int argc, char** argv, const char* usage, ExampleFlags& flags) {
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
+    if (flag == "--double-buffering") {  // the one flag without a value
+      flags.double_buffering = true;
+      continue;
+    }
     if (i + 1 >= argc) {
       std::fprintf(stderr, "%s: %s needs a value\n%s", argv[0], flag.c_str(), usage);
       return false;

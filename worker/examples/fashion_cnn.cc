@@ -74,7 +74,9 @@ StatusOr<DataParallelResult> train_data_parallel(comm::Communicator& comm, const
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(options.lr).momentum(options.momentum));
   DataParallelResult result;
   try {
-    auto optimizer = train::create_multi_node_optimizer(sgd, comm);
+    train::MultiNodeOptimizerOptions optimizer_options;
+    optimizer_options.double_buffering = options.double_buffering;
+    auto optimizer = train::create_multi_node_optimizer(sgd, comm, optimizer_options);
     optimizer->broadcast_parameters();
     train::AllreducePersistent sync_bn(*model, comm);
     train::BatchIterator batches(train_part, options.batch_size, /*shuffle=*/true, options.seed + comm.rank());

@@ -48,6 +48,8 @@ struct DataParallelOptions {
   int64_t limit = 0;          // > 0: use only the first `limit` training (and test) samples
   uint64_t seed = 0;          // model initialization and shuffling
   bool verbose = true;        // rank 0 prints one line per epoch
+  bool double_buffering = false;  // apply the previous step's averaged gradient (see
+                                  // MultiNodeOptimizerOptions::double_buffering)
 };
 
 struct EpochStats {

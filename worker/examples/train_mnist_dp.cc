@@ -20,11 +20,14 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: train_mnist_dp [--ranks N | --init URL] [--kind KIND] [--epochs E] [--limit N]\n"
+    "                      [--double-buffering]\n"
     "  --ranks N     start N local ranks (processes over a file:// store)\n"
     "  --init URL    join a job: env://, tcp://host:port, file:///path?rank=R&world_size=N\n"
     "  --kind KIND   communicator kind (default flat)\n"
     "  --epochs E    passes over the training set (default 1)\n"
-    "  --limit N     use only the first N training and test samples (default: all)\n";
+    "  --limit N     use only the first N training and test samples (default: all)\n"
+    "  --double-buffering  apply each step's averaged gradient one step later (its allreduce\n"
+    "                overlaps the next step's compute)\n";
 
 }  // namespace
 
@@ -37,6 +40,7 @@ int main(int argc, char** argv) {
   cohort::examples::DataParallelOptions options;
   options.epochs = flags.epochs;
   options.limit = flags.limit;
+  options.double_buffering = flags.double_buffering;
   auto result = cohort::examples::train_data_parallel(*comm, options);
   if (!result.ok()) {
     std::fprintf(stderr, "train_mnist_dp rank %d: %s\n", comm->rank(), result.status().to_string().c_str());

@@ -46,7 +46,10 @@ class BatchIterator {
   // call starts the following epoch. An empty dataset yields nullopt every time.
   std::optional<TensorDataset> next();
 
-  IteratorPosition position() const { return position_; }
+  // After next() has returned an epoch's nullopt, the start of the following epoch: restoring
+  // it continues with that epoch's first batch, as this iterator would (not with a second
+  // nullopt).
+  IteratorPosition position() const { return at_end_ ? IteratorPosition{position_.epoch + 1, 0} : position_; }
   // Continues from `position` (as returned by position()).
   void set_position(const IteratorPosition& position);
 

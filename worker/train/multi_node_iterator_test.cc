@@ -71,6 +71,25 @@ TEST(BatchIteratorTest, EpochsCoverEverySampleAndPositionsRestore) {
   }
 }
 
+// A position taken right after an epoch's nullopt restores to the next epoch's first batch, as
+// the original continues (a checkpoint there must not replay the end of the epoch).
+TEST(BatchIteratorTest, PositionAfterEpochEndRestoresToTheNextEpoch) {
+  TensorDataset data = small_dataset();
+  BatchIterator it(data, 10, true, 4);
+  while (it.next()) {
+  }
+  EXPECT_EQ(it.position(), (IteratorPosition{1, 0}));
+  BatchIterator restored(data, 10, true, 4);
+  restored.set_position(it.position());
+  for (int i = 0; i < 4; ++i) {
+    auto a = it.next(), b = restored.next();
+    ASSERT_EQ(a.has_value(), b.has_value()) << "call " << i;
+    if (a) {
+      EXPECT_TRUE(same(*a, *b)) << "call " << i;
+    }
+  }
+}
+
 // The root's batches arrive unchanged on every rank; nullopt ends the epoch everywhere.
 TEST(MultiNodeIteratorTest, EveryRankGetsTheRootsBatches) {
   TensorDataset data = small_dataset();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <tuple>
@@ -9,6 +10,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <torch/optim/sgd.h>
 
@@ -64,6 +66,27 @@ std::vector<at::Tensor> train_reference(const std::vector<at::Tensor>& init, con
   return params;
 }
 
+// One process, global batch, double buffered: step t computes g_t at the current parameters and
+// applies g_{t-1} (step 0 applies nothing).
+std::vector<at::Tensor> train_reference_double_buffered(const std::vector<at::Tensor>& init, const Data& data,
+                                                        int steps) {
+  auto params = clone_params(init);
+  torch::optim::SGD sgd(params, sgd_options());
+  std::vector<at::Tensor> previous;
+  for (int k = 0; k < steps; ++k) {
+    sgd.zero_grad();
+    mlp_loss(params, data.x[k], data.y[k]).backward();
+    std::vector<at::Tensor> current;
+    for (auto& p : params) current.push_back(p.grad().detach().clone());
+    if (!previous.empty()) {
+      for (size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = previous[i];
+      sgd.step();
+    }
+    previous = current;
+  }
+  return params;
+}
+
 std::unique_ptr<comm::Communicator> make_comm(const std::string& kind,
                                               std::shared_ptr<comm::CommWorld> world) {
   comm::CommunicatorOptions options;
@@ -89,18 +112,27 @@ struct ParallelRun {
 
 // kSteps of `size`-rank data-parallel SGD with per-rank batch kBatch, and the one-process
 // reference with batch size·kBatch; failures go to the test.
+// The simulated nodes of `size` ranks for communicator `kind`: two nodes where the kind allows
+// (so hierarchical runs its inter-node step), one for single_node, equal nodes for
+// two_dimensional.
+std::function<std::string(int)> node_layout(const std::string& kind, int size) {
+  if (kind == "single_node") return comm::testing::nodes_of(size);
+  if (kind == "two_dimensional" && size % 2 != 0) return comm::testing::nodes_of(1);
+  return comm::testing::nodes_of(size == 2 ? 1 : 2);
+}
+
 ParallelRun train_data_parallel(const std::string& kind, int size, const MultiNodeOptimizerOptions& options) {
   at::set_num_threads(1);
   ParallelRun run;
   Data data = make_data(kSteps, kBatch * size);
   run.init = make_mlp(7);
-  run.expected = train_reference(run.init, data, kSteps);
+  run.expected = options.double_buffering ? train_reference_double_buffered(run.init, data, kSteps)
+                                          : train_reference(run.init, data, kSteps);
   // Every rank starts from its own initialization: rank 0's must win through broadcast_parameters.
   for (int r = 0; r < size; ++r)
     run.rank_params.push_back(r == 0 ? clone_params(run.init) : make_mlp(100 + r));
 
-  // Two simulated nodes at every size, so hierarchical runs its inter-node step.
-  auto worlds = comm::testing::loopback_worlds(size, comm::testing::nodes_of(size == 2 ? 1 : 2));
+  auto worlds = comm::testing::loopback_worlds(size, node_layout(kind, size));
   auto statuses = comm::testing::run_ranks(size, [&](int rank) -> Status {
     try {
       auto comm = make_comm(kind, worlds[rank]);
@@ -147,12 +179,13 @@ TEST_P(EquivalenceTest, MatchesSingleProcessWithGlobalBatch) {
   MultiNodeOptimizerOptions options;
   options.overlap = overlap;
   if (small_buckets) {
-    options.first_bucket_bytes = 64;
-    options.bucket_bytes = 600;
+    options.first_bucket_bytes = 16;
+    options.bucket_bytes = 300;
   }
   ParallelRun run = train_data_parallel(kind, size, options);
   if (small_buckets) {
-    // Reverse order: b2 (4) alone in the small first bucket, then W2 (64) + b1 (16), then W1 (128).
+    // Reverse order: b2 (4 floats, 16 bytes) fills the first bucket; W2 (64) + b1 (16) reach 300
+    // bytes and close the second; W1 (128) is the third.
     EXPECT_EQ(run.buckets, (std::vector<size_t>{4, 80, 128}));
   } else {
     EXPECT_EQ(run.buckets, (std::vector<size_t>{4 + 64 + 16 + 128}));
@@ -190,6 +223,102 @@ INSTANTIATE_TEST_SUITE_P(Kinds, EquivalenceTest,
                                   "ranks" + (std::get<2>(info.param) ? "_overlap" : "_after_backward") +
                                   (std::get<3>(info.param) ? "_small_buckets" : "_one_bucket");
                          });
+
+// kind, ranks, overlap
+using DoubleBufferingParam = std::tuple<std::string, int, bool>;
+
+// With double buffering, k steps of n-rank SGD equal one process with the global batch that
+// applies g_{t-1} at step t, whatever the communicator kind.
+class DoubleBufferingTest : public ::testing::TestWithParam<DoubleBufferingParam> {};
+
+TEST_P(DoubleBufferingTest, AppliesThePreviousStepsAverage) {
+  auto [kind, size, overlap] = GetParam();
+  MultiNodeOptimizerOptions options;
+  options.double_buffering = true;
+  options.overlap = overlap;
+  options.first_bucket_bytes = 16;  // three buckets: their order across the two sets matters
+  options.bucket_bytes = 300;
+  ParallelRun run = train_data_parallel(kind, size, options);
+  EXPECT_EQ(run.buckets, (std::vector<size_t>{4, 80, 128}));
+  expect_close(run, 1e-5);
+  // Not the synchronous result: the stale gradient really was applied.
+  Data data = make_data(kSteps, kBatch * size);
+  std::vector<at::Tensor> plain = train_reference(run.init, data, kSteps);
+  EXPECT_GT((plain[0] - run.expected[0]).abs().max().item<double>(), 1e-3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, DoubleBufferingTest,
+                         ::testing::Combine(::testing::Values("naive", "flat", "hierarchical",
+                                                              "two_dimensional", "single_node"),
+                                            ::testing::Values(2, 3), ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<DoubleBufferingParam>& info) {
+                           return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) +
+                                  "ranks" + (std::get<2>(info.param) ? "_overlap" : "_after_backward");
+                         });
+
+// Double buffering with compressed gradients: close to the double-buffered reference at the
+// compressed type's precision; ranks agree bit for bit.
+TEST(MultiNodeOptimizerTest, DoubleBufferingWithCompressedGradients) {
+  MultiNodeOptimizerOptions options;
+  options.double_buffering = true;
+  options.grad_dtype = at::kBFloat16;
+  options.first_bucket_bytes = 16;
+  ParallelRun run = train_data_parallel("flat", 3, options);
+  expect_close(run, 2e-2);
+  for (int r = 1; r < 3; ++r) {
+    for (size_t i = 0; i < run.expected.size(); ++i)
+      EXPECT_TRUE(run.rank_params[0][i].equal(run.rank_params[r][i])) << "rank " << r << " parameter " << i;
+  }
+}
+
+// zero_fill under double buffering follows the step that produced the applied gradient. Step 0:
+// p1 used on both ranks, p0 on rank 0 only; nothing is applied. Step 1: only rank 1 uses p0, and
+// what is applied is step 0's average: p1 ← 1 - 2 on both ranks; p0 ← 2 - 4/2 on rank 0, and on
+// rank 1 too with zero_fill — without it rank 1 had no gradient of p0 at step 0, so its p0 stays
+// (its local step-1 gradient must not be applied either).
+TEST(MultiNodeOptimizerTest, DoubleBufferingZeroFillFollowsTheAppliedStep) {
+  for (bool zero_fill : {true, false}) {
+    for (bool overlap : {true, false}) {
+      auto worlds = comm::testing::loopback_worlds(2);
+      std::vector<at::Tensor> after_first(2), results(2);
+      auto statuses = comm::testing::run_ranks(2, [&](int rank) -> Status {
+        try {
+          auto comm = make_comm("flat", worlds[rank]);
+          std::vector<at::Tensor> params = {at::full({3}, 2.0).requires_grad_(true),
+                                            at::full({2}, 1.0).requires_grad_(true)};
+          torch::optim::SGD sgd(params, torch::optim::SGDOptions(1.0));
+          MultiNodeOptimizerOptions options;
+          options.overlap = overlap;
+          options.zero_fill = zero_fill;
+          options.double_buffering = true;
+          auto optimizer = create_multi_node_optimizer(sgd, *comm, options);
+          optimizer->zero_grad();
+          at::Tensor loss = params[1].pow(2).sum();
+          if (rank == 0) loss = loss + params[0].pow(2).sum();
+          loss.backward();
+          optimizer->step();
+          after_first[rank] = at::cat({params[0].detach(), params[1].detach()}).clone();
+          optimizer->zero_grad();
+          if (rank == 1) params[0].pow(2).sum().backward();
+          optimizer->step();
+          results[rank] = at::cat({params[0].detach(), params[1].detach()});
+        } catch (const std::exception& e) {
+          return internal_error("rank {} threw: {}", rank, e.what());
+        }
+        return ok_status();
+      });
+      ASSERT_EQ(comm::testing::failures(statuses), "");
+      std::string what = fmt::format("zero_fill {} overlap {}", zero_fill, overlap);
+      at::Tensor start = at::tensor({2.0f, 2.0f, 2.0f, 1.0f, 1.0f});
+      for (int r = 0; r < 2; ++r)
+        EXPECT_TRUE(after_first[r].equal(start)) << "step 0 moved rank " << r << " " << what;
+      at::Tensor applied = at::tensor({0.0f, 0.0f, 0.0f, -1.0f, -1.0f});
+      EXPECT_TRUE(results[0].allclose(applied)) << what << ": " << results[0];
+      at::Tensor expected_rank1 = zero_fill ? applied : at::tensor({2.0f, 2.0f, 2.0f, -1.0f, -1.0f});
+      EXPECT_TRUE(results[1].allclose(expected_rank1)) << what << ": " << results[1];
+    }
+  }
+}
 
 // A parameter used on rank 0 only: rank 1 contributes zeros and still gets the average.
 TEST(MultiNodeOptimizerTest, UnusedParameterIsZeroFilled) {
@@ -248,6 +377,20 @@ TEST(MultiNodeOptimizerTest, FirstStepBroadcastsRankZerosParameters) {
     for (size_t i = 0; i < rank0.size(); ++i)
       EXPECT_TRUE(params[r][i].equal(rank0[i])) << "rank " << r << " " << i;
   }
+}
+
+// DDP's bucket rule: a bucket closes once it reaches its limit, so a parameter larger than the
+// limit leaves with the ones before it instead of opening a bucket that waits for the rest of
+// backward.
+TEST(MultiNodeOptimizerTest, BucketClosesOnceItReachesItsLimit) {
+  auto worlds = comm::testing::loopback_worlds(1);
+  auto comm = make_comm("flat", worlds[0]);
+  std::vector<at::Tensor> params = make_mlp(3);  // W1 128, b1 16, W2 64, b2 4 floats
+  torch::optim::SGD sgd(params, sgd_options());
+  MultiNodeOptimizerOptions options;
+  options.first_bucket_bytes = 64;  // b2 (16 bytes) + W2 (256): over 64, closed
+  options.bucket_bytes = 600;       // b1 (64) + W1 (512): 576, under 600, the last one
+  EXPECT_EQ(create_multi_node_optimizer(sgd, *comm, options)->bucket_sizes(), (std::vector<size_t>{68, 144}));
 }
 
 // Two backward passes per step with overlap: a clear error, and the next step still works.
