@@ -3,10 +3,15 @@
 //   cohort-bench -np 4 -b 8 -e 64M -f 4 --op allreduce --check
 //   cohort-bench -np 2 --kind hierarchical --op allgather -b 1K -e 16M
 //   RANK=.. WORLD_SIZE=.. MASTER_ADDR=.. MASTER_PORT=.. cohort-bench --init env://   (any launcher)
+//   cohort-bench -np 2 --device cuda --kind pure_nccl      (a --config=cuda build, one GPU per rank)
 //
 // With -np N it starts N local ranks itself (processes over UCX, bootstrapped through a file
 // store in a temporary directory) and rank 0 prints the table. Each row is the slowest rank's
 // average time per call; busbw uses nccl-tests' factors (bench_table.h).
+//
+// --device cuda (CUDA build only) puts the buffers in GPU memory, rank r on GPU r mod the device
+// count: pure_nccl runs every op through NCCL; the host kinds run allreduce and broadcast by
+// staging through pinned host memory (the other ops on device buffers need pure_nccl).
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -24,6 +29,14 @@
 #include "worker/base/logging.h"
 #include "worker/comm/bootstrap.h"
 #include "worker/comm/testing/typed_values.h"
+#include "worker/comm/transport/nccl/device_memory.h"
+
+#if COHORT_CUDA
+#include <cuda_runtime_api.h>
+
+#include "worker/comm/communicators/pure_nccl_communicator.h"
+#include "worker/comm/transport/nccl/nccl_transport.h"
+#endif
 
 namespace {
 
@@ -54,7 +67,7 @@ algorithm bandwidth and bus bandwidth, and with --check the number of wrong elem
   -w WARMUP           untimed calls per size (default 5)
   --root R            root of broadcast / reduce (default 0)
   -c, --check         verify every result against a reference; #wrong counts bad elements
-  --device D          cpu (default) or cuda (needs a --config=cuda build)
+  --device D          cpu (default) or cuda: buffers in GPU memory (needs a --config=cuda build)
   --timeout SECONDS   per-operation timeout (default 300)
   -h, --help          this help
 )";
@@ -160,6 +173,25 @@ class BenchRank {
     CallOptions call{std::chrono::seconds(o_.timeout_s), true};
     void* s = send_.data();
     void* r = recv_.data();
+#if COHORT_CUDA
+    if (device_) {
+      s = device_send_;
+      r = device_recv_;
+      // The host kinds stage allreduce and broadcast; every other op on device memory is NCCL's.
+      if (auto* nccl_comm = dynamic_cast<PureNcclCommunicator*>(&comm_);
+          nccl_comm != nullptr && o_.op != "allreduce" && o_.op != "broadcast") {
+        NcclTransport& nccl = nccl_comm->nccl();
+        Deadline deadline = Deadline::after(std::chrono::seconds(o_.timeout_s));
+        Status status = o_.op == "reduce" ? nccl.reduce(s, r, count, dtype_, redop_, o_.root, deadline)
+                        : o_.op == "allgather"
+                            ? nccl.allgather(s, r, count / n_ > 0 ? count / n_ : 1, dtype_, deadline)
+                        : o_.op == "reduce_scatter"
+                            ? nccl.reduce_scatter(s, r, count / n_, dtype_, redop_, deadline)
+                            : cohort::unimplemented_error("--device cuda: {} is not implemented over NCCL", o_.op);
+        return completed_work(status);
+      }
+    }
+#endif
     if (o_.op == "allreduce") return comm_.allreduce(s, r, count, dtype_, redop_, call);
     if (o_.op == "broadcast") return comm_.broadcast(r, count, dtype_, o_.root, call);
     if (o_.op == "reduce") return comm_.reduce(s, r, count, dtype_, redop_, o_.root, call);
@@ -206,6 +238,7 @@ class BenchRank {
     recv_.assign(recv_count * esize, 0);
     fill(count);
     if (o_.op == "broadcast" && me_ == o_.root) std::memcpy(recv_.data(), send_.data(), count * esize);
+    COHORT_RETURN_IF_ERROR(upload());
     for (int w = 0; w < o_.warmup; ++w) COHORT_RETURN_IF_ERROR(issue(count)->wait());
     COHORT_RETURN_IF_ERROR(comm_.barrier({std::chrono::seconds(o_.timeout_s), true})->wait());
     int iters = cohort::bench::iterations_for(count * esize, o_.iters);
@@ -221,7 +254,9 @@ class BenchRank {
         if (me_ == o_.root) std::memcpy(recv_.data(), send_.data(), count * esize);
         else std::fill(recv_.begin(), recv_.end(), 0);
       }
+      COHORT_RETURN_IF_ERROR(upload());
       COHORT_RETURN_IF_ERROR(issue(count)->wait());
+      COHORT_RETURN_IF_ERROR(download());
       COHORT_ASSIGN_OR_RETURN(double total, comm_.allreduce_obj(static_cast<double>(count_wrong(count))));
       wrong = static_cast<long>(total);
     }
@@ -234,12 +269,55 @@ class BenchRank {
     return ok_status();
   }
 
+  // --device cuda: the host vectors are mirrors of device buffers of the same sizes.
+  Status upload() {
+#if COHORT_CUDA
+    if (!device_) return ok_status();
+    auto realloc = [](void** ptr, size_t* capacity, size_t bytes) -> Status {
+      if (*capacity >= bytes && *ptr != nullptr) return ok_status();
+      if (*ptr != nullptr) cudaFree(*ptr);
+      *ptr = nullptr;
+      *capacity = 0;
+      if (cudaMalloc(ptr, bytes == 0 ? 1 : bytes) != cudaSuccess) {
+        return cohort::resource_exhausted_error("cudaMalloc of {} bytes failed", bytes);
+      }
+      *capacity = bytes;
+      return ok_status();
+    };
+    COHORT_RETURN_IF_ERROR(realloc(&device_send_, &send_capacity_, send_.size()));
+    COHORT_RETURN_IF_ERROR(realloc(&device_recv_, &recv_capacity_, recv_.size()));
+    COHORT_RETURN_IF_ERROR(copy_to_device(device_send_, send_.data(), send_.size()));
+    return copy_to_device(device_recv_, recv_.data(), recv_.size());
+#else
+    return ok_status();
+#endif
+  }
+  Status download() {
+#if COHORT_CUDA
+    if (device_) return copy_to_host(recv_.data(), device_recv_, recv_.size());
+#endif
+    return ok_status();
+  }
+
   Communicator& comm_;
   const Options& o_;
   const DataType dtype_;
   const ReduceOp redop_;
   const int n_, me_;
   std::vector<uint8_t> send_, recv_;
+#if COHORT_CUDA
+ public:
+  ~BenchRank() {
+    if (device_send_ != nullptr) cudaFree(device_send_);
+    if (device_recv_ != nullptr) cudaFree(device_recv_);
+  }
+
+ private:
+  const bool device_ = o_.device == "cuda";
+  void* device_send_ = nullptr;
+  void* device_recv_ = nullptr;
+  size_t send_capacity_ = 0, recv_capacity_ = 0;
+#endif
 };
 
 int run_rank(const Options& o) {
@@ -253,8 +331,34 @@ int run_rank(const Options& o) {
     }
   }
   if (o.device == "cuda") {
-    std::fprintf(stderr, "cohort-bench: --device cuda needs a CUDA build (bazel build --config=cuda //bench:cohort-bench)\n");
-    return 2;
+    if (!cuda_build()) {
+      std::fprintf(stderr,
+                   "cohort-bench: --device cuda needs a CUDA build: bazel build --config=cuda //bench:cohort-bench\n");
+      return 2;
+    }
+    bool device_op = o.op == "allreduce" || o.op == "broadcast" ||
+                     (o.kind == "pure_nccl" && (o.op == "reduce" || o.op == "allgather" || o.op == "reduce_scatter"));
+    if (!device_op) {
+      std::fprintf(stderr,
+                   "cohort-bench: --device cuda runs allreduce and broadcast with every kind, and reduce, allgather "
+                   "and reduce_scatter with --kind pure_nccl; not %s with %s\n",
+                   o.op.c_str(), o.kind.c_str());
+      return 2;
+    }
+    int devices = cuda_device_count();
+    if (devices == 0) {
+      std::fprintf(stderr, "cohort-bench: --device cuda but no CUDA device is visible\n");
+      return 1;
+    }
+#if COHORT_CUDA
+    // One GPU per local rank (LOCAL_RANK from the launcher, or -np's rank).
+    const char* local_rank = std::getenv("LOCAL_RANK");
+    int device = (local_rank != nullptr ? std::atoi(local_rank) : 0) % devices;
+    if (cudaSetDevice(device) != cudaSuccess) {
+      std::fprintf(stderr, "cohort-bench: cudaSetDevice(%d) failed\n", device);
+      return 1;
+    }
+#endif
   }
   CommunicatorOptions comm_options;
   comm_options.algorithm = *algo;
@@ -286,6 +390,8 @@ int spawn_local_ranks(int argc, char** argv, const Options& o) {
     if (pid == 0) {
       std::string url = "file://" + store + "?rank=" + std::to_string(rank) + "&world_size=" + std::to_string(o.np);
       setenv(kChildEnv, "1", 1);
+      // Local ranks: picks each rank's GPU under --device cuda (see run_rank).
+      setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
       std::vector<char*> args(argv, argv + argc);
       std::string init_flag = "--init";
       args.push_back(init_flag.data());
@@ -325,6 +431,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   cohort::init_logging("cohort-bench");
+  if (o.device == "cuda" && !cuda_build()) {
+    std::fprintf(stderr, "cohort-bench: --device cuda needs a CUDA build: bazel build --config=cuda //bench:cohort-bench\n");
+    return 2;
+  }
   if (std::getenv(kChildEnv) == nullptr && o.init.empty()) return spawn_local_ranks(argc, argv, o);
   return run_rank(o);
 }

@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
 # Runs every cohort test: installs what is missing, builds everything, runs `bazel test //...`,
-# and ends with one line "N passed, N failed" (", N skipped" when some are), counted per test
-# target from Bazel's summary. A target whose test cases all reported themselves skipped (GPU
-# tests on a machine without a GPU) counts as skipped, never as passed. Exits non-zero on any
-# failure.
+# and ends with one line "N passed, N failed, N skipped", counted per test target from Bazel's
+# summary. A target whose test cases all reported themselves skipped (GPU tests on a machine
+# without a GPU) counts as skipped, never as passed. Exits non-zero on any failure.
+#
+# GPU path: when nvcc is installed (PATH or ${COHORT_CUDA_HOME:-/usr/local/cuda}/bin), the
+# targets tagged "cuda" (//tests/gpu/..., the NCCL transport test) are built and tested with
+# --config=cuda instead of in the plain run, together with a --config=cuda build of everything
+# that links the GPU code's CPU side (//worker/comm/... //bench:cohort-bench //tests/gpu/...;
+# COHORT_CUDA_BUILD_ALL=1 builds //... instead, which compiles libtorch code a second time).
+# --config=cuda writes to its own output directory (bazel-out/k8-optcuda), so the plain and cuda
+# builds do not rebuild each other. Without nvcc the cuda-tagged tests run in the plain build,
+# where they report SKIPPED (CPU-only build).
 #
 #   tests/run_all.sh                 # everything
 #   tests/run_all.sh //worker/...    # a subset (passed to bazel test)
@@ -19,41 +27,62 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
 failed_builds=0
+plain_filter=()
+cuda_tests=()
 if command -v nvcc >/dev/null 2>&1 || [[ -x "${COHORT_CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ]]; then
-  # The GPU path must keep compiling wherever the toolkit exists (it cannot run without a GPU).
-  echo "run_all: CUDA toolkit found; checking bazel build --config=cuda"
-  if [[ -n "$(bazel query 'attr(tags, "cuda", //...)' 2>/dev/null)" ]]; then
-    if ! bazel build --config=cuda -- $(bazel query 'attr(tags, "cuda", //...)' 2>/dev/null) >"$log" 2>&1; then
-      cat "$log"
-      echo "run_all: bazel build --config=cuda FAILED"
-      failed_builds=1
-    fi
+  # The GPU path must keep compiling wherever the toolkit exists; its tests run (or skip, without
+  # a GPU) in the cuda configuration, so the plain run leaves them out.
+  echo "run_all: CUDA toolkit found; building with --config=cuda"
+  cuda_build=(//worker/comm/... //bench:cohort-bench //tests/gpu/...)
+  [[ "${COHORT_CUDA_BUILD_ALL:-0}" == 1 ]] && cuda_build=(//...)
+  if ! bazel build --config=cuda --keep_going -- "${cuda_build[@]}" >"$log" 2>&1; then
+    cat "$log"
+    echo "run_all: bazel build --config=cuda FAILED"
+    failed_builds=1
   fi
+  plain_filter=(--test_tag_filters=-cuda)
+  query="attr(tags, '\\bcuda\\b', tests(set(${targets[*]})))"
+  mapfile -t cuda_tests < <(bazel query "$query" 2>/dev/null)
 fi
 
-bazel test --keep_going "${targets[@]}" 2>&1 | tee "$log"
-bazel_rc=${PIPESTATUS[0]}
-
 passed=0 failed=$failed_builds skipped=0
-testlogs=$(bazel info bazel-testlogs 2>/dev/null)
-while read -r target status; do
-  case "$status" in
-    PASSED|FLAKY)
-      xml="$testlogs/${target#//}"; xml="${xml/://}/test.xml"
-      cases=0 skips=0
-      if [[ -f "$xml" ]]; then
-        cases=$(grep -c '<testcase ' "$xml" || true)
-        skips=$(grep -c '<testcase [^>]*result="skipped"' "$xml" || true)
-      fi
-      if [[ $cases -gt 0 && $skips -eq $cases ]]; then
-        skipped=$((skipped + 1)); echo "run_all: $target: all $cases cases skipped"
-      else
-        passed=$((passed + 1))
-      fi
-      ;;
-    *) failed=$((failed + 1)) ;;
-  esac
-done < <(sed -nE 's#^(//[^ ]+)[[:space:]]+(\(cached\) )?(PASSED|FAILED TO BUILD|FAILED|TIMEOUT|FLAKY|NO STATUS|INCOMPLETE|REMOTE FAILURE).*#\1 \3#p' "$log" | sed 's/FAILED TO BUILD/FAILED/; s/NO STATUS/NO_STATUS/')
+# count_results LOG TESTLOGS: adds LOG's per-target results to the counters.
+count_results() {
+  local log_file=$1 testlogs=$2 target status xml cases skips
+  while read -r target status; do
+    case "$status" in
+      PASSED|FLAKY)
+        xml="$testlogs/${target#//}"; xml="${xml/://}/test.xml"
+        cases=0 skips=0
+        if [[ -f "$xml" ]]; then
+          cases=$(grep -c '<testcase ' "$xml" || true)
+          skips=$(grep -c '<testcase [^>]*result="skipped"' "$xml" || true)
+        fi
+        if [[ $cases -gt 0 && $skips -eq $cases ]]; then
+          skipped=$((skipped + 1)); echo "run_all: $target: all $cases cases skipped"
+        else
+          passed=$((passed + 1))
+        fi
+        ;;
+      *) failed=$((failed + 1)) ;;
+    esac
+  done < <(sed -nE 's#^(//[^ ]+)[[:space:]]+(\(cached\) )?(PASSED|FAILED TO BUILD|FAILED|TIMEOUT|FLAKY|NO STATUS|INCOMPLETE|REMOTE FAILURE).*#\1 \3#p' "$log_file" | sed 's/FAILED TO BUILD/FAILED/; s/NO STATUS/NO_STATUS/')
+}
+
+bazel test --keep_going "${plain_filter[@]}" "${targets[@]}" 2>&1 | tee "$log"
+bazel_rc=${PIPESTATUS[0]}
+# 4: no test targets left after the cuda filter (e.g. run_all.sh //tests/gpu/...): not a failure.
+[[ $bazel_rc -eq 4 && ${#plain_filter[@]} -gt 0 ]] && bazel_rc=0
+count_results "$log" "$(bazel info bazel-testlogs 2>/dev/null)"
+
+if [[ ${#cuda_tests[@]} -gt 0 ]]; then
+  cuda_log=$(mktemp)
+  bazel test --config=cuda --keep_going -- "${cuda_tests[@]}" 2>&1 | tee "$cuda_log"
+  cuda_rc=${PIPESTATUS[0]}
+  [[ $bazel_rc -eq 0 ]] && bazel_rc=$cuda_rc
+  count_results "$cuda_log" "$(bazel info --config=cuda bazel-testlogs 2>/dev/null)"
+  rm -f "$cuda_log"
+fi
 
 if [[ $bazel_rc -ne 0 && $failed -eq 0 ]]; then
   # The build broke before any test summary (e.g. an analysis error): count it as a failure.
@@ -61,7 +90,5 @@ if [[ $bazel_rc -ne 0 && $failed -eq 0 ]]; then
   failed=1
 fi
 
-summary="$passed passed, $failed failed"
-[[ $skipped -gt 0 ]] && summary+=", $skipped skipped"
-echo "$summary"
+echo "$passed passed, $failed failed, $skipped skipped"
 [[ $failed -eq 0 ]]

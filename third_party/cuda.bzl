@@ -39,7 +39,7 @@ filegroup(
         hdrs = 'glob(["include/**/*.h", "include/**/*.hpp", "include/**/*.cuh"])' if found else "[]",
         includes = '["include"]' if found else "[]",
         cudart = '["-L{h}/lib64", "-L{h}/lib", "-Wl,-rpath,{h}/lib64", "-Wl,-rpath,{h}/lib", "-lcudart"]'.format(h = home) if found else "[]",
-        nccl = '["-L{h}/lib64", "-L{h}/lib", "-lnccl"]'.format(h = home) if found else "[]",
+        nccl = '["-L{h}/lib64", "-L{h}/lib", "-Wl,-rpath,{h}/lib64", "-Wl,-rpath,{h}/lib", "-lnccl"]'.format(h = home) if found else "[]",
         nvcc = '["bin/nvcc"]' if found else "[]",
     ))
     ctx.file("defs.bzl", "CUDA_HOME = %r\nCUDA_FOUND = %s\n" % (home, found))

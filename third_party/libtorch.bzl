@@ -28,6 +28,13 @@ def _libtorch_repository_impl(ctx):
         hdrs = 'glob(["api_include/**/*.h", "include/ATen/**/*.h", "include/c10/**/*.h", "include/torch/**/*.h", "include/caffe2/**/*.h"])'
         includes = '["api_include", "include"]'
 
+    # A CUDA build of libtorch registers its CUDA kernels from libtorch_cuda / libc10_cuda, which
+    # no symbol of ours references: they must be linked (inside --no-as-needed) or every CUDA
+    # tensor op fails at run time with "no kernel for CUDA".
+    cuda_libs = ""
+    if ctx.path(lib_dir + "/libtorch_cuda.so").exists:
+        cuda_libs = '"-ltorch_cuda",\n        "-lc10_cuda",'
+
     ctx.file("BUILD", """
 package(default_visibility = ["//visibility:public"])
 
@@ -44,11 +51,12 @@ cc_library(
         "-ltorch",
         "-ltorch_cpu",
         "-lc10",
+        {cuda_libs}
         "-Wl,--pop-state",
         "-lpthread",
     ],
 )
-""".format(hdrs = hdrs, includes = includes, lib = lib_dir))
+""".format(hdrs = hdrs, includes = includes, lib = lib_dir, cuda_libs = cuda_libs))
 
 libtorch_repository = repository_rule(
     implementation = _libtorch_repository_impl,

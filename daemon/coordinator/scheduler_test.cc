@@ -1,5 +1,8 @@
 #include "daemon/coordinator/scheduler.h"
 
+#include <algorithm>
+#include <map>
+
 #include <gtest/gtest.h>
 
 namespace cohort::coordinator {
@@ -107,6 +110,38 @@ TEST(SchedulerTest, GpusAreReservedPerProcessAndHandedOutInLocalRankOrder) {
   EXPECT_EQ(node.gpus, (std::vector<int>{1, 2, 4, 5}));
   EXPECT_EQ(node.gpus_of(0), (std::vector<int>{1, 2}));
   EXPECT_EQ(node.gpus_of(1), (std::vector<int>{4, 5}));
+}
+
+TEST(SchedulerTest, GpusReservedByOneJobAreNotOfferedToTheNextAndCpuJobsIgnoreGpus) {
+  Scheduler scheduler;
+  ASSERT_TRUE(scheduler.enqueue("first", 1, SlotRequest{2, 1, 2}).ok());
+  ASSERT_TRUE(scheduler.enqueue("second", 2, SlotRequest{1, 2, 1}).ok());
+  ASSERT_TRUE(scheduler.enqueue("third", 3, SlotRequest{1, 1, 1}).ok());
+  ASSERT_TRUE(scheduler.enqueue("cpu", 4, SlotRequest{1, 1, 0}).ok());
+  // Slots everywhere, but only 4 + 2 GPUs: "first" takes two on each node, "second" the last two
+  // of node-a; "third" finds slots but no GPU left and blocks the queue.
+  ScheduleResult result = scheduler.schedule({capacity("node-a", 8, {0, 1, 2, 3}), capacity("node-b", 8, {0, 1})});
+  ASSERT_EQ(result.placed.size(), 2u);
+  std::map<std::string, std::vector<int>> first;
+  for (const NodeAssignment& node : result.placed[0].placement.nodes) first[node.node_id] = node.gpus;
+  EXPECT_EQ(first["node-a"].size(), 2u);
+  EXPECT_EQ(first["node-b"], (std::vector<int>{0, 1}));
+  ASSERT_EQ(result.placed[1].placement.nodes.size(), 1u);
+  const NodeAssignment& second = result.placed[1].placement.nodes[0];
+  EXPECT_EQ(second.node_id, "node-a");
+  EXPECT_EQ(second.gpus.size(), 2u);
+  for (int gpu : second.gpus) {
+    EXPECT_EQ(std::count(first["node-a"].begin(), first["node-a"].end(), gpu), 0) << "GPU " << gpu << " given twice";
+  }
+  EXPECT_EQ(result.blocked_job_id, "third");
+  EXPECT_NE(result.blocked_reason.find("1 free GPU(s)"), std::string::npos) << result.blocked_reason;
+
+  // The CPU job behind it places once "third" is gone, on a node with no free GPU at all.
+  EXPECT_TRUE(scheduler.remove("third"));
+  result = scheduler.schedule({capacity("node-c", 1, {})});
+  ASSERT_EQ(result.placed.size(), 1u);
+  EXPECT_EQ(result.placed[0].job_id, "cpu");
+  EXPECT_TRUE(result.placed[0].placement.nodes[0].gpus.empty());
 }
 
 TEST(SchedulerTest, RemoveTakesAQueuedJobOut) {

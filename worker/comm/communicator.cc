@@ -11,6 +11,7 @@
 #include "worker/comm/algorithms/collectives.h"
 #include "worker/comm/communicator_factory.h"
 #include "worker/comm/reduce/reduce_kernels.h"
+#include "worker/comm/transport/nccl/device_memory.h"
 
 namespace cohort::comm {
 namespace {
@@ -30,6 +31,16 @@ bool env_debug_detail() {
 Status check_buffer(const void* buf, size_t count, const char* name) {
   if (count > 0 && buf == nullptr) return invalid_argument_error("{} buffer is null but count is {}", name, count);
   return ok_status();
+}
+
+// Device (CUDA) buffers reach only allreduce and broadcast (staged, or NCCL with pure_nccl); the
+// other operations would read them as host memory. Always OK in a CPU-only build.
+Status check_host(const void* buf, size_t count, const char* name) {
+  if (count == 0 || !is_device_memory(buf)) return ok_status();
+  return unimplemented_error(
+      "{} buffer is CUDA device memory, which only allreduce and broadcast accept (or PureNcclCommunicator::nccl() "
+      "with pure_nccl); copy it to host memory first",
+      name);
 }
 
 // A point-to-point transfer bounded by its deadline: waiting past it cancels the transfer and
@@ -250,6 +261,31 @@ Status Communicator::allreduce_sum_like(void* buf, size_t count, DataType dtype,
   });
 }
 
+Status Communicator::allreduce_device(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                                      Deadline deadline) {
+  // Device → pinned host, the host path (this kind's allreduce_sum_like), host → device.
+  size_t bytes = count * element_size(dtype);
+  if (pinned_ == nullptr) pinned_ = std::make_unique<PinnedBuffer>();
+  COHORT_ASSIGN_OR_RETURN(void* host, pinned_->reserve(bytes));
+  COHORT_RETURN_IF_ERROR(copy_to_host(host, send != nullptr ? send : recv, bytes).with_context("staging to host"));
+  ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+  COHORT_RETURN_IF_ERROR(allreduce_sum_like(host, count, dtype, base, deadline));
+  if (op == ReduceOp::kAvg) scale_for_average(host, count, dtype, size());
+  return copy_to_device(recv, host, bytes).with_context("staging back to the device");
+}
+
+Status Communicator::broadcast_device(void* buf, size_t count, DataType dtype, int root, Deadline deadline) {
+  size_t bytes = count * element_size(dtype);
+  if (pinned_ == nullptr) pinned_ = std::make_unique<PinnedBuffer>();
+  COHORT_ASSIGN_OR_RETURN(void* host, pinned_->reserve(bytes));
+  if (rank_ == root) COHORT_RETURN_IF_ERROR(copy_to_host(host, buf, bytes).with_context("staging to host"));
+  COHORT_RETURN_IF_ERROR(run_collective("broadcast", deadline, [&](CollectiveContext& ctx) {
+    return run_broadcast(ctx, host, bytes, root, algorithm_for(Collective::kBroadcast));
+  }));
+  if (rank_ == root) return ok_status();
+  return copy_to_device(buf, host, bytes).with_context("staging back to the device");
+}
+
 std::shared_ptr<Work> Communicator::allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                                               const CallOptions& call) {
   Status valid = check_reduce_op(dtype, op);
@@ -258,6 +294,7 @@ std::shared_ptr<Work> Communicator::allreduce(const void* send, void* recv, size
   size_t bytes = count * element_size(dtype);
   return submit(OpInfo{"allreduce", static_cast<int>(dtype), count, "", static_cast<int>(op), -1}, call,
                 [=](Deadline deadline) -> Status {
+                  if (is_device_memory(recv)) return allreduce_device(send, recv, count, dtype, op, deadline);
                   if (send != nullptr && send != recv && bytes > 0) std::memcpy(recv, send, bytes);
                   ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
                   COHORT_RETURN_IF_ERROR(allreduce_sum_like(recv, count, dtype, base, deadline));
@@ -272,6 +309,7 @@ std::shared_ptr<Work> Communicator::reduce(const void* send, void* recv, size_t 
   if (valid.ok()) valid = check_root(root);
   if (valid.ok() && rank_ == root) valid = check_buffer(recv, count, "reduce receive");
   if (valid.ok() && rank_ != root && send == nullptr) valid = check_buffer(recv, count, "reduce send");
+  if (valid.ok()) valid = check_host(send != nullptr ? send : recv, count, "reduce");
   if (!valid.ok()) return completed_work(valid.with_context("reduce on " + description()));
   size_t bytes = count * element_size(dtype);
   return submit(OpInfo{"reduce", static_cast<int>(dtype), count, "", static_cast<int>(op), root}, call,
@@ -297,6 +335,7 @@ std::shared_ptr<Work> Communicator::broadcast(void* buf, size_t count, DataType 
   size_t bytes = count * element_size(dtype);
   return submit(OpInfo{"broadcast", static_cast<int>(dtype), count, "", -1, root}, call,
                 [=](Deadline deadline) {
+                  if (is_device_memory(buf)) return broadcast_device(buf, count, dtype, root, deadline);
                   return run_collective("broadcast", deadline, [&](CollectiveContext& ctx) {
                     return run_broadcast(ctx, buf, bytes, root, algorithm_for(Collective::kBroadcast));
                   });
@@ -313,6 +352,7 @@ std::shared_ptr<Work> Communicator::allgatherv(const void* send, void* recv, con
   Status valid = check_counts(recv_counts, "allgatherv recv_counts");
   size_t total = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0});
   if (valid.ok()) valid = check_buffer(recv, total, "allgather receive");
+  if (valid.ok()) valid = check_host(recv, total, "allgather receive");
   if (!valid.ok()) return completed_work(valid.with_context("allgather on " + description()));
   size_t esize = element_size(dtype);
   std::vector<size_t> bytes(recv_counts.size());
@@ -340,6 +380,7 @@ std::shared_ptr<Work> Communicator::gatherv(const void* send, void* recv, const 
   size_t total = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0});
   if (rank_ == root) valid = check_buffer(recv, total, "gather receive");
   if (valid.ok()) valid = check_buffer(send, recv_counts[rank_], "gather send");
+  if (valid.ok()) valid = check_host(send, recv_counts[rank_], "gather send");
   if (!valid.ok()) return completed_work(valid.with_context("gather on " + description()));
   size_t esize = element_size(dtype);
   std::vector<size_t> bytes(recv_counts.size());
@@ -365,6 +406,7 @@ std::shared_ptr<Work> Communicator::scatterv(const void* send, const std::vector
   size_t total = std::accumulate(send_counts.begin(), send_counts.end(), size_t{0});
   if (rank_ == root) valid = check_buffer(send, total, "scatter send");
   if (valid.ok()) valid = check_buffer(recv, send_counts[rank_], "scatter receive");
+  if (valid.ok()) valid = check_host(recv, send_counts[rank_], "scatter receive");
   if (!valid.ok()) return completed_work(valid.with_context("scatter on " + description()));
   size_t esize = element_size(dtype);
   std::vector<size_t> bytes(send_counts.size());
@@ -390,6 +432,7 @@ std::shared_ptr<Work> Communicator::reduce_scatterv(const void* send, void* recv
   size_t total = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0});
   valid = check_buffer(send, total, "reduce_scatter send");
   if (valid.ok()) valid = check_buffer(recv, recv_counts[rank_], "reduce_scatter receive");
+  if (valid.ok()) valid = check_host(send, total, "reduce_scatter send");
   if (!valid.ok()) return completed_work(valid.with_context("reduce_scatter on " + description()));
   size_t esize = element_size(dtype);
   return submit(OpInfo{"reduce_scatter", static_cast<int>(dtype), total, " total", static_cast<int>(op), -1}, call,
@@ -421,6 +464,7 @@ std::shared_ptr<Work> Communicator::alltoallv(const void* send, const std::vecto
   size_t recv_total = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0});
   if (valid.ok()) valid = check_buffer(send, send_total, "alltoall send");
   if (valid.ok()) valid = check_buffer(recv, recv_total, "alltoall receive");
+  if (valid.ok()) valid = check_host(send, send_total, "alltoall send");
   if (valid.ok() && send == recv && send_total > 0) {
     valid = invalid_argument_error("alltoall cannot run in place: pass distinct send and receive buffers");
   }
@@ -459,6 +503,7 @@ std::shared_ptr<Work> Communicator::p2p(bool is_send, void* buf, size_t count, D
     return completed_work(invalid_argument_error("{} rank {}: tag {} exceeds the maximum {}", verb, peer, tag, kMaxUserTag));
   }
   Status valid = check_buffer(buf, count, is_send ? "send" : "receive");
+  if (valid.ok() && world_->transport->name() != "nccl") valid = check_host(buf, count, is_send ? "send" : "receive");
   if (!valid.ok()) return completed_work(valid);
   size_t bytes = count * element_size(dtype);
   uint64_t wire_tag = p2p_tag(context_id_, tag);

@@ -42,6 +42,8 @@
 
 namespace cohort::comm {
 
+class PinnedBuffer;
+
 // What every communicator of one process shares: the transport among all ranks of the job, the
 // bootstrap store, and the node of each global rank.
 struct CommWorld {
@@ -160,6 +162,15 @@ class Communicator {
   // allreduce; `buf` is in place; ops are never AVG (run_allreduce scales afterwards).
   virtual Status allreduce_sum_like(void* buf, size_t count, DataType dtype, ReduceOp op, Deadline deadline);
 
+  // Device (CUDA) buffers: allreduce() and broadcast() call these instead of the host path when
+  // the receive buffer is device memory (never in a CPU-only build). The defaults stage through
+  // pinned host memory around the host path (UCX here has no CUDA transport), so every kind
+  // accepts device buffers; pure_nccl overrides them with NCCL. Run on the executor like
+  // allreduce_sum_like; `op` may be kAvg; `send` may be null or `recv` (in place).
+  virtual Status allreduce_device(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                                  Deadline deadline);
+  virtual Status broadcast_device(void* buf, size_t count, DataType dtype, int root, Deadline deadline);
+
   // Runs `body` over a fresh CollectiveContext for this communicator's next sequence number.
   // Synchronous; for use by kinds composing sub-communicators on the executor thread.
   // A template so the hot path allocates no std::function.
@@ -172,6 +183,9 @@ class Communicator {
 
   // Staging memory for kinds that need a copy of the input (distinct from the algorithms' scratch).
   uint8_t* staging(size_t bytes);
+
+  // The process's transport, store and node map (kinds bootstrap NCCL through the store).
+  const std::shared_ptr<CommWorld>& world() const { return world_; }
 
   Algorithm forced_algorithm() const { return algorithm_; }
   // The forced algorithm if it implements `collective`, else kAuto.
@@ -216,6 +230,7 @@ class Communicator {
   uint64_t sequence_ = 0;
   std::vector<uint8_t> scratch_;
   std::vector<uint8_t> staging_;
+  std::unique_ptr<PinnedBuffer> pinned_;  // staging of device buffers, made on first use
   FlightRecorder recorder_;
 
   // The run token and the queue: exactly one thread runs collectives at a time, in issue order.

@@ -3,12 +3,71 @@
 #include <algorithm>
 #include <map>
 
+#include "worker/comm/communicators/node_nccl.h"
+#include "worker/comm/reduce/reduce_kernels.h"
+#include "worker/comm/transport/nccl/device_memory.h"
+#if COHORT_CUDA
+#include "worker/comm/transport/nccl/nccl_transport.h"
+#endif
+
 namespace cohort::comm {
 namespace {
 
 CallOptions within(Deadline deadline) { return CallOptions{deadline.remaining(), true}; }
 
+// The node's NCCL communicator of a two-level kind, decided once (at the first device call) from
+// the GPUs of `intra`'s ranks: null when they do not each have their own (then staging).
+StatusOr<NcclTransport*> lazy_node_nccl(bool& decided, std::shared_ptr<NcclTransport>& nccl, Communicator& intra,
+                                        Store& store, const std::string& key_prefix, const std::string& who,
+                                        Deadline deadline) {
+  if (decided) return nccl.get();
+  decided = true;
+  if (!cuda_build()) return nullptr;
+  // Every rank of the node reaches the same decision from the same records.
+  COHORT_ASSIGN_OR_RETURN(std::vector<std::string> ids, intra.allgather_obj(device_id_record()));
+  COHORT_ASSIGN_OR_RETURN(nccl, make_node_nccl(ids, store, intra.rank(), key_prefix, who, deadline));
+  return nccl.get();
+}
+
 }  // namespace
+
+HierarchicalCommunicator::HierarchicalCommunicator(std::shared_ptr<CommWorld> world, std::vector<int> global_ranks,
+                                                   int rank, uint64_t context_id, CommunicatorOptions options)
+    : Communicator("hierarchical", std::move(world), std::move(global_ranks), rank, context_id, options) {}
+
+HierarchicalCommunicator::~HierarchicalCommunicator() = default;
+
+StatusOr<NcclTransport*> HierarchicalCommunicator::intra_nccl(Deadline deadline) {
+  return lazy_node_nccl(intra_nccl_decided_, intra_nccl_, *intra_, *world()->store,
+                        fmt::format("cohort/nccl/{}/node{}", context_id(), inter_rank()), description(), deadline);
+}
+
+Status HierarchicalCommunicator::allreduce_device(const void* send, void* recv, size_t count, DataType dtype,
+                                                  ReduceOp op, Deadline deadline) {
+  COHORT_ASSIGN_OR_RETURN(NcclTransport* nccl, intra_nccl(deadline));
+  if (nccl == nullptr) return Communicator::allreduce_device(send, recv, count, dtype, op, deadline);
+#if COHORT_CUDA
+  ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+  COHORT_RETURN_IF_ERROR(nccl->reduce(send != nullptr ? send : recv, recv, count, dtype, base, 0, deadline)
+                             .with_context("intra-node NCCL reduce"));
+  if (leaders_ != nullptr) {
+    // Only the leaders cross nodes, over UCX through pinned host memory; they also average, so
+    // the broadcast carries the final values.
+    size_t bytes = count * element_size(dtype);
+    if (leader_staging_ == nullptr) leader_staging_ = std::make_unique<PinnedBuffer>();
+    COHORT_ASSIGN_OR_RETURN(void* host, leader_staging_->reserve(bytes));
+    COHORT_RETURN_IF_ERROR(copy_to_host(host, recv, bytes));
+    COHORT_RETURN_IF_ERROR(leaders_->allreduce(host, host, count, dtype, base, within(deadline))
+                               ->wait()
+                               .with_context("inter-node allreduce among node leaders"));
+    if (op == ReduceOp::kAvg) scale_for_average(host, count, dtype, size());
+    COHORT_RETURN_IF_ERROR(copy_to_device(recv, host, bytes));
+  }
+  return nccl->broadcast(recv, count, dtype, 0, deadline).with_context("intra-node NCCL broadcast");
+#else
+  return internal_error("unreachable: intra-node NCCL in a CPU-only build");
+#endif
+}
 
 StatusOr<std::unique_ptr<Communicator>> HierarchicalCommunicator::create(std::shared_ptr<CommWorld> world,
                                                                          std::vector<int> global_ranks, int rank,
@@ -74,6 +133,51 @@ Status TwoDimensionalCommunicator::allreduce_sum_like(void* buf, size_t count, D
                              ->wait()
                              .with_context("inter-node allreduce of this shard"));
   return intra_->allgatherv(shard, buf, counts, dtype, within(deadline))->wait().with_context("intra-node allgather");
+}
+
+TwoDimensionalCommunicator::TwoDimensionalCommunicator(std::shared_ptr<CommWorld> world, std::vector<int> global_ranks,
+                                                       int rank, uint64_t context_id, CommunicatorOptions options)
+    : Communicator("two_dimensional", std::move(world), std::move(global_ranks), rank, context_id, options) {}
+
+TwoDimensionalCommunicator::~TwoDimensionalCommunicator() = default;
+
+Status TwoDimensionalCommunicator::allreduce_device(const void* send, void* recv, size_t count, DataType dtype,
+                                                    ReduceOp op, Deadline deadline) {
+  NcclTransport* nccl = nullptr;
+  // NCCL's reduce-scatter takes equal shards: other counts are staged whole.
+  if (count % static_cast<size_t>(intra_->size()) == 0) {
+    COHORT_ASSIGN_OR_RETURN(nccl, lazy_node_nccl(intra_nccl_decided_, intra_nccl_, *intra_, *world()->store,
+                                                 fmt::format("cohort/nccl/{}/node{}", context_id(), inter_rank()),
+                                                 description(), deadline));
+  }
+  if (nccl == nullptr) return Communicator::allreduce_device(send, recv, count, dtype, op, deadline);
+#if COHORT_CUDA
+  ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+  const size_t shard = count / static_cast<size_t>(intra_->size());
+  const size_t shard_bytes = shard * element_size(dtype);
+  uint8_t* mine = static_cast<uint8_t*>(recv) + shard_bytes * static_cast<size_t>(intra_->rank());
+  if (send != nullptr && send != recv) {
+    // Out of place: reduce-scatter straight from `send` into this rank's shard of `recv`.
+    COHORT_RETURN_IF_ERROR(nccl->reduce_scatter(send, mine, shard, dtype, base, deadline)
+                               .with_context("intra-node NCCL reduce-scatter"));
+  } else {
+    COHORT_RETURN_IF_ERROR(nccl->reduce_scatter(recv, mine, shard, dtype, base, deadline)
+                               .with_context("intra-node NCCL reduce-scatter"));
+  }
+  // This shard across nodes, over UCX through pinned host memory; averaged here so the allgather
+  // carries final values.
+  if (shard_staging_ == nullptr) shard_staging_ = std::make_unique<PinnedBuffer>();
+  COHORT_ASSIGN_OR_RETURN(void* host, shard_staging_->reserve(shard_bytes));
+  COHORT_RETURN_IF_ERROR(copy_to_host(host, mine, shard_bytes));
+  COHORT_RETURN_IF_ERROR(inter_->allreduce(host, host, shard, dtype, base, within(deadline))
+                             ->wait()
+                             .with_context("inter-node allreduce of this shard"));
+  if (op == ReduceOp::kAvg) scale_for_average(host, shard, dtype, size());
+  COHORT_RETURN_IF_ERROR(copy_to_device(mine, host, shard_bytes));
+  return nccl->allgather(nullptr, recv, shard, dtype, deadline).with_context("intra-node NCCL allgather");
+#else
+  return internal_error("unreachable: intra-node NCCL in a CPU-only build");
+#endif
 }
 
 }  // namespace cohort::comm

@@ -2,6 +2,13 @@
 
 #include <map>
 
+#include "worker/comm/algorithms/collectives.h"
+#include "worker/comm/communicators/node_nccl.h"
+#include "worker/comm/transport/nccl/device_memory.h"
+#if COHORT_CUDA
+#include "worker/comm/transport/nccl/nccl_transport.h"
+#endif
+
 namespace cohort::comm {
 
 StatusOr<std::unique_ptr<Communicator>> SingleNodeCommunicator::create(std::shared_ptr<CommWorld> world,
@@ -23,8 +30,54 @@ StatusOr<std::unique_ptr<Communicator>> SingleNodeCommunicator::create(std::shar
         "two_dimensional or flat",
         ranks_by_node.size(), nodes);
   }
-  return std::make_unique<Communicator>("single_node", std::move(world), std::move(global_ranks), rank, context_id,
-                                        options);
+  return std::unique_ptr<Communicator>(std::make_unique<SingleNodeCommunicator>(
+      std::move(world), std::move(global_ranks), rank, context_id, options));
+}
+
+SingleNodeCommunicator::SingleNodeCommunicator(std::shared_ptr<CommWorld> world, std::vector<int> global_ranks,
+                                               int rank, uint64_t context_id, CommunicatorOptions options)
+    : Communicator("single_node", std::move(world), std::move(global_ranks), rank, context_id, options) {}
+
+SingleNodeCommunicator::~SingleNodeCommunicator() = default;
+
+StatusOr<NcclTransport*> SingleNodeCommunicator::node_nccl(Deadline deadline) {
+  if (node_nccl_decided_) return node_nccl_.get();
+  node_nccl_decided_ = true;
+  if (!cuda_build()) return nullptr;
+  // Runs on this communicator's executor, so the records travel by a direct collective rather
+  // than allgather_obj (which would queue behind the running operation).
+  std::string mine = device_id_record();
+  std::vector<char> all(kDeviceIdBytes * size());
+  COHORT_RETURN_IF_ERROR(run_collective("device ids", deadline, [&](CollectiveContext& ctx) {
+    return run_allgatherv(ctx, mine.data(), all.data(), std::vector<size_t>(size(), kDeviceIdBytes));
+  }));
+  std::vector<std::string> ids;
+  for (int r = 0; r < size(); ++r) ids.emplace_back(all.data() + r * kDeviceIdBytes, kDeviceIdBytes);
+  COHORT_ASSIGN_OR_RETURN(node_nccl_, make_node_nccl(ids, *world()->store, this->rank(),
+                                                     fmt::format("cohort/nccl/{}/single_node", context_id()),
+                                                     description(), deadline));
+  return node_nccl_.get();
+}
+
+Status SingleNodeCommunicator::allreduce_device(const void* send, void* recv, size_t count, DataType dtype,
+                                                ReduceOp op, Deadline deadline) {
+  COHORT_ASSIGN_OR_RETURN(NcclTransport* nccl, node_nccl(deadline));
+  if (nccl == nullptr) return Communicator::allreduce_device(send, recv, count, dtype, op, deadline);
+#if COHORT_CUDA
+  return nccl->allreduce(send, recv, count, dtype, op, deadline);
+#else
+  return internal_error("unreachable: NCCL in a CPU-only build");
+#endif
+}
+
+Status SingleNodeCommunicator::broadcast_device(void* buf, size_t count, DataType dtype, int root, Deadline deadline) {
+  COHORT_ASSIGN_OR_RETURN(NcclTransport* nccl, node_nccl(deadline));
+  if (nccl == nullptr) return Communicator::broadcast_device(buf, count, dtype, root, deadline);
+#if COHORT_CUDA
+  return nccl->broadcast(buf, count, dtype, root, deadline);
+#else
+  return internal_error("unreachable: NCCL in a CPU-only build");
+#endif
 }
 
 }  // namespace cohort::comm

@@ -1,0 +1,57 @@
+#pragma once
+
+// Device memory as the host-side communication code sees it: telling device pointers from host
+// ones, and copying between them through a pinned host staging buffer. Compiled in every build:
+// without CUDA (a CPU-only build) no pointer is device memory, so callers need no #if.
+//
+// Used where a communicator or tool accepts device buffers but moves them over a host transport
+// (UCX here has no CUDA transport): stage to pinned host memory, run the host path, copy back.
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "worker/base/status.h"
+
+namespace cohort::comm {
+
+// True when this binary was built with --config=cuda (it may still see no GPU).
+bool cuda_build();
+
+// True when `ptr` is CUDA device or managed memory; false for host memory (pinned or not), null,
+// and always in a CPU-only build. Thread-safe; a few microseconds (cudaPointerGetAttributes).
+bool is_device_memory(const void* ptr);
+
+// Number of CUDA devices this process sees (CUDA_VISIBLE_DEVICES applies); 0 in a CPU-only build,
+// without a driver, or without a GPU. Never fails.
+int cuda_device_count();
+
+// An identity of the current CUDA device that is the same in every process using that GPU,
+// whatever CUDA_VISIBLE_DEVICES renumbers it to (its PCI bus id, "0000:3b:00.0"); "" in a
+// CPU-only build or without a device. Used to tell whether the ranks of a node have a GPU each.
+std::string current_device_id();
+
+// Synchronous copies between device and host memory (either side may be pinned or pageable).
+// FAILED_PRECONDITION in a CPU-only build.
+Status copy_to_host(void* host, const void* device, size_t bytes);
+Status copy_to_device(void* device, const void* host, size_t bytes);
+
+// Page-locked host memory for staging: device copies to and from it run at full PCIe speed and
+// without a bounce buffer inside the driver. Grows on demand; not thread-safe (one per user).
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  ~PinnedBuffer();
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+
+  // At least `bytes` of pinned memory (contents not preserved on growth). FAILED_PRECONDITION in a
+  // CPU-only build, RESOURCE_EXHAUSTED when the driver cannot pin that much.
+  StatusOr<void*> reserve(size_t bytes);
+
+ private:
+  void* data_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+}  // namespace cohort::comm
