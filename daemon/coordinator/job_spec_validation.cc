@@ -112,11 +112,11 @@ void check_model_parallel(const cohort::v1::ModelParallelModel& model, int64_t w
     problems.add("model_parallel.stages is empty; a model-parallel job needs at least one stage");
     return;
   }
-  auto stage_on = [&](int rank) -> const cohort::v1::Stage* {
-    for (const cohort::v1::Stage& stage : model.stages()) {
-      if (stage.rank() == rank) return &stage;
-    }
-    return nullptr;
+  // A rank may run several stages (in list order), so an edge is matched by any of them.
+  auto any_stage_on = [&](int rank, int peer, bool sends) {
+    return std::any_of(model.stages().begin(), model.stages().end(), [&](const cohort::v1::Stage& stage) {
+      return stage.rank() == rank && contains(sends ? stage.rank_out() : stage.rank_in(), peer);
+    });
   };
   auto in_world = [&](int rank) { return rank >= 0 && rank < world_size; };
   for (int i = 0; i < model.stages_size(); ++i) {
@@ -134,22 +134,20 @@ void check_model_parallel(const cohort::v1::ModelParallelModel& model, int64_t w
     }
     for (int j = 0; j < stage.rank_in_size(); ++j) {
       const int src = stage.rank_in(j);
-      const cohort::v1::Stage* sender = in_world(src) ? stage_on(src) : nullptr;
       if (!in_world(src)) {
         problems.add("model_parallel.stages[{}].rank_in[{}] is {}; the world has ranks 0 .. {}", i, j, src,
                      world_size - 1);
-      } else if (sender == nullptr || !contains(sender->rank_out(), stage.rank())) {
+      } else if (!any_stage_on(src, stage.rank(), /*sends=*/true)) {
         problems.add("model_parallel.stages[{}].rank_in[{}] is {}, but no stage on rank {} sends to rank {}",
                      i, j, src, src, stage.rank());
       }
     }
     for (int j = 0; j < stage.rank_out_size(); ++j) {
       const int dst = stage.rank_out(j);
-      const cohort::v1::Stage* receiver = in_world(dst) ? stage_on(dst) : nullptr;
       if (!in_world(dst)) {
         problems.add("model_parallel.stages[{}].rank_out[{}] is {}; the world has ranks 0 .. {}", i, j, dst,
                      world_size - 1);
-      } else if (receiver == nullptr || !contains(receiver->rank_in(), stage.rank())) {
+      } else if (!any_stage_on(dst, stage.rank(), /*sends=*/false)) {
         problems.add(
             "model_parallel.stages[{}].rank_out[{}] is {}, but no stage on rank {} receives from rank {}", i,
             j, dst, dst, stage.rank());

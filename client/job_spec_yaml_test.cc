@@ -1,0 +1,255 @@
+#include "client/job_spec_yaml.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include <google/protobuf/util/message_differencer.h>
+#include <gtest/gtest.h>
+
+namespace cohort::client {
+namespace {
+
+using google::protobuf::util::MessageDifferencer;
+
+constexpr const char* kDataParallelYaml = R"(# a small CNN
+name: fashion
+nodes: 1
+procs_per_node: 2
+communicator: flat
+dataset:
+  kind: fashion_mnist
+  path: /data/fashion
+  train_size: 6000
+data_parallel:
+  graph:
+    layers:
+      - {type: conv2d, name: conv1, in_channels: 1, out_channels: 8, kernel_size: 3, padding: 1, bias: false}
+      - {type: batchnorm2d, num_features: 8, eps: 1.0e-5}
+      - {type: relu}
+      - {type: max_pool2d, kernel_size: 2}
+      - {type: flatten}
+      - {type: dropout, p: 0.25}
+      - {type: linear, in_features: 1568, out_features: 10}
+loss: cross_entropy
+optimizer:
+  kind: momentum
+  lr: 0.05
+  momentum: 0.9
+  schedule: {kind: step, step_epochs: 2, gamma: 0.5, warmup_epochs: 1}
+batch_size: 64
+epochs: 5
+checkpoint: {dir: /tmp/ckpt, interval_epochs: 1}
+restart_policy: {max_restarts: 2, from_checkpoint: yes}
+seed: 18446744073709551615
+)";
+
+constexpr const char* kPipelineYaml = R"(
+name: "123"
+nodes: 1
+procs_per_node: 3
+dataset: {kind: synthetic, train_size: 64, input_shape: [784], num_classes: 10}
+model_parallel:
+  stages:
+    - rank: 0
+      rank_in: null
+      rank_out: 1
+      graph: {layers: [{type: linear, in_features: 784, out_features: 100}, {type: relu}]}
+    - rank: 1
+      rank_in: [0]
+      rank_out: [2]
+      graph: {layers: [{type: linear, in_features: 100, out_features: 100}]}
+    - rank: 2
+      rank_in: 1
+      rank_out: []
+      torchscript_file: /models/head.pt
+loss: nll
+optimizer: {kind: adam, lr: 0.001, beta1: 0.8}
+batch_size: 32
+epochs: 1
+)";
+
+StatusOr<cohort::v1::JobSpec> parse(const std::string& text) { return parse_job_spec_yaml(text, "job.yaml"); }
+
+// The error text of a parse that must fail.
+std::string parse_error(const std::string& text) {
+  StatusOr<cohort::v1::JobSpec> spec = parse(text);
+  EXPECT_FALSE(spec.ok()) << "parsed unexpectedly:\n" << text;
+  if (spec.ok()) return "";
+  EXPECT_EQ(spec.status().code(), StatusCode::kInvalidArgument);
+  return spec.status().message();
+}
+
+TEST(JobSpecYamlTest, ReadsEveryKindOfField) {
+  StatusOr<cohort::v1::JobSpec> spec = parse(kDataParallelYaml);
+  ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+  EXPECT_EQ(spec->name(), "fashion");
+  EXPECT_EQ(spec->procs_per_node(), 2);
+  EXPECT_EQ(spec->dataset().kind(), cohort::v1::FASHION_MNIST);
+  EXPECT_EQ(spec->dataset().train_size(), 6000);
+  ASSERT_TRUE(spec->has_data_parallel());
+  const cohort::v1::Graph& graph = spec->data_parallel().graph();
+  ASSERT_EQ(graph.layers_size(), 7);
+  EXPECT_EQ(graph.layers(0).name(), "conv1");
+  EXPECT_TRUE(graph.layers(0).has_bias());
+  EXPECT_FALSE(graph.layers(0).bias());
+  EXPECT_FALSE(graph.layers(0).has_stride());  // optional fields keep their presence
+  EXPECT_DOUBLE_EQ(graph.layers(1).eps(), 1e-5);
+  EXPECT_DOUBLE_EQ(graph.layers(5).p(), 0.25);
+  EXPECT_EQ(spec->optimizer().kind(), cohort::v1::MOMENTUM);
+  EXPECT_EQ(spec->optimizer().schedule().kind(), cohort::v1::STEP);
+  EXPECT_TRUE(spec->restart_policy().from_checkpoint());
+  EXPECT_EQ(spec->seed(), 18446744073709551615ULL);
+}
+
+TEST(JobSpecYamlTest, RankListsTakeAnIntAListOrNull) {
+  StatusOr<cohort::v1::JobSpec> spec = parse(kPipelineYaml);
+  ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+  EXPECT_EQ(spec->name(), "123");  // quoted: a string, not a number
+  const cohort::v1::ModelParallelModel& model = spec->model_parallel();
+  ASSERT_EQ(model.stages_size(), 3);
+  EXPECT_EQ(model.stages(0).rank_in_size(), 0);
+  ASSERT_EQ(model.stages(0).rank_out_size(), 1);
+  EXPECT_EQ(model.stages(0).rank_out(0), 1);
+  ASSERT_EQ(model.stages(2).rank_in_size(), 1);
+  EXPECT_EQ(model.stages(2).rank_in(0), 1);
+  EXPECT_EQ(model.stages(2).rank_out_size(), 0);
+  EXPECT_EQ(model.stages(2).torchscript_file(), "/models/head.pt");
+  EXPECT_EQ(spec->dataset().input_shape_size(), 1);
+}
+
+TEST(JobSpecYamlTest, RoundTripsToAnEqualMessage) {
+  for (const char* text : {kDataParallelYaml, kPipelineYaml}) {
+    StatusOr<cohort::v1::JobSpec> spec = parse(text);
+    ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+    const std::string rendered = job_spec_to_yaml(*spec);
+    StatusOr<cohort::v1::JobSpec> again = parse_job_spec_yaml(rendered, "rendered.yaml");
+    ASSERT_TRUE(again.ok()) << again.status().to_string() << "\n" << rendered;
+    EXPECT_TRUE(MessageDifferencer::Equals(*spec, *again)) << rendered;
+  }
+}
+
+TEST(JobSpecYamlTest, RoundTripsAwkwardValues) {
+  cohort::v1::JobSpec spec;
+  spec.set_name("null");  // must come back as the string, not as an unset field
+  spec.set_communicator("true");
+  spec.mutable_optimizer()->set_lr(0.1 + 0.2);  // not exactly representable in short decimal
+  spec.mutable_optimizer()->set_weight_decay(1e-300);
+  spec.mutable_data_parallel();  // an empty oneof member keeps the choice
+  cohort::v1::Layer* layer = spec.mutable_model_parallel()->add_stages()->mutable_graph()->add_layers();
+  layer->set_type("linear");
+  layer->set_bias(false);
+  layer->set_in_features(0);  // optional: present at zero
+  const std::string rendered = job_spec_to_yaml(spec);
+  StatusOr<cohort::v1::JobSpec> again = parse_job_spec_yaml(rendered, "rendered.yaml");
+  ASSERT_TRUE(again.ok()) << again.status().to_string() << "\n" << rendered;
+  EXPECT_TRUE(MessageDifferencer::Equals(spec, *again)) << rendered;
+  EXPECT_TRUE(again->model_parallel().stages(0).graph().layers(0).has_in_features());
+}
+
+TEST(JobSpecYamlTest, SyntaxErrorNamesLineAndColumn) {
+  const std::string message = parse_error("name: x\nnodes: [1, 2\nepochs: 1\n");
+  EXPECT_NE(message.find("job.yaml:"), std::string::npos) << message;
+  EXPECT_NE(message.find("YAML syntax error"), std::string::npos) << message;
+}
+
+TEST(JobSpecYamlTest, BadEnumListsTheChoices) {
+  const std::string message = parse_error("name: x\noptimizer:\n  kind: sgdd\n");
+  EXPECT_NE(message.find("job.yaml:3:9: optimizer.kind: 'sgdd' is not one of sgd, momentum, adam"),
+            std::string::npos)
+      << message;
+  // The zero "unspecified" value is not a choice.
+  EXPECT_NE(
+      parse_error("dataset: {kind: dataset_kind_unspecified}").find("fashion_mnist, idx_dir, synthetic"),
+      std::string::npos);
+  EXPECT_NE(parse_error("optimizer: {schedule: {kind: linear}}").find("constant, step, cosine"),
+            std::string::npos);
+}
+
+TEST(JobSpecYamlTest, UnknownKeyListsTheValidOnes) {
+  const std::string message = parse_error("name: x\noptimiser: {kind: sgd}\n");
+  EXPECT_NE(message.find("job.yaml:2:1: unknown key 'optimiser' (did you mean 'optimizer'?)"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("procs_per_node"), std::string::npos) << message;
+  const std::string nested = parse_error("data_parallel: {graph: {layers: [{type: relu, kernel: 3}]}}");
+  EXPECT_NE(nested.find("data_parallel.graph.layers[0]: unknown key 'kernel'"), std::string::npos) << nested;
+  EXPECT_NE(nested.find("kernel_size"), std::string::npos) << nested;
+}
+
+TEST(JobSpecYamlTest, WrongScalarTypeSaysWhatWasExpected) {
+  EXPECT_NE(parse_error("nodes: two").find("nodes: 'two' is not a whole number"), std::string::npos);
+  EXPECT_NE(parse_error("nodes: 1.5").find("nodes: '1.5' is not a whole number"), std::string::npos);
+  EXPECT_NE(parse_error("nodes: [1]").find("nodes: a list is not a single value"), std::string::npos);
+  EXPECT_NE(parse_error("nodes: 99999999999").find("out of range"), std::string::npos);
+  EXPECT_NE(parse_error("seed: -1").find("seed: '-1' is negative"), std::string::npos);
+  EXPECT_NE(parse_error("optimizer: {lr: fast}").find("optimizer.lr: 'fast' is not a number"),
+            std::string::npos);
+  EXPECT_NE(parse_error("restart_policy: {from_checkpoint: maybe}").find("is not true or false"),
+            std::string::npos);
+  EXPECT_NE(parse_error("optimizer: 0.1").find("optimizer: '0.1' is not a mapping"), std::string::npos);
+  EXPECT_NE(parse_error("data_parallel: {graph: {layers: relu}}").find("is not a list"), std::string::npos);
+  EXPECT_NE(parse_error("model_parallel: {stages: [{rank_in: [0, null]}]}").find("rank_in[1]: is null"),
+            std::string::npos);
+  EXPECT_NE(parse_error("- a\n- b\n").find("is not a mapping"), std::string::npos);
+}
+
+TEST(JobSpecYamlTest, BothModelsIsAnError) {
+  const std::string message =
+      parse_error("data_parallel: {graph: {layers: [{type: relu}]}}\nmodel_parallel: {stages: []}\n");
+  EXPECT_NE(message.find("data_parallel and model_parallel are both set"), std::string::npos) << message;
+  EXPECT_NE(parse_error("model_parallel: {stages: [{graph: {}, torchscript_file: a.pt}]}")
+                .find("graph and torchscript_file are both set"),
+            std::string::npos);
+}
+
+TEST(JobSpecYamlTest, DuplicateKeyIsAnError) {
+  const std::string message = parse_error("nodes: 1\nepochs: 2\nnodes: 2\n");
+  EXPECT_NE(message.find("job.yaml:3:1: nodes: is given twice (first on line 1)"), std::string::npos)
+      << message;
+}
+
+TEST(JobSpecYamlTest, ReportsEveryProblem) {
+  const std::string message = parse_error("nodes: x\nepochs: y\nfoo: 1\n");
+  EXPECT_NE(message.find("nodes:"), std::string::npos) << message;
+  EXPECT_NE(message.find("epochs:"), std::string::npos) << message;
+  EXPECT_NE(message.find("'foo'"), std::string::npos) << message;
+}
+
+TEST(JobSpecYamlTest, EmptyFileIsAnError) {
+  EXPECT_NE(parse_error("# nothing\n").find("holds no job spec"), std::string::npos);
+}
+
+TEST(JobSpecYamlTest, LoadsAFileAndNamesAMissingOne) {
+  char dir_template[] = "/tmp/job_spec_yaml_test.XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string path = std::string(dir_template) + "/job.yaml";
+  {
+    std::ofstream file(path);
+    file << kPipelineYaml;
+  }
+  StatusOr<cohort::v1::JobSpec> spec = load_job_spec_file(path);
+  ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+  EXPECT_EQ(spec->model_parallel().stages_size(), 3);
+
+  {
+    std::ofstream file(path);
+    file << "nodes: many\n";
+  }
+  spec = load_job_spec_file(path);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(spec.status().message().find(path + ":1:8: nodes:"), std::string::npos)
+      << spec.status().message();
+
+  StatusOr<cohort::v1::JobSpec> missing = load_job_spec_file(std::string(dir_template) + "/absent.yaml");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("absent.yaml"), std::string::npos);
+  unlink(path.c_str());
+  rmdir(dir_template);
+}
+
+}  // namespace
+}  // namespace cohort::client
