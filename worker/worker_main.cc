@@ -1,40 +1,160 @@
-// cohort-worker: one training process of a cohort job.
+// cohort-worker: one training process (one rank) of a cohort job. It reads the job spec, joins
+// the job's rendezvous, trains what the spec describes (worker/job_runner.h) and exits 0, or 1
+// with a one-line error naming what failed.
 //
-//   cohort-worker --version
+//   cohort-worker                                      # started by cohortd's agent: all from the environment
+//   cohort-worker --job-spec job.yaml --init env://    # torchrun / mpirun / srun variables
+//   for r in 0 1; do                                   # two ranks from a shell loop
+//     cohort-worker --job-spec job.pbtxt --init "file:///tmp/job-store?rank=$r&world_size=2" &
+//   done; wait
 //
-// main only parses flags; training lives in worker/train, communication in worker/comm.
+// main only parses flags; the run itself is run_worker below, training lives in worker/job_runner,
+// communication in worker/comm.
 
+#include <ATen/Parallel.h>
+
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
+#include <thread>
 
+#include <spdlog/spdlog.h>
+
+#include "worker/base/logging.h"
+#include "worker/base/status.h"
+#include "worker/comm/bootstrap.h"
+#include "worker/comm/init/cohort/cohort_init_method.h"
+#include "worker/job_runner.h"
+#include "worker/job_spec_file.h"
+#include "worker/metrics_reporter.h"
 #include "worker/worker_info.h"
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: cohort-worker [--version] [--help]
+constexpr const char* kUsage = R"(usage: cohort-worker [--job-spec FILE] [--init URL] [--communicator KIND]
+       cohort-worker --version | --help
 
-cohort-worker is one training process (one rank) of a cohort job. cohortd's agent starts it;
-any other launcher (mpirun, srun, a shell loop) can start it with --init env://.
+cohort-worker is one training process (one rank) of a cohort job. cohortd's agent starts it with no
+arguments and the job in its environment; any other launcher (mpirun, srun, a shell loop) can start
+it with flags.
 
-  --version   print the version and what it was built against, and exit
-  --help      print this help and exit
+  --job-spec FILE       the job: .pb (binary cohort.v1.JobSpec), .pbtxt / .textproto (text format) or
+                        .yaml / .yml (default: $COHORT_JOB_SPEC)
+  --init URL            how to join the job: cohort://host:port/JOB?attempt=A&local_rank=L, env://
+                        (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE), tcp://host:port?rank=R&world_size=N,
+                        file:///path?rank=R&world_size=N (default: $COHORT_INIT, else env://)
+  --communicator KIND   naive, flat, hierarchical, two_dimensional, single_node, pure_nccl
+                        (default: the spec's, else flat)
+  --version             print the version and what it was built against, and exit
+  --help                print this help and exit
+
+Environment: COHORT_RESUME=1 resumes from the newest checkpoint; COHORT_COORDINATOR, COHORT_JOB_ID
+and COHORT_ATTEMPT make rank 0 report metrics to the coordinator; COHORT_LOG_LEVEL sets logging.
+
+example: two ranks on this machine
+  for r in 0 1; do
+    cohort-worker --job-spec job.yaml --init "file:///tmp/job-store?rank=$r&world_size=2" &
+  done; wait
 )";
+
+struct WorkerFlags {
+  std::string job_spec;      // path; "" = $COHORT_JOB_SPEC
+  std::string init;          // URL; "" = $COHORT_INIT, else env://
+  std::string communicator;  // kind; "" = the spec's
+};
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? value : fallback;
+}
+
+// Joins the job, trains, reports. Every error says which step failed.
+cohort::Status run_worker(WorkerFlags flags) {
+  using cohort::Status;
+  if (flags.job_spec.empty()) flags.job_spec = env_or("COHORT_JOB_SPEC", "");
+  if (flags.job_spec.empty()) {
+    return cohort::invalid_argument_error("no job spec: pass --job-spec FILE or set COHORT_JOB_SPEC");
+  }
+  if (flags.init.empty()) flags.init = env_or("COHORT_INIT", "env://");
+
+  COHORT_ASSIGN_OR_RETURN(cohort::v1::JobSpec spec, cohort::worker::read_job_spec_file(flags.job_spec));
+  COHORT_RETURN_IF_ERROR(cohort::comm::register_cohort_init_method());
+  std::string kind = flags.communicator;
+  if (kind.empty()) kind = spec.communicator();
+  // The runner trains on the CPU (tensors in host memory), which pure_nccl cannot carry: flat
+  // until the worker places models on GPUs.
+  if (kind.empty()) kind = "flat";
+  if (spec.gpus_per_proc() > 0) {
+    spdlog::warn("the job asks for {} GPU(s) per rank; this worker trains on the CPU", spec.gpus_per_proc());
+  }
+
+  auto comm = cohort::comm::create_communicator(kind, cohort::comm::InitOptions::from_url(flags.init));
+  if (!comm.ok()) return comm.status().with_context(fmt::format("joining the job via {}", flags.init));
+  // The ranks on this node share its cores.
+  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  at::set_num_threads(
+      static_cast<int>(std::max(1u, cores / static_cast<unsigned>(std::max(1, (*comm)->intra_size())))));
+
+  std::unique_ptr<cohort::worker::MetricsReporter> reporter;
+  if ((*comm)->rank() == 0) reporter = cohort::worker::MetricsReporter::from_environment();
+  cohort::worker::JobRunnerOptions options;
+  options.resume = env_or("COHORT_RESUME", "") == "1";
+  options.metrics = reporter.get();
+  auto result = cohort::worker::run_job(spec, **comm, options);
+  if (!result.ok()) return result.status().with_context(fmt::format("rank {}: training", (*comm)->rank()));
+  return cohort::ok_status();
+}
+
+// The error on one line (flight-recorder dumps span several).
+std::string one_line(std::string text) {
+  std::replace(text.begin(), text.end(), '\n', ' ');
+  return text;
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  WorkerFlags flags;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--version") == 0) {
+    std::string arg = argv[i];
+    if (arg == "--version") {
       std::printf("%s\n", cohort::worker::version_string().c_str());
       return 0;
     }
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+    if (arg == "--help" || arg == "-h") {
       std::fputs(kUsage, stdout);
       return 0;
     }
-    std::fprintf(stderr, "cohort-worker: unknown argument '%s'\n\n%s", argv[i], kUsage);
-    return 2;
+    std::string value;
+    size_t eq = arg.find('=');
+    std::string name = arg.substr(0, eq);
+    if (eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+    } else if (name == "--job-spec" || name == "--init" || name == "--communicator") {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "cohort-worker: %s needs a value\n\n%s", name.c_str(), kUsage);
+        return 2;
+      }
+      value = argv[++i];
+    }
+    if (name == "--job-spec") {
+      flags.job_spec = value;
+    } else if (name == "--init") {
+      flags.init = value;
+    } else if (name == "--communicator") {
+      flags.communicator = value;
+    } else {
+      std::fprintf(stderr, "cohort-worker: unknown argument '%s'\n\n%s", argv[i], kUsage);
+      return 2;
+    }
   }
-  std::fputs(kUsage, stderr);
-  return 2;
+  cohort::init_logging("cohort-worker");
+  cohort::Status status = run_worker(flags);
+  if (!status.ok()) {
+    std::fprintf(stderr, "cohort-worker: %s\n", one_line(status.to_string()).c_str());
+    return 1;
+  }
+  return 0;
 }

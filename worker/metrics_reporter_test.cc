@@ -1,0 +1,103 @@
+#include "worker/metrics_reporter.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace cohort::worker {
+namespace {
+
+// A coordinator that records ReportMetrics calls.
+class RecordingCoordinator final : public v1::Coordinator::Service {
+ public:
+  grpc::Status ReportMetrics(grpc::ServerContext*, const v1::ReportMetricsRequest* request,
+                             v1::ReportMetricsResponse*) override {
+    std::lock_guard<std::mutex> lock(mutex);
+    requests.push_back(*request);
+    return grpc::Status::OK;
+  }
+  std::mutex mutex;
+  std::vector<v1::ReportMetricsRequest> requests;
+};
+
+v1::Metrics at_step(int64_t step) {
+  v1::Metrics metrics;
+  metrics.set_step(step);
+  return metrics;
+}
+
+TEST(MetricsReporterTest, DeliversEpochEndsAndRateLimitsTheRest) {
+  RecordingCoordinator service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_GT(port, 0);
+
+  MetricsReporterOptions options;
+  options.coordinator = "127.0.0.1:" + std::to_string(port);
+  options.job_id = "mnist-3";
+  options.attempt = 2;
+  options.min_interval = std::chrono::seconds(60);  // only the first mid-epoch report gets through
+  {
+    MetricsReporter reporter(options);
+    for (int step = 1; step <= 10; ++step) reporter.report(at_step(step), /*epoch_end=*/false);
+    reporter.report(at_step(10), /*epoch_end=*/true);
+    reporter.report(at_step(20), /*epoch_end=*/true);
+  }  // the destructor sends what is queued
+  server->Shutdown();
+
+  std::lock_guard<std::mutex> lock(service.mutex);
+  std::vector<int64_t> steps;
+  for (const auto& request : service.requests) {
+    EXPECT_EQ(request.job_id(), "mnist-3");
+    EXPECT_EQ(request.attempt(), 2);
+    steps.push_back(request.metrics().step());
+  }
+  // Step 1 may be superseded by the epoch end that follows it before the thread sends it.
+  if (steps.size() == 3) {
+    EXPECT_EQ(steps, (std::vector<int64_t>{1, 10, 20}));
+  } else {
+    EXPECT_EQ(steps, (std::vector<int64_t>{10, 20}));
+  }
+}
+
+TEST(MetricsReporterTest, AnUnreachableCoordinatorIsNotFatalAndDoesNotHoldUpExit) {
+  MetricsReporterOptions options;
+  options.coordinator = "127.0.0.1:1";  // nothing listens on port 1
+  options.job_id = "job-1";
+  options.rpc_timeout = std::chrono::milliseconds(300);
+  auto start = std::chrono::steady_clock::now();
+  int64_t failed = 0;
+  {
+    MetricsReporter reporter(options);
+    for (int epoch = 0; epoch < 20; ++epoch) reporter.report(at_step(epoch), /*epoch_end=*/true);
+    // Let the first call fail, then the destructor drops the rest.
+    while (reporter.failed() == 0 && std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    failed = reporter.failed();
+    EXPECT_EQ(reporter.sent(), 0);
+  }
+  EXPECT_GE(failed, 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST(MetricsReporterTest, FromEnvironmentNeedsCoordinatorAndJob) {
+  unsetenv("COHORT_COORDINATOR");
+  setenv("COHORT_JOB_ID", "job-1", 1);
+  EXPECT_EQ(MetricsReporter::from_environment(), nullptr);
+  setenv("COHORT_COORDINATOR", "127.0.0.1:1", 1);
+  EXPECT_NE(MetricsReporter::from_environment(), nullptr);
+}
+
+}  // namespace
+}  // namespace cohort::worker
