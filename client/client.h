@@ -1,33 +1,118 @@
 #pragma once
 
-// The C++ client of a cohort cluster, over the gRPC stubs. The CLI and schedulers use it.
+// The C++ client of a cohort cluster, over the gRPC stubs: the `cohort` CLI and schedulers use it.
+//
+//   Client client(default_coordinator_address());
+//   COHORT_ASSIGN_OR_RETURN(std::string id, client.submit(spec));
+//   COHORT_RETURN_IF_ERROR(client.watch(id, [](const cohort::v1::JobEvent& event) {
+//     ... print progress ...
+//     return true;  // keep watching
+//   }));
+//   COHORT_ASSIGN_OR_RETURN(cohort::v1::JobRecord job, client.get(id));
+//   COHORT_RETURN_IF_ERROR(client.logs(id, /*rank=*/0, /*follow=*/false,
+//                                      [](std::string_view bytes) { ...; return true; }));
+//
+// Every unary call carries a deadline (ClientOptions::rpc_timeout). An error names the RPC, the
+// address it went to and, when the daemon cannot be reached, what to do about it.
+//
+// Thread-safe: calls may run concurrently from any thread.
 
 #include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
+#include "cohort/v1/agent.grpc.pb.h"
+#include "cohort/v1/coordinator.grpc.pb.h"
 #include "cohort/v1/info.grpc.pb.h"
+#include "cohort/v1/job.pb.h"
 #include "worker/base/status.h"
 
 namespace cohort::client {
 
-// Deadline for a single unary RPC unless a call says otherwise.
+// Deadline for a single unary RPC unless ClientOptions says otherwise.
 inline constexpr std::chrono::seconds kDefaultRpcTimeout{10};
+// The coordinator address when neither --coordinator nor $COHORT_COORDINATOR gives one.
+inline constexpr const char* kDefaultCoordinatorAddress = "127.0.0.1:7070";
 
 // The coordinator address: $COHORT_COORDINATOR, else 127.0.0.1:7070.
 std::string default_coordinator_address();
 
+struct ClientOptions {
+  std::chrono::milliseconds rpc_timeout = kDefaultRpcTimeout;  // each unary call
+};
+
+// How long a stream (watch, logs) may run; nullopt: until it ends by itself (the job finishes,
+// the task exits) or the callback stops it.
+using StreamTimeout = std::optional<std::chrono::milliseconds>;
+
+// Receives one event of a job; returns false to stop watching.
+using JobEventCallback = std::function<bool(const cohort::v1::JobEvent& event)>;
+// Receives a chunk of a rank's output; returns false to stop reading.
+using LogCallback = std::function<bool(std::string_view bytes)>;
+
 class Client {
  public:
-  // Does not connect yet; the first RPC does. Thread-safe.
-  explicit Client(const std::string& address);
+  // Does not connect yet; the first RPC does.
+  explicit Client(const std::string& address, ClientOptions options = {});
 
-  // The daemon's version and roles. Blocks up to kDefaultRpcTimeout.
+  // The coordinator's HOST:PORT.
+  const std::string& address() const { return address_; }
+
+  // The daemon's version and roles. Blocks up to the RPC timeout.
   StatusOr<cohort::v1::VersionInfo> server_version();
 
+  // Submits a job; returns its id. INVALID_ARGUMENT naming the bad fields. Blocks up to the RPC timeout.
+  StatusOr<std::string> submit(const cohort::v1::JobSpec& spec);
+
+  // One job's record. NOT_FOUND for an unknown id. Blocks up to the RPC timeout.
+  StatusOr<cohort::v1::JobRecord> get(const std::string& job_id);
+
+  // Job records in submission order, only those in `states` when it is non-empty.
+  StatusOr<std::vector<cohort::v1::JobRecord>> list(const std::vector<cohort::v1::JobState>& states = {});
+
+  // Cancels a job (empty `reason`: the coordinator's default); returns its record after.
+  // FAILED_PRECONDITION for a finished job.
+  StatusOr<cohort::v1::JobRecord> cancel(const std::string& job_id, const std::string& reason = "");
+
+  // Live nodes and their free capacity.
+  StatusOr<std::vector<cohort::v1::NodeStatus>> nodes();
+
+  // Calls `on_event` for each event of the job after `after_seq` (state changes and metrics),
+  // oldest first, until the job reaches a final state (OK), `on_event` returns false (OK), the
+  // timeout passes (DEADLINE_EXCEEDED) or the coordinator goes away (UNAVAILABLE). Blocks; the
+  // callback runs on the calling thread.
+  Status watch(const std::string& job_id, const JobEventCallback& on_event, int64_t after_seq = 0,
+               StreamTimeout timeout = std::nullopt);
+
+  // A rank's captured output (stdout and stderr interleaved), read from the agent of the node the
+  // job's placement puts the rank on. With `follow`, keeps reading until the task exits, the
+  // callback returns false or the timeout passes. FAILED_PRECONDITION while the job has no
+  // placement (it is still queued); INVALID_ARGUMENT for a rank outside the job. Blocks.
+  Status logs(const std::string& job_id, int rank, bool follow, const LogCallback& on_data,
+              StreamTimeout timeout = std::nullopt);
+
  private:
-  std::string address_;
+  // A unary call's context with the RPC deadline.
+  void set_deadline(grpc::ClientContext* context) const;
+  // `status` as a cohort Status naming the rpc and target, with what to do when unreachable.
+  Status rpc_error(const grpc::Status& status, std::string_view rpc, const std::string& target) const;
+  cohort::v1::Agent::Stub& agent_stub(const std::string& address);
+
+  const std::string address_;
+  const ClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<cohort::v1::Info::Stub> info_;
+  std::unique_ptr<cohort::v1::Coordinator::Stub> coordinator_;
+
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<cohort::v1::Agent::Stub>> agents_;  // guarded by mu_; by address
 };
 
 }  // namespace cohort::client

@@ -1,6 +1,8 @@
 // cohortd: the cohort node daemon (coordinator, agent, or both).
 //
 //   cohortd --version
+//   cohortd --config /etc/cohort/cohortd.yaml                  # settings from a file
+//   cohortd --config cohortd.yaml --slots 4                    # flags override the file
 //   cohortd --role coordinator --listen 127.0.0.1:7070 --data-dir /var/lib/cohort
 //   cohortd --role agent --listen 10.0.0.2:7071 --coordinator 10.0.0.1:7070 --slots 8
 //           --data-dir /var/lib/cohort
@@ -15,14 +17,21 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include <fmt/format.h>
+
+#include "daemon/server/daemon_config.h"
 #include "daemon/server/daemon_server.h"
+#include "daemon/server/systemd_notifier.h"
 #include "worker/base/logging.h"
 #include "worker/base/version.h"
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: cohortd --role coordinator [--listen HOST:PORT] --data-dir DIR
+constexpr const char* kUsageHead = R"(usage: cohortd --config FILE [flags]
+       cohortd --role coordinator [--listen HOST:PORT] --data-dir DIR
        cohortd --role agent --coordinator HOST:PORT [--listen HOST:PORT] [--slots N] --data-dir DIR
        cohortd --role all [--listen HOST:PORT] [--slots N] --data-dir DIR
        cohortd --version | --help
@@ -31,100 +40,90 @@ cohortd runs on every node of a cohort cluster: it owns the node's devices and l
 supervises training workers; one daemon also acts as coordinator (rendezvous, job placement,
 job records).
 
-  --role ROLE        coordinator, agent (runs this node's workers), or all (both)
-  --listen HOST:PORT where to serve gRPC (default 127.0.0.1:7070; port 0 picks a free port,
-                     printed on stdout as "listening on HOST:PORT")
-  --data-dir DIR     the coordinator's job database; the agent's rank logs under DIR/logs
-                     (required)
-  --coordinator HOST:PORT  the coordinator an agent registers with (required for agent;
-                     all registers with itself)
-  --slots N          worker processes this node runs at once (agent, all; default 1)
-  --node-id ID       the node's id in the cluster (agent, all; default: the host name)
-  --log-dir DIR      where rank logs go (agent, all; default DATA_DIR/logs)
-  --worker PATH      the worker binary each task runs (agent, all; default
-                     /usr/local/bin/cohort-worker)
-  --version          print the version and exit
+  --config FILE      read settings from a YAML file (configs/cohortd.yaml lists every key);
+                     flags given as well override the file
+)";
+
+constexpr const char* kUsageTail = R"(  --version          print the version and exit
   --help             print this help and exit
 
-Flags take their value as the next argument or after '=' (--listen=127.0.0.1:0).
-SIGINT or SIGTERM drains and stops the daemon.
+Flags take their value as the next argument or after '=' (--listen=127.0.0.1:0). With port 0
+the chosen address is printed on stdout as "listening on HOST:PORT".
+
+Under systemd (Type=notify) cohortd reports READY=1 once it listens and pings the watchdog at half
+of WatchdogSec. SIGTERM or SIGINT drains: health turns NOT_SERVING, new jobs and launches are
+refused (UNAVAILABLE "draining"), running tasks are stopped with the grace period, then the
+server shuts down.
 )";
 
 // Exit status for a command line that cannot be run (as getopt-based tools use).
 constexpr int kUsageError = 2;
 
-struct Flags {
-  std::string role;
-  std::string listen = cohort::daemon::kDefaultListenAddress;
-  std::string data_dir;
-  std::string coordinator;
-  std::string slots = "1";
-  std::string node_id;
-  std::string log_dir;
-  std::string worker = cohort::daemon::kDefaultWorkerPath;
-};
-
-int usage_error(const std::string& message) {
-  std::fprintf(stderr, "cohortd: %s\n\n%s", message.c_str(), kUsage);
-  return kUsageError;
+std::string usage() {
+  std::string text = kUsageHead;
+  for (const cohort::daemon::DaemonSetting& setting : cohort::daemon::daemon_settings()) {
+    const std::string flag = fmt::format("{} {}", setting.flag, setting.value_name);
+    // Too long for the column: the help goes on the next line, indented to the column.
+    text += flag.size() > 18 ? fmt::format("  {}\n  {:<18} {}\n", flag, "", setting.help)
+                             : fmt::format("  {:<18} {}\n", flag, setting.help);
+  }
+  return text + kUsageTail;
 }
 
-// Takes the value of flag `name` at argv[*i] ("--name value" or "--name=value"); false when
-// argv[*i] is not that flag. A missing value is reported through `error`.
-bool take_value(const char* name, int argc, char** argv, int* i, std::string* value, std::string* error) {
-  const size_t length = std::strlen(name);
-  const char* arg = argv[*i];
-  if (std::strncmp(arg, name, length) != 0) return false;
-  if (arg[length] == '=') {
-    *value = arg + length + 1;
-    return true;
-  }
-  if (arg[length] != '\0') return false;
-  if (*i + 1 >= argc) {
-    *error = std::string(name) + " needs a value";
-    return true;
-  }
-  *value = argv[++*i];
-  return true;
+int usage_error(const std::string& message) {
+  std::fprintf(stderr, "cohortd: %s\n\n%s", message.c_str(), usage().c_str());
+  return kUsageError;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  Flags flags;
+  std::string config_file;
+  std::vector<std::pair<std::string, std::string>> flags;  // applied after the file, in order
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--version") == 0) {
+    const std::string arg = argv[i];
+    if (arg == "--version") {
       std::printf("cohortd %s\n", cohort::kVersion);
       return 0;
     }
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      std::fputs(kUsage, stdout);
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(usage().c_str(), stdout);
       return 0;
     }
-    std::string error;
-    if (take_value("--role", argc, argv, &i, &flags.role, &error) ||
-        take_value("--listen", argc, argv, &i, &flags.listen, &error) ||
-        take_value("--data-dir", argc, argv, &i, &flags.data_dir, &error) ||
-        take_value("--coordinator", argc, argv, &i, &flags.coordinator, &error) ||
-        take_value("--slots", argc, argv, &i, &flags.slots, &error) ||
-        take_value("--node-id", argc, argv, &i, &flags.node_id, &error) ||
-        take_value("--log-dir", argc, argv, &i, &flags.log_dir, &error) ||
-        take_value("--worker", argc, argv, &i, &flags.worker, &error)) {
-      if (!error.empty()) return usage_error(error);
-      continue;
+    const size_t eq = arg.find('=');
+    const std::string name = arg.substr(0, eq);
+    if (name != "--config" && !cohort::daemon::DaemonConfig::is_setting_flag(name))
+      return usage_error("unknown argument '" + arg + "'");
+    std::string value;
+    if (eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      return usage_error(name + " needs a value");
     }
-    return usage_error(std::string("unknown argument '") + argv[i] + "'");
+    if (name == "--config") {
+      config_file = value;
+    } else {
+      flags.emplace_back(name, value);
+    }
   }
-  if (flags.role.empty()) return usage_error("no --role given");
-  auto role = cohort::daemon::parse_daemon_role(flags.role);
-  if (!role.ok()) return usage_error("unknown --role '" + flags.role + "'");
-  if (flags.data_dir.empty()) return usage_error("--data-dir is required for --role " + flags.role);
-  if (*role == cohort::daemon::DaemonRole::kAgent && flags.coordinator.empty())
-    return usage_error("--coordinator HOST:PORT is required for --role agent");
-  char* slots_end = nullptr;
-  const long slots = std::strtol(flags.slots.c_str(), &slots_end, 10);
-  if (flags.slots.empty() || *slots_end != '\0' || slots < 1 || slots > 4096)
-    return usage_error("--slots '" + flags.slots + "' is not a number of worker slots (1..4096)");
+  cohort::daemon::DaemonConfig config;
+  if (!config_file.empty()) {
+    cohort::Status loaded = config.apply_file(config_file);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "cohortd: %s\n", loaded.message().c_str());
+      return kUsageError;
+    }
+  }
+  for (const auto& [flag, value] : flags) {
+    cohort::Status applied = config.apply_flag(flag, value);
+    if (!applied.ok()) return usage_error(applied.message());
+  }
+  auto options = config.options();
+  if (!options.ok()) return usage_error(options.status().message());
+  // COHORT_LOG_LEVEL is how every cohort binary takes its level; the config's log_level sets it.
+  if (!config.log_level().empty()) setenv("COHORT_LOG_LEVEL", config.log_level().c_str(), 1);
 
   cohort::init_logging("cohortd");
   // Block the stop signals before any thread starts, so every thread inherits the mask and
@@ -135,26 +134,24 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  cohort::daemon::DaemonServerOptions options;
-  options.listen = flags.listen;
-  options.data_dir = flags.data_dir;
-  options.role = *role;
-  options.coordinator_address = flags.coordinator;
-  options.slots = static_cast<int>(slots);
-  options.node_id = flags.node_id;
-  options.log_dir = flags.log_dir;
-  options.worker_command = {flags.worker};
-  auto server = cohort::daemon::DaemonServer::start(options);
+  cohort::daemon::SystemdNotifier systemd;
+  auto server = cohort::daemon::DaemonServer::start(*options);
   if (!server.ok()) {
     std::fprintf(stderr, "cohortd: %s\n", server.status().to_string().c_str());
     return 1;
   }
   std::printf("listening on %s\n", (*server)->address().c_str());
   std::fflush(stdout);
+  cohort::Status ready = systemd.notify_ready("listening on " + (*server)->address());
+  if (!ready.ok()) spdlog::warn("cohortd: {}", ready.to_string());
+  systemd.start_watchdog();
 
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
   spdlog::info("cohortd: {} received, draining", strsignal(signal_number));
+  cohort::Status stopping = systemd.notify_stopping("draining");
+  if (!stopping.ok()) spdlog::warn("cohortd: {}", stopping.to_string());
+  (*server)->drain();
   (*server)->shutdown();
   return 0;
 }

@@ -80,6 +80,9 @@ std::vector<std::string> TaskSupervisor::environment_for(const JobTasks& job, in
   }
   merge_entries(options_.base_environment, &env);
   for (const auto& [name, value] : job.env) env[name] = value;
+  if (auto it = job.rank_env.find(rank); it != job.rank_env.end()) {
+    for (const auto& [name, value] : it->second) env[name] = value;
+  }
   env["RANK"] = std::to_string(rank);
   env["WORLD_SIZE"] = std::to_string(job.world_size);
   env["LOCAL_RANK"] = std::to_string(local_rank);
@@ -88,7 +91,8 @@ std::vector<std::string> TaskSupervisor::environment_for(const JobTasks& job, in
   env["MASTER_PORT"] = std::to_string(job.master_port);
   env["COHORT_JOB_ID"] = job.job_id;
   env["COHORT_NODE_ID"] = options_.node_id;
-  env["COHORT_COORDINATOR"] = options_.coordinator_address;
+  // Empty when the agent learns the address per launch (JobTasks.env carries it then).
+  if (!options_.coordinator_address.empty()) env["COHORT_COORDINATOR"] = options_.coordinator_address;
   std::vector<std::string> entries;
   entries.reserve(env.size());
   for (const auto& [name, value] : env) entries.push_back(name + "=" + value);
@@ -262,6 +266,20 @@ int TaskSupervisor::running_tasks() const {
     for (const auto& [rank, task] : job) running += task->exit.has_value() ? 0 : 1;
   }
   return running;
+}
+
+std::vector<std::string> TaskSupervisor::running_jobs() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> ids;
+  for (const auto& [job_id, job] : jobs_) {
+    for (const auto& [rank, task] : job) {
+      if (!task->exit.has_value()) {
+        ids.push_back(job_id);
+        break;
+      }
+    }
+  }
+  return ids;
 }
 
 Status TaskSupervisor::forget(const std::string& job_id) {

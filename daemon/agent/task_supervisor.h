@@ -58,12 +58,12 @@ inline constexpr Duration kDefaultOutputDrainTimeout = std::chrono::seconds(2);
 inline constexpr Duration kKillWaitTimeout = std::chrono::seconds(10);
 
 struct TaskSupervisorOptions {
-  std::string log_dir;                                   // rank logs go to <log_dir>/<job_id>/rank-<rank>.log
-  std::string node_id;                                   // COHORT_NODE_ID
-  std::string coordinator_address;                       // COHORT_COORDINATOR (host:port)
-  bool inherit_environment = true;                       // start each task from the agent's own environment
-  std::vector<std::string> base_environment;             // extra "NAME=value" applied after the inherited one
-  Duration stop_grace_period = kDefaultStopGracePeriod;  // SIGTERM → SIGKILL
+  std::string log_dir;                        // rank logs go to <log_dir>/<job_id>/rank-<rank>.log
+  std::string node_id;                        // COHORT_NODE_ID
+  std::string coordinator_address;            // COHORT_COORDINATOR (host:port); empty: from JobTasks.env
+  bool inherit_environment = true;            // start each task from the agent's own environment
+  std::vector<std::string> base_environment;  // extra "NAME=value" applied after the inherited one
+  Duration stop_grace_period = kDefaultStopGracePeriod;        // SIGTERM → SIGKILL
   Duration exit_poll_interval = kDefaultExitPollInterval;      // monitor period
   Duration output_drain_timeout = kDefaultOutputDrainTimeout;  // exit → last output bytes
   const coordinator::Clock* clock = nullptr;  // times the grace period; nullptr: the system clock
@@ -79,6 +79,9 @@ struct JobTasks {
   std::string master_addr;                 // MASTER_ADDR
   int master_port = 0;                     // MASTER_PORT
   std::map<std::string, std::string> env;  // the job's extra environment
+  // Extra environment of single ranks (CUDA_VISIBLE_DEVICES, COHORT_INIT's local_rank), by global
+  // rank; applied after `env`, before the variables cohort owns.
+  std::map<int, std::map<std::string, std::string>> rank_env;
 };
 
 // One rank's exit, as reported to the callback.
@@ -131,6 +134,9 @@ class TaskSupervisor {
 
   // Tasks still running on this node, over all jobs (used slots). Non-blocking.
   int running_tasks() const;
+
+  // Ids of the jobs with at least one task still running, ascending. Non-blocking.
+  std::vector<std::string> running_jobs() const;
 
   // Drops an ended job's records and logs from memory (the log files stay). FAILED_PRECONDITION
   // while any of its ranks runs.

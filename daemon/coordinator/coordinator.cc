@@ -126,6 +126,11 @@ StatusOr<std::string> Coordinator::submit(const cohort::v1::JobSpec& spec) {
   std::lock_guard<std::mutex> lock(mu_);
   if (shutting_down_)
     return unavailable_error("the coordinator is shutting down; submit again once it is back");
+  if (draining_) {
+    return unavailable_error(
+        "the coordinator is draining (stopping on SIGTERM) and accepts no new jobs; submit again once it "
+        "is back");
+  }
   Job job;
   job.seq = next_job_seq_++;
   job.id = fmt::format("{}-{}", spec.name(), job.seq);
@@ -248,6 +253,41 @@ StatusOr<AgentOrders> Coordinator::report_task_exit(const TaskExit& exit) {
   }
   forget_if_drained_locked(key);
   return orders;
+}
+
+StatusOr<AgentOrders> Coordinator::report_launch_failure(const std::string& node_id,
+                                                         const std::string& job_id, int attempt,
+                                                         const std::string& error) {
+  std::lock_guard<std::mutex> lock(mu_);
+  COHORT_ASSIGN_OR_RETURN(Job * job, find_job_locked(job_id));
+  COHORT_RETURN_IF_ERROR(check_attempt_locked(*job, attempt));
+  AgentOrders orders;
+  const AttemptKey key{job_id, attempt};
+  auto it = attempts_.find(key);
+  if (it == attempts_.end()) return orders;  // the attempt is over
+  const NodeAssignment* found = it->second.placement.find_node(node_id);
+  if (found == nullptr) {
+    return invalid_argument_error("job {} attempt {} has no tasks on node {} (its nodes: {})", job_id,
+                                  attempt, node_id, it->second.placement.node_list());
+  }
+  const NodeAssignment node = *found;
+  // Nothing started there, so the node's ranks are over now and its reservation is free again.
+  for (int rank = node.first_rank; rank < node.first_rank + node.num_ranks; ++rank) {
+    rank_exited_locked(key, rank, /*node_is_gone=*/false);
+  }
+  if (is_active_locked(key)) {
+    fail_attempt_locked(*job,
+                        fmt::format("launching ranks {}..{} on node {} failed: {}", node.first_rank,
+                                    node.first_rank + node.num_ranks - 1, node_id, error),
+                        orders);
+  }
+  forget_if_drained_locked(key);
+  return orders;
+}
+
+void Coordinator::start_draining() {
+  std::lock_guard<std::mutex> lock(mu_);
+  draining_ = true;
 }
 
 Status Coordinator::report_metrics(const std::string& job_id, int attempt, const Metrics& metrics) {

@@ -153,9 +153,21 @@ class Coordinator {
   // job; INVALID_ARGUMENT for a rank not placed on that node.
   StatusOr<AgentOrders> report_task_exit(const TaskExit& exit);
 
+  // The agent of `node_id` could not start the attempt's tasks there (a missing worker binary, a
+  // spawn error, the agent unreachable): its ranks count as exited without having run, and the
+  // attempt fails through the restart policy with a reason naming the node and `error`; the orders
+  // stop the attempt's tasks on its other nodes. Reports for attempts that are over are ignored.
+  // NOT_FOUND for an unknown job; INVALID_ARGUMENT for a node outside the attempt's placement.
+  StatusOr<AgentOrders> report_launch_failure(const std::string& node_id, const std::string& job_id,
+                                              int attempt, const std::string& error);
+
   // Records training progress of the current attempt (older attempts' reports are dropped) and
   // publishes it to watchers. Stored with the job's next write. NOT_FOUND for an unknown job.
   Status report_metrics(const std::string& job_id, int attempt, const Metrics& metrics);
+
+  // Refuses new submissions from now on (UNAVAILABLE "draining") while jobs already accepted go on;
+  // the first step of a graceful shutdown. Idempotent.
+  void start_draining();
 
   // ---- rendezvous ----
 
@@ -230,6 +242,7 @@ class Coordinator {
   mutable std::mutex mu_;
   std::condition_variable events_changed_;  // a job event was published, or shutdown
   bool shutting_down_ = false;
+  bool draining_ = false;  // submit() refuses new jobs
   NodeRegistry nodes_;
   Scheduler scheduler_;
   std::map<std::string, Job> jobs_;                         // by id

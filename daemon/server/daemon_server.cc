@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "daemon/agent/free_port.h"
 #include "daemon/coordinator/rendezvous.h"
 #include "daemon/service/grpc_status.h"
 
@@ -123,6 +124,8 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
     agent_options.node_id = server->node_id_;
     agent_options.slots = server->options_.slots;
     agent_options.worker_command = server->options_.worker_command;
+    agent_options.spec_dir = supervisor_options.log_dir;
+    agent_options.coordinator_address = server->options_.coordinator_address;
     server->agent_service_ = std::make_unique<AgentService>(server->supervisor_.get(), agent_options);
     builder.RegisterService(server->agent_service_.get());
   }
@@ -210,6 +213,7 @@ void DaemonServer::send_launch(const coordinator::LaunchOrder& order) {
   request.set_node_rank(order.node.node_rank);
   request.set_master_address(order.master_address);
   request.set_coordinator_address(address_);
+  request.set_master_port(master_port_for(order));
   for (int local_rank = 0; local_rank < order.node.num_ranks; ++local_rank) {
     cohort::v1::Task* task = request.add_tasks();
     task->set_rank(order.node.first_rank + local_rank);
@@ -222,9 +226,18 @@ void DaemonServer::send_launch(const coordinator::LaunchOrder& order) {
   Status status = from_grpc_status(agent_stub(order.node.address).LaunchTasks(&context, request, &response),
                                    "Agent.LaunchTasks", order.node.address);
   if (!status.ok()) {
-    // The attempt stays PLACED; the node's lease (or a cancel) ends it.
+    // Nothing runs there, so the attempt can never start: fail it now (the restart policy decides
+    // what follows) instead of leaving it PLACED until someone cancels it.
     spdlog::error("launch of job {} attempt {} on node {} failed: {}", order.job_id, order.attempt,
                   order.node.node_id, status.to_string());
+    StatusOr<coordinator::AgentOrders> orders = coordinator_->report_launch_failure(
+        order.node.node_id, order.job_id, order.attempt, status.message());
+    if (!orders.ok()) {
+      spdlog::warn("job {} attempt {}: the coordinator refused the launch failure report: {}", order.job_id,
+                   order.attempt, orders.status().to_string());
+      return;
+    }
+    dispatch(std::move(orders).value());
     return;
   }
   Status started = coordinator_->report_tasks_started(order.node.node_id, order.job_id, order.attempt);
@@ -232,6 +245,21 @@ void DaemonServer::send_launch(const coordinator::LaunchOrder& order) {
     spdlog::warn("job {} attempt {} started on node {} but the coordinator refused the report: {}",
                  order.job_id, order.attempt, order.node.node_id, started.to_string());
   }
+}
+
+int DaemonServer::master_port_for(const coordinator::LaunchOrder& order) {
+  const std::pair<std::string, int> key{order.job_id, order.attempt};
+  auto it = master_ports_.find(key);
+  if (it != master_ports_.end()) return it->second;
+  // Free on this host; on the master node it is free with high probability (the kernel hands
+  // ephemeral ports out in turn), and 0 makes the agent pick one, right for a one-node attempt.
+  StatusOr<int> port = agent::pick_free_port();
+  if (!port.ok()) spdlog::warn("job {}: no free MASTER_PORT: {}", order.job_id, port.status().to_string());
+  const int chosen = port.ok() ? *port : 0;
+  // Only the newest attempts matter: a restart gets a fresh port, so keep the map small.
+  if (master_ports_.size() > 1024) master_ports_.erase(master_ports_.begin());
+  master_ports_[key] = chosen;
+  return chosen;
 }
 
 void DaemonServer::send_stop(const coordinator::StopOrder& order) {
@@ -271,6 +299,7 @@ void DaemonServer::agent_loop() {
     if (stopping_) break;
     std::deque<agent::TaskExit> exits;
     exits.swap(exits_queue_);
+    exits_in_flight_ = static_cast<int>(exits.size());
     lock.unlock();
 
     if (registered && Clock::now() >= next_contact) {
@@ -303,6 +332,8 @@ void DaemonServer::agent_loop() {
     }
     lock.lock();
     exits_queue_.insert(exits_queue_.begin(), retry.begin(), retry.end());
+    exits_in_flight_ = 0;
+    exits_reported_.notify_all();
   }
 }
 
@@ -360,6 +391,33 @@ void DaemonServer::tick_loop() {
     dispatch(coordinator_->tick());
     lock.lock();
   }
+}
+
+void DaemonServer::drain() {
+  std::call_once(drain_once_, [this] {
+    if (server_ != nullptr) {
+      if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService())
+        health->SetServingStatus(false);
+    }
+    if (coordinator_ != nullptr) coordinator_->start_draining();
+    if (agent_service_ == nullptr || supervisor_ == nullptr) return;
+    agent_service_->start_draining();
+    // One thread per job: each stop may take the whole grace period, and they must overlap.
+    std::vector<std::thread> stoppers;
+    for (const std::string& job_id : supervisor_->running_jobs()) {
+      spdlog::info("draining: stopping job {} on node {}", job_id, node_id_);
+      stoppers.emplace_back([this, job_id] {
+        Status stopped = supervisor_->stop(job_id);
+        if (!stopped.ok()) spdlog::warn("draining: stopping job {}: {}", job_id, stopped.to_string());
+      });
+    }
+    for (std::thread& stopper : stoppers) stopper.join();
+    // The stopped tasks' exits are queued for the coordinator; shutdown() ends the agent thread,
+    // so let it send them first (bounded: a coordinator that is gone gets one RPC timeout).
+    std::unique_lock<std::mutex> lock(mu_);
+    exits_reported_.wait_for(lock, options_.peer_rpc_timeout,
+                             [this] { return stopping_ || (exits_queue_.empty() && exits_in_flight_ == 0); });
+  });
 }
 
 void DaemonServer::shutdown() {

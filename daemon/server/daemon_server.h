@@ -5,7 +5,9 @@
 // Coordinator role: opens the Coordinator on the data directory, serves cohort.v1.Coordinator and
 // Rendezvous, runs the coordinator's periodic tick (node leases, placement) on its own thread, and
 // carries out the AgentOrders it produces on a dispatch thread: Agent.LaunchTasks (then the
-// coordinator's report_tasks_started) and Agent.StopTasks, each call with a deadline.
+// coordinator's report_tasks_started, or report_launch_failure when the agent could not start the
+// tasks, which fails the attempt) and Agent.StopTasks, each call with a deadline. Each attempt gets
+// one MASTER_PORT, picked free on this host, for all of its nodes.
 //
 // Agent role: runs a TaskSupervisor behind cohort.v1.Agent, registers the node with the
 // coordinator (RegisterNode with its address and inventory), heartbeats every
@@ -22,6 +24,7 @@
 //   COHORT_ASSIGN_OR_RETURN(auto server, DaemonServer::start(options));
 //   std::printf("listening on %s\n", server->address().c_str());
 //   ...
+//   server->drain();                         // SIGTERM: refuse new work, stop this node's tasks
 //   server->shutdown();                      // NOT_SERVING, stop ticking, drain with a deadline
 //
 //   options.role = DaemonRole::kAll;         // coordinator and agent in one process
@@ -43,6 +46,7 @@
 
 #include <deque>
 #include <map>
+#include <utility>
 #include <vector>
 
 #include "cohort/v1/agent.grpc.pb.h"
@@ -125,6 +129,13 @@ class DaemonServer {
   // The node id the agent registers as (kAgent, kAll); empty for kCoordinator.
   const std::string& node_id() const { return node_id_; }
 
+  // The first half of a graceful stop (SIGTERM): health turns NOT_SERVING, SubmitJob and
+  // LaunchTasks answer UNAVAILABLE "draining", and this node's running tasks are stopped (SIGTERM,
+  // SIGKILL after options.stop_grace_period) with their exits still reported, so their jobs end
+  // with a reason. The server keeps answering everything else until shutdown(). Blocks up to
+  // about the grace period; idempotent.
+  void drain();
+
   // Marks health NOT_SERVING, stops the tick thread, shuts the coordinator down (waking every
   // watcher and rendezvous waiter), and stops the server, cancelling calls still running after
   // options.shutdown_grace. Idempotent: concurrent and later calls wait for the first to finish.
@@ -139,6 +150,8 @@ class DaemonServer {
   // Coordinator side: carries out queued orders with Agent stubs.
   void dispatch_loop();
   void send_launch(const coordinator::LaunchOrder& order);
+  // The MASTER_PORT of the order's attempt (picked free on this host the first time).
+  int master_port_for(const coordinator::LaunchOrder& order);
   void send_stop(const coordinator::StopOrder& order);
   cohort::v1::Agent::Stub& agent_stub(const std::string& address);
   // Agent side: register, heartbeat, report exits.
@@ -173,7 +186,12 @@ class DaemonServer {
   std::deque<agent::TaskExit> exits_queue_;            // guarded by mu_; for the agent thread
   std::condition_variable orders_changed_;             // wakes the dispatch thread
   std::condition_variable exits_changed_;              // wakes the agent thread
+  int exits_in_flight_ = 0;                 // guarded by mu_; exits the agent thread is reporting now
+  std::condition_variable exits_reported_;  // the agent thread finished a batch of exit reports
   std::map<std::string, std::unique_ptr<cohort::v1::Agent::Stub>> agent_stubs_;  // dispatch thread only
+  // MASTER_PORT of each attempt, chosen once so every node of it gets the same; dispatch thread only.
+  std::map<std::pair<std::string, int>, int> master_ports_;
+  std::once_flag drain_once_;
   std::once_flag shutdown_once_;
   std::thread tick_thread_;
   std::thread dispatch_thread_;

@@ -1,13 +1,50 @@
 #include "daemon/service/agent_service.h"
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <system_error>
 #include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include "daemon/agent/free_port.h"
 #include "daemon/agent/node_inventory.h"
 #include "daemon/service/grpc_status.h"
 
 namespace cohort::daemon {
+namespace {
+
+// Writes the attempt's spec where its workers read it (COHORT_JOB_SPEC); returns the path.
+// Written once per attempt, before any of its tasks starts, so no worker sees a partial file.
+StatusOr<std::string> write_job_spec(const std::string& spec_dir,
+                                     const cohort::v1::LaunchTasksRequest& request) {
+  const std::filesystem::path dir =
+      std::filesystem::path(spec_dir) / request.job_id() / fmt::format("attempt-{}", request.attempt());
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    return unavailable_error("cannot create {} for job {}'s spec: {}; check the agent's --log-dir",
+                             dir.string(), request.job_id(), error.message());
+  }
+  const std::filesystem::path path = dir / kJobSpecFileName;
+  const std::filesystem::path partial = dir / (std::string(kJobSpecFileName) + ".partial");
+  {
+    std::ofstream out(partial, std::ios::binary | std::ios::trunc);
+    if (!out || !request.spec().SerializeToOstream(&out) || !out.flush()) {
+      return unavailable_error("cannot write {}: {}", partial.string(), std::strerror(errno));
+    }
+  }
+  // A restart's agent may rewrite the file a straggler still reads: rename keeps each read whole.
+  std::filesystem::rename(partial, path, error);
+  if (error)
+    return unavailable_error("cannot rename {} to {}: {}", partial.string(), path.string(), error.message());
+  return path.string();
+}
+
+}  // namespace
 
 AgentService::AgentService(agent::TaskSupervisor* supervisor, AgentServiceOptions options)
     : supervisor_(supervisor), options_(std::move(options)) {}
@@ -33,17 +70,55 @@ Status AgentService::launch(const cohort::v1::LaunchTasksRequest& request,
     }
     job.ranks.push_back(task.rank());
   }
+  if (request.attempt() < 1) {
+    return invalid_argument_error("LaunchTasks for job '{}': attempt is {}; attempts are numbered from 1",
+                                  request.job_id(), request.attempt());
+  }
+  if (request.coordinator_address().empty() && options_.coordinator_address.empty()) {
+    return invalid_argument_error(
+        "LaunchTasks for job '{}': coordinator_address is empty and this agent has none configured",
+        request.job_id());
+  }
+  if (request.master_port() > 0) {
+    job.master_port = request.master_port();
+  } else {
+    // An older coordinator sends none: a port free here is right for a one-node attempt.
+    COHORT_ASSIGN_OR_RETURN(job.master_port, agent::pick_free_port());
+  }
+  // The agent's own route to the coordinator wins: the coordinator only knows the address it
+  // listens on, which may be 0.0.0.0 or a name this node cannot resolve.
+  const std::string& coordinator =
+      options_.coordinator_address.empty() ? request.coordinator_address() : options_.coordinator_address;
+  job.env["COHORT_COORDINATOR"] = coordinator;
   job.env["COHORT_ATTEMPT"] = std::to_string(request.attempt());
   job.env["COHORT_NODE_RANK"] = std::to_string(request.node_rank());
   job.env["COHORT_NUM_NODES"] = std::to_string(request.num_nodes());
+  if (request.attempt() > 1 && request.spec().restart_policy().from_checkpoint())
+    job.env["COHORT_RESUME"] = "1";
+  for (const cohort::v1::Task& task : request.tasks()) {
+    std::map<std::string, std::string>& env = job.rank_env[task.rank()];
+    env["COHORT_INIT"] = fmt::format("cohort://{}/{}?attempt={}&local_rank={}", coordinator, request.job_id(),
+                                     request.attempt(), task.local_rank());
+    if (task.gpus_size() > 0) env["CUDA_VISIBLE_DEVICES"] = fmt::format("{}", fmt::join(task.gpus(), ","));
+  }
 
   // The slot check and the launch happen under one lock so two launches cannot both fit.
   std::lock_guard<std::mutex> lock(mu_);
+  if (draining_) {
+    return unavailable_error("LaunchTasks for job '{}': node {} is draining (its cohortd is stopping)",
+                             request.job_id(), options_.node_id);
+  }
   const int free_slots = options_.slots - supervisor_->running_tasks();
   if (request.tasks_size() > free_slots) {
     return resource_exhausted_error("LaunchTasks for job '{}': {} tasks do not fit the {} free of {} slots",
                                     request.job_id(), request.tasks_size(), free_slots, options_.slots);
   }
+  if (options_.spec_dir.empty()) {
+    return failed_precondition_error("LaunchTasks for job '{}': this agent has no directory for job specs",
+                                     request.job_id());
+  }
+  COHORT_ASSIGN_OR_RETURN(const std::string spec_path, write_job_spec(options_.spec_dir, request));
+  job.env["COHORT_JOB_SPEC"] = spec_path;
   COHORT_RETURN_IF_ERROR(supervisor_->launch(job));
   attempts_[job.job_id] = request.attempt();
   StatusOr<std::vector<agent::TaskInfo>> tasks = supervisor_->tasks(job.job_id);
@@ -135,6 +210,11 @@ grpc::Status AgentService::NodeInfo(grpc::ServerContext* /*context*/,
   if (!node.ok()) return to_grpc_status(node.status());
   *response = std::move(node).value();
   return grpc::Status::OK;
+}
+
+void AgentService::start_draining() {
+  std::lock_guard<std::mutex> lock(mu_);
+  draining_ = true;
 }
 
 void AgentService::set_address(const std::string& address) {

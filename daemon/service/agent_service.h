@@ -41,7 +41,24 @@ struct AgentServiceOptions {
   std::string address;                      // the agent's host:port as the coordinator dials it
   int slots = 1;                            // worker processes this node runs at once
   std::vector<std::string> worker_command;  // argv of every task; argv[0] an absolute path
+  // How this node reaches the coordinator (COHORT_COORDINATOR, COHORT_INIT); empty: the address the
+  // coordinator gives in LaunchTasks (right when both run in one daemon).
+  std::string coordinator_address;
+  // Where each attempt's job_spec.pb goes: <spec_dir>/<job_id>/attempt-<N>/job_spec.pb (the
+  // supervisor's log directory, so a job's files sit together). Required for LaunchTasks.
+  std::string spec_dir;
 };
+
+// The worker launch contract (what cohort-worker reads), beyond the torchrun-style variables the
+// supervisor sets (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+// COHORT_JOB_ID, COHORT_NODE_ID, COHORT_COORDINATOR):
+//   COHORT_ATTEMPT      the attempt number, from 1
+//   COHORT_NODE_RANK, COHORT_NUM_NODES
+//   COHORT_JOB_SPEC     path of the binary-serialized cohort.v1.JobSpec
+//   COHORT_INIT         cohort://<coordinator>/<job_id>?attempt=<N>&local_rank=<L>
+//   COHORT_RESUME=1     only on a restarted attempt whose spec asks to resume from a checkpoint
+//   CUDA_VISIBLE_DEVICES the task's GPUs, when it has any
+inline constexpr const char* kJobSpecFileName = "job_spec.pb";
 
 class AgentService final : public cohort::v1::Agent::Service {
  public:
@@ -67,6 +84,10 @@ class AgentService final : public cohort::v1::Agent::Service {
   // Sets the address reported by NodeInfo (known once the server has bound its port).
   void set_address(const std::string& address);
 
+  // From now on LaunchTasks answers UNAVAILABLE "draining" (the daemon is stopping); tasks already
+  // running are left to the daemon's shutdown. Idempotent; thread-safe.
+  void start_draining();
+
   // The attempt of `job_id` launched last on this node; nullopt if none. Non-blocking.
   std::optional<int> attempt_of(const std::string& job_id) const;
 
@@ -81,6 +102,7 @@ class AgentService final : public cohort::v1::Agent::Service {
 
   mutable std::mutex mu_;
   std::map<std::string, int> attempts_;  // guarded by mu_; job id → attempt launched last
+  bool draining_ = false;                // guarded by mu_
 };
 
 }  // namespace cohort::daemon

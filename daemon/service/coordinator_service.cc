@@ -6,9 +6,11 @@
 #include <utility>
 #include <vector>
 
+#include "daemon/coordinator/job_spec_validation.h"
 #include "daemon/service/coordinator_proto.h"
 #include "daemon/service/grpc_status.h"
 #include "daemon/service/rpc_deadline.h"
+#include "worker/graph/shape_inference.h"
 
 namespace cohort::daemon {
 namespace {
@@ -68,6 +70,18 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* /*context*/,
 grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* /*context*/,
                                            const cohort::v1::SubmitJobRequest* request,
                                            cohort::v1::SubmitJobResponse* response) {
+  // Reject a bad spec at the edge, before anything is queued, with every problem in one message:
+  // the structural checks and the layer / shape / dataset / wiring checks of the dry shape
+  // inference (which leaves the stage-rank checks to validate_job_spec, so none is reported twice).
+  Status structural = coordinator::validate_job_spec(request->spec());
+  graph::ModelValidationOptions model_options;
+  model_options.check_stage_ranks = false;
+  Status model = graph::validate_model(request->spec(), model_options);
+  if (!structural.ok() && !model.ok()) {
+    return to_grpc_status(invalid_argument_error("{}; {}", structural.message(), model.message()));
+  }
+  if (!structural.ok()) return to_grpc_status(structural);
+  if (!model.ok()) return to_grpc_status(model);
   StatusOr<std::string> id = coordinator_->submit(request->spec());
   if (!id.ok()) return to_grpc_status(id.status());
   response->set_job_id(*id);

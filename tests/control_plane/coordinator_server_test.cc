@@ -47,6 +47,9 @@ class CoordinatorServerTest : public ::testing::Test {
     options.listen = "127.0.0.1:0";
     options.data_dir = data_dir_.path();
     options.tick_interval = kTestTickInterval;
+    // The nodes these tests register have no agent behind them: drop the launch orders, so a placed
+    // attempt stays PLACED for the test's workers instead of failing its launch.
+    options.orders = [](coordinator::AgentOrders) {};
     auto server = DaemonServer::start(options);
     ASSERT_TRUE(server.ok()) << server.status().to_string();
     server_ = std::move(*server);

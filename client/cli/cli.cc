@@ -1,0 +1,135 @@
+#include "client/cli/cli.h"
+
+#include <fmt/format.h>
+
+#include "client/cli/command.h"
+#include "client/cli/output.h"
+#include "client/client.h"
+#include "client/commands/commands.h"
+#include "worker/base/version.h"
+
+namespace cohort::client::cli {
+namespace {
+
+std::string tool_usage() {
+  std::string text =
+      "usage: cohort [--coordinator HOST:PORT] [-o json] <command> [args]\n"
+      "       cohort <command> --help\n"
+      "\n"
+      "cohort submits training jobs to a cohort cluster, follows them, reads their logs, and runs one job\n"
+      "on this machine with no daemon (`cohort run`).\n"
+      "\n"
+      "commands:\n";
+  for (const Command* command : commands::all_commands()) {
+    text += fmt::format("  {:<9} {}\n", command->name, command->summary);
+  }
+  text += fmt::format(
+      "\n"
+      "options (anywhere on the line):\n"
+      "  --coordinator HOST:PORT  the coordinator (default: $COHORT_COORDINATOR, else {})\n"
+      "  -o, --output FORMAT      human (default) or json: the records in protobuf's JSON mapping\n"
+      "  -h, --help               this help, or a command's with `cohort <command> --help`\n"
+      "  --version                print the client's version\n"
+      "\n"
+      "examples:\n"
+      "  cohort run configs/jobs/fashion_mnist_dp.yaml        # one job here, no daemon needed\n"
+      "  cohort submit configs/jobs/fashion_mnist_dp.yaml -f  # to $COHORT_COORDINATOR, and follow\n"
+      "  cohort list -o json\n"
+      "  cohort logs mnist-1 --rank 0 -f\n",
+      kDefaultCoordinatorAddress);
+  return text;
+}
+
+}  // namespace
+
+int run_cli(const std::vector<std::string>& args, const CliIo& io) {
+  CommandContext context;
+  context.coordinator = default_coordinator_address();
+  context.out = io.out;
+  context.err = io.err;
+  context.tty = io.tty;
+  context.program_path = io.program_path;
+  const Command* command = nullptr;
+  bool help = false;
+  std::vector<std::string> rest;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    auto value_of = [&](const std::string& flag, std::string* value) -> int {
+      // 1: matched with a value, 0: not this flag, -1: matched without its value.
+      if (arg.rfind(flag + "=", 0) == 0) {
+        *value = arg.substr(flag.size() + 1);
+        return 1;
+      }
+      if (arg != flag) return 0;
+      if (i + 1 >= args.size()) return -1;
+      *value = args[++i];
+      return 1;
+    };
+    std::string value;
+    int matched = value_of("--coordinator", &value);
+    if (matched != 0) {
+      if (matched < 0 || value.empty()) {
+        *io.err << "cohort: --coordinator needs HOST:PORT\n";
+        return kExitUsage;
+      }
+      context.coordinator = value;
+      continue;
+    }
+    matched = value_of("--output", &value);
+    if (matched == 0) matched = value_of("-o", &value);
+    if (matched == 0 && arg.size() > 2 && arg.rfind("-o", 0) == 0 && arg[2] != '=') {
+      value = arg.substr(2);  // -ojson
+      matched = 1;
+    }
+    if (matched != 0) {
+      if (matched > 0 && value == "json") {
+        context.format = OutputFormat::kJson;
+      } else if (matched > 0 && value == "human") {
+        context.format = OutputFormat::kHuman;
+      } else {
+        *io.err << "cohort: -o takes json or human" << (matched > 0 ? ", not '" + value + "'" : "") << '\n';
+        return kExitUsage;
+      }
+      continue;
+    }
+    if (arg == "--help" || arg == "-h") {
+      help = true;
+      continue;
+    }
+    if (command == nullptr && arg == "--version") {
+      *io.out << "cohort " << kVersion << '\n';
+      return kExitOk;
+    }
+    if (command == nullptr && !arg.empty() && arg[0] != '-') {
+      for (const Command* candidate : commands::all_commands()) {
+        if (arg == candidate->name) command = candidate;
+      }
+      if (command == nullptr) {
+        *io.err << "cohort: unknown command '" << arg << "'\n\n" << tool_usage();
+        return kExitUsage;
+      }
+      continue;
+    }
+    if (command == nullptr) {
+      *io.err << "cohort: unknown option '" << arg << "' (options of a command go after its name)\n\n"
+              << tool_usage();
+      return kExitUsage;
+    }
+    rest.push_back(arg);
+  }
+  if (command == nullptr) {
+    if (help) {
+      *io.out << tool_usage();
+      return kExitOk;
+    }
+    *io.err << "cohort: no command given\n\n" << tool_usage();
+    return kExitUsage;
+  }
+  if (help) {
+    *io.out << command->help;
+    return kExitOk;
+  }
+  return command->run(context, rest);
+}
+
+}  // namespace cohort::client::cli

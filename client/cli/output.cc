@@ -1,0 +1,133 @@
+#include "client/cli/output.h"
+
+#include <algorithm>
+#include <cctype>
+#include <ctime>
+
+#include <fmt/format.h>
+#include <google/protobuf/util/json_util.h>
+
+namespace cohort::client::cli {
+
+std::string to_json(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.preserve_proto_field_names = true;
+  // Zero counts (free_slots: 0, attempt numbers) are information, not noise.
+  options.always_print_primitive_fields = true;
+  std::string json;
+  auto status = google::protobuf::util::MessageToJsonString(message, &json, options);
+  if (!status.ok()) return fmt::format("{{\"error\": {}}}\n", json_quote(std::string(status.message())));
+  if (json.empty() || json.back() != '\n') json += '\n';
+  return json;
+}
+
+std::string json_quote(const std::string& text) {
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (c < 0x20) {
+          out += fmt::format("\\u{:04x}", c);
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+void print_table(std::ostream& out, const std::vector<std::string>& header,
+                 const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths(header.size(), 0);
+  auto measure = [&](const std::vector<std::string>& row) {
+    for (size_t i = 0; i < row.size() && i < widths.size(); ++i)
+      widths[i] = std::max(widths[i], row[i].size());
+  };
+  measure(header);
+  for (const auto& row : rows) measure(row);
+  auto print_row = [&](const std::vector<std::string>& row) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      if (i + 1 < row.size()) {
+        line += row[i] + std::string(widths[i] - row[i].size() + 2, ' ');
+      } else {
+        line += row[i];
+      }
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out << line << '\n';
+  };
+  print_row(header);
+  for (const auto& row : rows) print_row(row);
+}
+
+std::string state_name(cohort::v1::JobState state) { return cohort::v1::JobState_Name(state); }
+
+bool is_final_state(cohort::v1::JobState state) {
+  return state == cohort::v1::SUCCEEDED || state == cohort::v1::FAILED || state == cohort::v1::CANCELLED;
+}
+
+StatusOr<cohort::v1::JobState> parse_state(const std::string& name) {
+  std::string upper = name;
+  std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char c) { return std::toupper(c); });
+  cohort::v1::JobState state;
+  if (upper != "JOB_STATE_UNSPECIFIED" && cohort::v1::JobState_Parse(upper, &state)) return state;
+  return invalid_argument_error(
+      "unknown job state '{}'; use pending, placed, running, succeeded, failed or cancelled", name);
+}
+
+std::string format_time(const google::protobuf::Timestamp& time) {
+  if (time.seconds() == 0 && time.nanos() == 0) return "-";
+  const std::time_t seconds = static_cast<std::time_t>(time.seconds());
+  std::tm utc{};
+  gmtime_r(&seconds, &utc);
+  char buffer[64];
+  std::strftime(buffer, sizeof(buffer), "%Y-%m-%d %H:%M:%S UTC", &utc);
+  return buffer;
+}
+
+std::string format_duration(int64_t seconds) {
+  if (seconds < 0) seconds = 0;
+  if (seconds >= 3600) return fmt::format("{}h{:02}m", seconds / 3600, (seconds % 3600) / 60);
+  if (seconds >= 60) return fmt::format("{}m{:02}s", seconds / 60, seconds % 60);
+  return fmt::format("{}s", seconds);
+}
+
+std::string format_bytes(int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 4) {
+    value /= 1024;
+    ++unit;
+  }
+  return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", value, units[unit]);
+}
+
+int report_error(const CommandContext& context, const Status& status) {
+  *context.err << "cohort: " << status.message() << '\n';
+  return kExitFailure;
+}
+
+int usage_error(const CommandContext& context, const std::string& command, const std::string& message) {
+  *context.err << "cohort " << command << ": " << message << "\nsee `cohort " << command << " --help`\n";
+  return kExitUsage;
+}
+
+}  // namespace cohort::client::cli

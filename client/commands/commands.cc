@@ -1,0 +1,10 @@
+#include "client/commands/commands.h"
+
+namespace cohort::client::commands {
+
+std::vector<const cli::Command*> all_commands() {
+  return {&kSubmitCommand, &kStatusCommand, &kListCommand, &kLogsCommand,
+          &kCancelCommand, &kNodesCommand,  &kRunCommand,  &kVersionCommand};
+}
+
+}  // namespace cohort::client::commands

@@ -1,0 +1,236 @@
+// cohort run JOB.yaml [--procs N] [--data-dir DIR] [--worker PATH]
+//
+// The embedded default: an in-process coordinator and agent(s) on this machine, one job, the exit
+// status of the job. A job of several nodes gets one in-process agent per node (node ids local-0,
+// local-1, ...), so it runs exactly as it would on that many machines.
+
+#include <signal.h>
+#include <stdlib.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <system_error>
+#include <thread>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "client/cli/args.h"
+#include "client/cli/job_follower.h"
+#include "client/cli/output.h"
+#include "client/cli/worker_locator.h"
+#include "client/client.h"
+#include "client/commands/commands.h"
+#include "client/job_spec_yaml.h"
+#include "daemon/server/daemon_server.h"
+
+namespace cohort::client::commands {
+namespace {
+
+using namespace cli;
+
+// The in-process coordinator places and notices exits this often: a short job should not wait a
+// whole default tick (1 s) to start or to end.
+constexpr auto kRunTickInterval = std::chrono::milliseconds(100);
+// Lines of rank 0's output shown when the job did not succeed.
+constexpr size_t kFailureTailLines = 20;
+
+constexpr const char* kHelp = R"(usage: cohort run JOB.yaml [--procs N] [--data-dir DIR] [--worker PATH]
+
+Runs one job on this machine with no daemon: starts an in-process coordinator and agent (one agent
+per node of the job, all local), submits the job, shows its progress (a bar on a terminal), prints
+rank 0's result lines (`test accuracy ...`), and exits 0 only if the job SUCCEEDED.
+
+  --procs N        ranks per node (overrides the file's procs_per_node)
+  --data-dir DIR   keep the job database and rank logs in DIR (default: a temporary directory,
+                   removed after a successful run and kept after a failed one)
+  --worker PATH    the worker binary; otherwise $COHORT_WORKER, cohort-worker next to this cohort
+                   binary, <dir of cohort>/../worker/cohort-worker (bazel-bin), then $PATH
+
+  -o json prints the job's final record instead of the progress.
+
+examples:
+  cohort run configs/jobs/fashion_mnist_dp.yaml
+  cohort run job.yaml --procs 4 --data-dir /tmp/run1
+  COHORT_WORKER=$PWD/bazel-bin/worker/cohort-worker cohort run job.yaml
+)";
+
+// The job's in-process cluster: a coordinator with node local-0's agent, plus one agent server per
+// further node. Shut down in reverse order by the destructor.
+class LocalCluster {
+ public:
+  static StatusOr<std::unique_ptr<LocalCluster>> start(const std::string& data_dir, int nodes,
+                                                       int procs_per_node, const std::string& worker) {
+    auto cluster = std::unique_ptr<LocalCluster>(new LocalCluster());
+    for (int node = 0; node < nodes; ++node) {
+      daemon::DaemonServerOptions options;
+      options.role = node == 0 ? daemon::DaemonRole::kAll : daemon::DaemonRole::kAgent;
+      options.listen = "127.0.0.1:0";
+      options.data_dir = node == 0 ? data_dir : fmt::format("{}/node-{}", data_dir, node);
+      options.log_dir = fmt::format("{}/logs", data_dir);  // one tree: <job>/rank-<r>.log for every rank
+      options.tick_interval = kRunTickInterval;
+      options.node_id = fmt::format("local-{}", node);
+      options.slots = procs_per_node;
+      options.worker_command = {worker};
+      if (node > 0) options.coordinator_address = cluster->servers_.front()->address();
+      std::error_code ignored;
+      std::filesystem::create_directories(options.data_dir, ignored);
+      COHORT_ASSIGN_OR_RETURN(std::unique_ptr<daemon::DaemonServer> server,
+                              daemon::DaemonServer::start(options));
+      cluster->servers_.push_back(std::move(server));
+    }
+    return cluster;
+  }
+  ~LocalCluster() {
+    for (auto it = servers_.rbegin(); it != servers_.rend(); ++it) (*it)->shutdown();
+  }
+  const std::string& address() const { return servers_.front()->address(); }
+
+ private:
+  LocalCluster() = default;
+  std::vector<std::unique_ptr<daemon::DaemonServer>> servers_;
+};
+
+// While alive, SIGINT and SIGTERM cancel the job instead of killing `cohort run`: the workers run
+// in their own process groups, so a killed `cohort run` would leave them behind. The signals are
+// blocked before the in-process daemon starts its threads (which inherit the mask) and taken by
+// one thread with sigtimedwait; the old mask comes back on destruction.
+class InterruptCanceller {
+ public:
+  InterruptCanceller() {
+    sigemptyset(&signals_);
+    sigaddset(&signals_, SIGINT);
+    sigaddset(&signals_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &signals_, &old_mask_);
+  }
+  ~InterruptCanceller() {
+    done_ = true;
+    if (thread_.joinable()) thread_.join();
+    pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
+  }
+  // Starts watching for the signals; `cancel` runs on the watcher thread at the first one.
+  void start(std::function<void(int signal)> cancel) {
+    thread_ = std::thread([this, cancel = std::move(cancel)] {
+      const timespec poll = {0, 200 * 1000 * 1000};  // how soon the destructor is noticed
+      while (!done_) {
+        const int signal = sigtimedwait(&signals_, nullptr, &poll);
+        if (signal > 0) {
+          cancel(signal);
+          return;
+        }
+      }
+    });
+  }
+
+ private:
+  sigset_t signals_;
+  sigset_t old_mask_;
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+// A fresh directory under $TMPDIR (or /tmp).
+StatusOr<std::string> make_temp_dir() {
+  const char* base = std::getenv("TMPDIR");
+  std::string pattern = std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/cohort-run-XXXXXX";
+  if (mkdtemp(pattern.data()) == nullptr) return errno_status("mkdtemp(" + pattern + ")", errno);
+  return pattern;
+}
+
+// The lines of `text` that contain `needle`, or its last `tail` lines when `needle` is empty.
+std::vector<std::string> pick_lines(const std::string& text, const std::string& needle, size_t tail) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (needle.empty() || line.find(needle) != std::string::npos) lines.push_back(line);
+  }
+  if (needle.empty() && lines.size() > tail)
+    lines.erase(lines.begin(), lines.end() - static_cast<long>(tail));
+  return lines;
+}
+
+int run(const CommandContext& context, const std::vector<std::string>& raw_args) {
+  StatusOr<Args> args =
+      Args::parse(raw_args, {{"--procs", "-n", true}, {"--data-dir", "", true}, {"--worker", "", true}});
+  if (!args.ok()) return usage_error(context, "run", args.status().message());
+  if (args->positional().size() != 1)
+    return usage_error(context, "run", "give one job file: cohort run JOB.yaml");
+  StatusOr<cohort::v1::JobSpec> spec = load_job_spec_file(args->positional()[0]);
+  if (!spec.ok()) return report_error(context, spec.status());
+  StatusOr<int> procs = args->int_value("--procs", spec->procs_per_node(), 1, 4096);
+  if (!procs.ok()) return usage_error(context, "run", procs.status().message());
+  spec->set_procs_per_node(*procs);
+  if (spec->nodes() < 1) spec->set_nodes(1);
+  StatusOr<std::string> worker =
+      locate_worker(worker_search_from_environment(args->value("--worker"), context.program_path));
+  if (!worker.ok()) return report_error(context, worker.status());
+
+  // The daemon's own chatter (registrations, placements) is noise here; the job's states are shown.
+  if (std::getenv("COHORT_LOG_LEVEL") == nullptr) spdlog::set_level(spdlog::level::warn);
+  const bool temporary = !args->has("--data-dir");
+  std::string data_dir = args->value("--data-dir");
+  if (temporary) {
+    StatusOr<std::string> made = make_temp_dir();
+    if (!made.ok()) return report_error(context, made.status());
+    data_dir = *made;
+  }
+  int exit_status = kExitFailure;
+  bool succeeded = false;
+  {
+    InterruptCanceller interrupts;
+    StatusOr<std::unique_ptr<LocalCluster>> cluster =
+        LocalCluster::start(data_dir, spec->nodes(), spec->procs_per_node(), *worker);
+    if (!cluster.ok())
+      return report_error(context, cluster.status().with_context("cannot start the local cohortd"));
+    Client client((*cluster)->address());
+    StatusOr<std::string> id = client.submit(*spec);
+    if (!id.ok()) return report_error(context, id.status());
+    interrupts.start([&context, address = (*cluster)->address(), job_id = *id](int signal) {
+      *context.err << "\ncohort: " << strsignal(signal) << ": cancelling job " << job_id << '\n';
+      auto cancelled = Client(address).cancel(job_id, fmt::format("cohort run got {}", strsignal(signal)));
+      if (!cancelled.ok()) *context.err << "cohort: " << cancelled.status().message() << '\n';
+    });
+    if (context.format == OutputFormat::kHuman) {
+      *context.out << fmt::format("job {}: {} node(s) x {} rank(s) on this machine, worker {}\n", *id,
+                                  spec->nodes(), spec->procs_per_node(), *worker);
+    }
+    StatusOr<cohort::v1::JobRecord> job = follow_job(client, *id, context);
+    if (!job.ok()) return report_error(context, job.status());
+    succeeded = job->state() == cohort::v1::SUCCEEDED;
+    std::string output;
+    Status read = client.logs(*id, /*rank=*/0, /*follow=*/false, [&](std::string_view bytes) {
+      output.append(bytes);
+      return true;
+    });
+    if (context.format == OutputFormat::kJson) {
+      *context.out << to_json(*job);
+    } else if (!read.ok()) {
+      *context.err << "cohort: cannot read rank 0's output: " << read.message() << '\n';
+    } else {
+      std::vector<std::string> lines =
+          pick_lines(output, succeeded ? "test accuracy" : "", kFailureTailLines);
+      if (!lines.empty()) *context.out << (succeeded ? "rank 0:\n" : "rank 0's last output:\n");
+      for (const std::string& line : lines) *context.out << "  " << line << '\n';
+    }
+    exit_status = succeeded ? kExitOk : kExitFailure;
+  }
+  if (temporary && succeeded) {
+    std::error_code ignored;
+    std::filesystem::remove_all(data_dir, ignored);
+  } else if (context.format == OutputFormat::kHuman) {
+    *context.out << "rank logs in " << data_dir << "/logs\n";
+  }
+  return exit_status;
+}
+
+}  // namespace
+
+const Command kRunCommand = {
+    "run", "run one job on this machine (in-process daemon) and exit with its result", kHelp, run};
+
+}  // namespace cohort::client::commands

@@ -1,0 +1,195 @@
+#include "daemon/server/daemon_config.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+namespace cohort::daemon {
+namespace {
+
+constexpr const char* kLogLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
+
+StatusOr<long long> parse_integer(const std::string& value, long long min, long long max,
+                                  const std::string& where, const std::string& key) {
+  errno = 0;
+  char* end = nullptr;
+  const long long number = std::strtoll(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0' || errno != 0 || number < min || number > max) {
+    return invalid_argument_error("{}: {}: '{}' is not a whole number in {}..{}", where, key, value, min,
+                                  max);
+  }
+  return number;
+}
+
+// argv split on spaces, for the worker setting ("/usr/bin/env FOO=1 /opt/cohort-worker").
+std::vector<std::string> split_words(const std::string& value) {
+  std::vector<std::string> words;
+  std::istringstream in(value);
+  for (std::string word; in >> word;) words.push_back(word);
+  return words;
+}
+
+}  // namespace
+
+const std::vector<DaemonSetting>& daemon_settings() {
+  static const std::vector<DaemonSetting> settings = {
+      {"role", "--role", "ROLE", "coordinator, agent (runs this node's workers), or all (both)"},
+      {"listen", "--listen", "HOST:PORT", "where to serve gRPC (port 0 picks a free port)"},
+      {"data_dir", "--data-dir", "DIR",
+       "the coordinator's job database; rank logs under DIR/logs (required)"},
+      {"coordinator", "--coordinator", "HOST:PORT", "the coordinator an agent registers with (agent role)"},
+      {"slots", "--slots", "N", "worker processes this node runs at once (agent, all)"},
+      {"node_id", "--node-id", "ID", "the node's id in the cluster (default: the host name)"},
+      {"log_dir", "--log-dir", "DIR", "where rank logs go (default DATA_DIR/logs)"},
+      {"worker", "--worker", "PATH", "the worker command each task runs (absolute path first)"},
+      {"tick_interval_ms", "--tick-interval-ms", "MS",
+       "how often the coordinator places jobs and expires nodes"},
+      {"node_lease_ms", "--node-lease-ms", "MS", "a node silent this long is lost (coordinator)"},
+      {"stop_grace_ms", "--stop-grace-ms", "MS", "SIGTERM to SIGKILL when stopping tasks (agent)"},
+      {"shutdown_grace_ms", "--shutdown-grace-ms", "MS", "how long shutdown lets in-flight calls finish"},
+      {"peer_rpc_timeout_ms", "--peer-rpc-timeout-ms", "MS", "deadline of one call between daemons"},
+      {"log_level", "--log-level", "LEVEL", "trace, debug, info, warn, error or off"},
+  };
+  return settings;
+}
+
+DaemonConfig::DaemonConfig() = default;
+
+bool DaemonConfig::is_setting_flag(const std::string& flag) {
+  for (const DaemonSetting& setting : daemon_settings()) {
+    if (flag == setting.flag) return true;
+  }
+  return false;
+}
+
+Status DaemonConfig::set(const std::string& key, const std::string& value, const std::string& where) {
+  using std::chrono::milliseconds;
+  constexpr long long kMaxMs = 24LL * 3600 * 1000;  // a day: anything longer is a typo
+  if (key == "role") {
+    StatusOr<DaemonRole> role = parse_daemon_role(value);
+    if (!role.ok()) return invalid_argument_error("{}: {}", where, role.status().message());
+    options_.role = *role;
+    role_set_ = true;
+  } else if (key == "listen") {
+    options_.listen = value;
+  } else if (key == "data_dir") {
+    options_.data_dir = value;
+  } else if (key == "coordinator") {
+    options_.coordinator_address = value;
+  } else if (key == "slots") {
+    COHORT_ASSIGN_OR_RETURN(long long slots, parse_integer(value, 1, 4096, where, key));
+    options_.slots = static_cast<int>(slots);
+  } else if (key == "node_id") {
+    options_.node_id = value;
+  } else if (key == "log_dir") {
+    options_.log_dir = value;
+  } else if (key == "worker") {
+    std::vector<std::string> words = split_words(value);
+    if (words.empty() || words[0][0] != '/') {
+      return invalid_argument_error("{}: worker: '{}' must start with an absolute path, e.g. {}", where,
+                                    value, kDefaultWorkerPath);
+    }
+    options_.worker_command = std::move(words);
+  } else if (key == "tick_interval_ms") {
+    COHORT_ASSIGN_OR_RETURN(long long ms, parse_integer(value, 1, kMaxMs, where, key));
+    options_.tick_interval = milliseconds(ms);
+  } else if (key == "node_lease_ms") {
+    COHORT_ASSIGN_OR_RETURN(long long ms, parse_integer(value, 1, kMaxMs, where, key));
+    options_.node_lease = milliseconds(ms);
+  } else if (key == "stop_grace_ms") {
+    COHORT_ASSIGN_OR_RETURN(long long ms, parse_integer(value, 0, kMaxMs, where, key));
+    options_.stop_grace_period = milliseconds(ms);
+  } else if (key == "shutdown_grace_ms") {
+    COHORT_ASSIGN_OR_RETURN(long long ms, parse_integer(value, 0, kMaxMs, where, key));
+    options_.shutdown_grace = milliseconds(ms);
+  } else if (key == "peer_rpc_timeout_ms") {
+    COHORT_ASSIGN_OR_RETURN(long long ms, parse_integer(value, 1, kMaxMs, where, key));
+    options_.peer_rpc_timeout = milliseconds(ms);
+  } else if (key == "log_level") {
+    bool known = false;
+    for (const char* level : kLogLevels) known = known || value == level;
+    if (!known) {
+      return invalid_argument_error("{}: log_level: '{}' is not one of trace, debug, info, warn, error, off",
+                                    where, value);
+    }
+    log_level_ = value;
+  } else {
+    std::string keys;
+    for (const DaemonSetting& setting : daemon_settings())
+      keys += (keys.empty() ? "" : ", ") + std::string(setting.key);
+    return invalid_argument_error("{}: unknown key '{}'; the keys are {}", where, key, keys);
+  }
+  return ok_status();
+}
+
+Status DaemonConfig::apply_yaml(const std::string& text, const std::string& file_name) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& error) {
+    return invalid_argument_error("{}:{}:{}: not YAML: {}", file_name, error.mark.line + 1,
+                                  error.mark.column + 1, error.msg);
+  }
+  if (root.IsNull()) return ok_status();  // an empty file (or only comments) changes nothing
+  if (!root.IsMap()) {
+    return invalid_argument_error(
+        "{}:{}: the file must be a mapping of settings (key: value), see "
+        "configs/cohortd.yaml",
+        file_name, root.Mark().line + 1);
+  }
+  std::vector<std::string> problems;
+  for (const auto& entry : root) {
+    const std::string where = fmt::format("{}:{}", file_name, entry.first.Mark().line + 1);
+    const std::string key = entry.first.Scalar();
+    if (entry.second.IsNull()) continue;  // `log_dir:` with no value keeps the default
+    if (!entry.second.IsScalar()) {
+      problems.push_back(fmt::format("{}: {}: expected a single value, not a list or mapping", where, key));
+      continue;
+    }
+    Status status = set(key, entry.second.Scalar(), where);
+    if (!status.ok()) problems.push_back(status.message());
+  }
+  if (problems.empty()) return ok_status();
+  std::string message;
+  for (const std::string& problem : problems) message += (message.empty() ? "" : "\n") + problem;
+  return invalid_argument_error("{}", message);
+}
+
+Status DaemonConfig::apply_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return not_found_error("cannot read config file {}: {}; see configs/cohortd.yaml for an example", path,
+                           std::strerror(errno));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return apply_yaml(text.str(), path);
+}
+
+Status DaemonConfig::apply_flag(const std::string& flag, const std::string& value) {
+  for (const DaemonSetting& setting : daemon_settings()) {
+    if (flag == setting.flag) return set(setting.key, value, flag);
+  }
+  return invalid_argument_error("unknown flag '{}'", flag);
+}
+
+StatusOr<DaemonServerOptions> DaemonConfig::options() const {
+  if (!role_set_)
+    return invalid_argument_error("no role given: set `role:` in the config file or pass --role");
+  if (options_.data_dir.empty())
+    return invalid_argument_error(
+        "no data directory given: set `data_dir:` in the config file or pass --data-dir");
+  if (options_.role == DaemonRole::kAgent && options_.coordinator_address.empty()) {
+    return invalid_argument_error(
+        "the agent role needs the coordinator's address: set `coordinator:` or pass --coordinator HOST:PORT");
+  }
+  return options_;
+}
+
+}  // namespace cohort::daemon

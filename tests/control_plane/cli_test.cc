@@ -1,0 +1,336 @@
+// The `cohort` CLI against an in-process `--role all` DaemonServer on 127.0.0.1:0, with a shell
+// script standing in for cohort-worker (the server's worker_command), so these tests exercise the
+// CLI, the client library and the agent's launch contract without the real worker:
+// submit → status → list → logs → cancel, `-o json`, a launch that fails, a drain, and `cohort run`.
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <google/protobuf/util/json_util.h>
+#include <gtest/gtest.h>
+
+#include "client/cli/cli.h"
+#include "client/cli/command.h"
+#include "client/client.h"
+#include "cohort/v1/agent.pb.h"
+#include "cohort/v1/coordinator.pb.h"
+#include "daemon/coordinator/temp_dir.h"
+#include "daemon/server/daemon_server.h"
+
+namespace cohort::client::cli {
+namespace {
+
+using coordinator::testing::TempDir;
+
+constexpr auto kTimeout = std::chrono::seconds(20);
+constexpr auto kPollInterval = std::chrono::milliseconds(20);
+
+// The test double of cohort-worker. By job name: ok-* prints what the agent handed it (the launch
+// contract) and a result line; sleep-* runs until stopped; anything else fails.
+constexpr const char* kWorkerScript = R"(#!/bin/sh
+case "$COHORT_JOB_ID" in
+ok-*)
+  echo "rank $RANK of $WORLD_SIZE local $LOCAL_RANK attempt $COHORT_ATTEMPT port $MASTER_PORT"
+  echo "init $COHORT_INIT"
+  echo "coordinator $COHORT_COORDINATOR"
+  echo "spec $COHORT_JOB_SPEC"
+  if [ -s "$COHORT_JOB_SPEC" ]; then echo "spec file present"; fi
+  echo "resume ${COHORT_RESUME:-unset} cuda ${CUDA_VISIBLE_DEVICES:-unset}"
+  echo "test accuracy 0.9${RANK}00"
+  exit 0;;
+sleep-*) echo started; exec sleep 100;;
+resume-*)
+  if [ "$COHORT_ATTEMPT" = 1 ]; then exit 5; fi
+  echo "attempt $COHORT_ATTEMPT resume ${COHORT_RESUME:-unset}"
+  exit 0;;
+esac
+echo "unexpected job $COHORT_JOB_ID" >&2
+exit 7
+)";
+
+// A valid job file: `nodes` x `procs` ranks of a small MLP on synthetic data; `extra` is appended.
+std::string job_yaml(const std::string& name, int nodes, int procs, const std::string& extra = "") {
+  return extra + "name: " + name + "\nnodes: " + std::to_string(nodes) +
+         "\nprocs_per_node: " + std::to_string(procs) +
+         R"(
+communicator: flat
+dataset: {kind: synthetic, train_size: 64, input_shape: [784], num_classes: 10}
+data_parallel:
+  graph:
+    layers:
+      - {type: linear, in_features: 784, out_features: 10}
+loss: cross_entropy
+optimizer: {kind: sgd, lr: 0.1}
+batch_size: 8
+epochs: 1
+)";
+}
+
+struct CliResult {
+  int status = -1;
+  std::string out;
+  std::string err;
+};
+
+CliResult cli(const std::vector<std::string>& args) {
+  std::ostringstream out, err;
+  CliResult result;
+  result.status = run_cli(args, {&out, &err, /*tty=*/false, /*program_path=*/""});
+  result.out = out.str();
+  result.err = err.str();
+  return result;
+}
+
+template <typename Message>
+Message parse_json(const std::string& json) {
+  Message message;
+  auto status = google::protobuf::util::JsonStringToMessage(json, &message);
+  EXPECT_TRUE(status.ok()) << status.ToString() << "\n" << json;
+  return message;
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    worker_ = scratch_.path() + "/fake-worker.sh";
+    std::ofstream(worker_) << kWorkerScript;
+    chmod(worker_.c_str(), 0755);
+    start_server({worker_});
+  }
+  void TearDown() override {
+    if (server_ != nullptr) server_->shutdown();
+  }
+
+  void start_server(std::vector<std::string> worker_command) {
+    daemon::DaemonServerOptions options;
+    options.role = daemon::DaemonRole::kAll;
+    options.listen = "127.0.0.1:0";
+    options.data_dir = data_dir_.path();
+    options.tick_interval = std::chrono::milliseconds(50);
+    options.node_id = "node-a";
+    options.slots = 2;
+    options.worker_command = std::move(worker_command);
+    options.stop_grace_period = std::chrono::seconds(2);
+    auto server = daemon::DaemonServer::start(options);
+    ASSERT_TRUE(server.ok()) << server.status().to_string();
+    server_ = std::move(*server);
+    Client client(server_->address());
+    const auto give_up = std::chrono::steady_clock::now() + kTimeout;
+    while (std::chrono::steady_clock::now() < give_up) {
+      auto nodes = client.nodes();
+      if (nodes.ok() && nodes->size() == 1) return;
+      std::this_thread::sleep_for(kPollInterval);
+    }
+    FAIL() << "the agent did not register";
+  }
+
+  std::string write_job(const std::string& name, int nodes = 1, int procs = 2,
+                        const std::string& extra = "") {
+    const std::string path = scratch_.path() + "/" + name + ".yaml";
+    std::ofstream(path) << job_yaml(name, nodes, procs, extra);
+    return path;
+  }
+
+  // `cohort ARGS --coordinator <the server>`.
+  CliResult cohort(std::vector<std::string> args) {
+    args.push_back("--coordinator");
+    args.push_back(server_->address());
+    return cli(args);
+  }
+
+  std::string submit(const std::string& name) {
+    CliResult submitted = cohort({"submit", write_job(name), "-o", "json"});
+    EXPECT_EQ(submitted.status, kExitOk) << submitted.err;
+    std::smatch match;
+    EXPECT_TRUE(std::regex_search(submitted.out, match, std::regex("\"job_id\": \"([^\"]+)\"")))
+        << submitted.out;
+    return match.size() > 1 ? match[1].str() : "";
+  }
+
+  cohort::v1::JobRecord wait_for_state(const std::string& id, cohort::v1::JobState state) {
+    Client client(server_->address());
+    const auto give_up = std::chrono::steady_clock::now() + kTimeout;
+    cohort::v1::JobRecord job;
+    while (std::chrono::steady_clock::now() < give_up) {
+      auto record = client.get(id);
+      if (record.ok()) job = *record;
+      if (job.state() == state) break;
+      std::this_thread::sleep_for(kPollInterval);
+    }
+    return job;
+  }
+
+  TempDir scratch_;
+  TempDir data_dir_;
+  std::string worker_;
+  std::unique_ptr<daemon::DaemonServer> server_;
+};
+
+TEST_F(CliTest, SubmitFollowStatusListLogsAndJson) {
+  CliResult followed = cohort({"submit", write_job("ok"), "--follow"});
+  ASSERT_EQ(followed.status, kExitOk) << followed.out << followed.err;
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(followed.out, match, std::regex("submitted job (ok-[0-9]+)")))
+      << followed.out;
+  const std::string id = match[1].str();
+  EXPECT_NE(followed.out.find("job " + id + ": SUCCEEDED"), std::string::npos) << followed.out;
+  EXPECT_NE(followed.out.find("RUNNING"), std::string::npos) << followed.out;
+
+  CliResult status = cohort({"status", id});
+  ASSERT_EQ(status.status, kExitOk) << status.err;
+  EXPECT_NE(status.out.find("SUCCEEDED"), std::string::npos) << status.out;
+  EXPECT_NE(status.out.find("node-a"), std::string::npos) << status.out;
+  auto record = parse_json<cohort::v1::JobRecord>(cohort({"status", id, "-o", "json"}).out);
+  EXPECT_EQ(record.id(), id);
+  EXPECT_EQ(record.state(), cohort::v1::SUCCEEDED);
+  EXPECT_EQ(record.spec().procs_per_node(), 2);
+
+  CliResult list = cohort({"list"});
+  ASSERT_EQ(list.status, kExitOk) << list.err;
+  EXPECT_EQ(list.out.rfind("JOB ", 0), 0u) << list.out;
+  EXPECT_NE(list.out.find(id), std::string::npos) << list.out;
+  auto jobs = parse_json<cohort::v1::ListJobsResponse>(cohort({"list", "-o", "json"}).out);
+  ASSERT_EQ(jobs.jobs_size(), 1);
+  EXPECT_EQ(jobs.jobs(0).id(), id);
+  EXPECT_EQ(parse_json<cohort::v1::ListJobsResponse>(cohort({"list", "--state", "running", "-o", "json"}).out)
+                .jobs_size(),
+            0);
+
+  CliResult nodes = cohort({"nodes"});
+  ASSERT_EQ(nodes.status, kExitOk) << nodes.err;
+  EXPECT_NE(nodes.out.find("node-a"), std::string::npos) << nodes.out;
+  auto node_list = parse_json<cohort::v1::ListNodesResponse>(cohort({"nodes", "-o", "json"}).out);
+  ASSERT_EQ(node_list.nodes_size(), 1);
+  EXPECT_EQ(node_list.nodes(0).node().slots(), 2);
+
+  // The launch contract, as the worker saw it.
+  CliResult logs = cohort({"logs", id, "--rank", "1"});
+  ASSERT_EQ(logs.status, kExitOk) << logs.err;
+  EXPECT_NE(logs.out.find("rank 1 of 2 local 1 attempt 1 port "), std::string::npos) << logs.out;
+  EXPECT_EQ(logs.out.find(" port 0\n"), std::string::npos) << logs.out;
+  EXPECT_NE(logs.out.find("init cohort://" + server_->address() + "/" + id + "?attempt=1&local_rank=1"),
+            std::string::npos)
+      << logs.out;
+  EXPECT_NE(logs.out.find("coordinator " + server_->address() + "\n"), std::string::npos) << logs.out;
+  EXPECT_NE(logs.out.find("spec file present"), std::string::npos) << logs.out;
+  EXPECT_NE(logs.out.find("resume unset cuda unset"), std::string::npos) << logs.out;
+  const std::string spec_path = data_dir_.path() + "/logs/" + id + "/attempt-1/job_spec.pb";
+  EXPECT_NE(logs.out.find("spec " + spec_path), std::string::npos) << logs.out;
+  cohort::v1::JobSpec spec;
+  std::ifstream spec_file(spec_path, std::ios::binary);
+  ASSERT_TRUE(spec.ParseFromIstream(&spec_file)) << spec_path;
+  EXPECT_EQ(spec.name(), "ok");
+  EXPECT_EQ(spec.procs_per_node(), 2);
+  // Both ranks of the attempt got the same MASTER_PORT.
+  std::smatch port0, port1;
+  const std::string rank0 = cohort({"logs", id}).out;
+  ASSERT_TRUE(std::regex_search(rank0, port0, std::regex("port ([0-9]+)"))) << rank0;
+  ASSERT_TRUE(std::regex_search(logs.out, port1, std::regex("port ([0-9]+)")));
+  EXPECT_EQ(port0[1].str(), port1[1].str());
+
+  CliResult json_logs = cohort({"logs", id, "-o", "json"});
+  EXPECT_NE(json_logs.out.find("\"rank\": 0"), std::string::npos) << json_logs.out;
+}
+
+TEST_F(CliTest, CancelStopsARunningJob) {
+  const std::string id = submit("sleep");
+  ASSERT_EQ(wait_for_state(id, cohort::v1::RUNNING).state(), cohort::v1::RUNNING);
+  CliResult cancelled = cohort({"cancel", id, "--reason", "test says stop"});
+  ASSERT_EQ(cancelled.status, kExitOk) << cancelled.err;
+  EXPECT_NE(cancelled.out.find("CANCELLED"), std::string::npos) << cancelled.out;
+  cohort::v1::JobRecord job = wait_for_state(id, cohort::v1::CANCELLED);
+  EXPECT_EQ(job.state(), cohort::v1::CANCELLED);
+  EXPECT_NE(job.reason().find("test says stop"), std::string::npos) << job.reason();
+  EXPECT_NE(cohort({"logs", id, "--rank", "1"}).out.find("started"), std::string::npos);
+  // A finished job cannot be cancelled again: exit 1 with the coordinator's reason.
+  CliResult again = cohort({"cancel", id});
+  EXPECT_EQ(again.status, kExitFailure);
+  EXPECT_FALSE(again.err.empty());
+}
+
+TEST_F(CliTest, RestartedAttemptResumesFromCheckpointWhenTheSpecAsks) {
+  CliResult followed =
+      cohort({"submit",
+              write_job("resume", 1, 1, "restart_policy: {max_restarts: 1, from_checkpoint: true}\n"), "-f"});
+  ASSERT_EQ(followed.status, kExitOk) << followed.out << followed.err;
+  EXPECT_NE(followed.out.find("[attempt 2]"), std::string::npos) << followed.out;
+  CliResult logs = cohort({"logs", "resume-1"});
+  EXPECT_NE(logs.out.find("attempt 2 resume 1"), std::string::npos) << logs.out;
+  EXPECT_TRUE(std::filesystem::exists(data_dir_.path() + "/logs/resume-1/attempt-2/job_spec.pb"));
+}
+
+TEST_F(CliTest, UnreachableCoordinatorSaysWhatToDo) {
+  CliResult result = cli({"status", "x-1", "--coordinator", "127.0.0.1:1"});
+  EXPECT_EQ(result.status, kExitFailure);
+  EXPECT_NE(result.err.find("127.0.0.1:1"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("is cohortd running?"), std::string::npos) << result.err;
+}
+
+TEST_F(CliTest, LaunchThatCannotStartFailsTheJobNamingNodeAndError) {
+  server_->shutdown();
+  server_.reset();
+  start_server({"/nonexistent/cohort-worker"});
+  CliResult followed = cohort({"submit", write_job("ok"), "--follow"});
+  EXPECT_EQ(followed.status, kExitFailure) << followed.out;
+  auto jobs = Client(server_->address()).list();
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 1u);
+  const cohort::v1::JobRecord& job = jobs->front();
+  EXPECT_EQ(job.state(), cohort::v1::FAILED) << job.reason();
+  EXPECT_NE(job.reason().find("node-a"), std::string::npos) << job.reason();
+  EXPECT_NE(job.reason().find("/nonexistent/cohort-worker"), std::string::npos) << job.reason();
+  EXPECT_NE(followed.out.find("FAILED"), std::string::npos) << followed.out;
+}
+
+TEST_F(CliTest, DrainStopsRunningTasksAndRefusesNewJobs) {
+  const std::string id = submit("sleep");
+  ASSERT_EQ(wait_for_state(id, cohort::v1::RUNNING).state(), cohort::v1::RUNNING);
+  server_->drain();
+  // Its tasks were stopped, so the job is over (no restarts in its policy).
+  cohort::v1::JobRecord job = wait_for_state(id, cohort::v1::FAILED);
+  EXPECT_EQ(job.state(), cohort::v1::FAILED) << job.reason();
+  CliResult refused = cohort({"submit", write_job("ok")});
+  EXPECT_EQ(refused.status, kExitFailure);
+  EXPECT_NE(refused.err.find("draining"), std::string::npos) << refused.err;
+  // The daemon still answers reads while it drains.
+  EXPECT_EQ(cohort({"status", id}).status, kExitOk);
+}
+
+TEST(CliRunTest, RunsOneJobInProcessAndExitsWithItsResult) {
+  TempDir scratch;
+  const std::string worker = scratch.path() + "/fake-worker.sh";
+  std::ofstream(worker) << kWorkerScript;
+  chmod(worker.c_str(), 0755);
+  const std::string job = scratch.path() + "/ok.yaml";
+  std::ofstream(job) << job_yaml("ok", /*nodes=*/2, /*procs=*/1);
+  const std::string data_dir = scratch.path() + "/data";
+  CliResult ran = cli({"run", job, "--worker", worker, "--data-dir", data_dir});
+  ASSERT_EQ(ran.status, kExitOk) << ran.out << ran.err;
+  EXPECT_NE(ran.out.find("SUCCEEDED"), std::string::npos) << ran.out;
+  EXPECT_NE(ran.out.find("test accuracy 0.9000"), std::string::npos) << ran.out;
+  EXPECT_TRUE(std::filesystem::exists(data_dir + "/logs/ok-1/attempt-1/job_spec.pb"));
+
+  const std::string bad = scratch.path() + "/bad.yaml";
+  std::ofstream(bad) << job_yaml("bad", 1, 1);
+  CliResult failed = cli({"run", bad, "--worker", worker, "--data-dir", scratch.path() + "/data2"});
+  EXPECT_EQ(failed.status, kExitFailure) << failed.out;
+  EXPECT_NE(failed.out.find("FAILED"), std::string::npos) << failed.out;
+  EXPECT_NE(failed.out.find("unexpected job bad-1"), std::string::npos) << failed.out;
+
+  CliResult no_worker = cli({"run", job, "--worker", scratch.path() + "/nope"});
+  EXPECT_EQ(no_worker.status, kExitFailure);
+  EXPECT_NE(no_worker.err.find("nope does not exist"), std::string::npos) << no_worker.err;
+}
+
+}  // namespace
+}  // namespace cohort::client::cli
