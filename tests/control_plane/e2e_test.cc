@@ -1,0 +1,384 @@
+// The whole control plane end to end with the real cohort-worker: a coordinator and two agents
+// (two simulated nodes, each its own gRPC server on 127.0.0.1:0 with its own data directory) run
+// training jobs to their end. Workers bootstrap through cohort:// on the coordinator and move
+// tensors over UCX on this machine.
+//
+//   - a 2 nodes × 2 ranks data-parallel job succeeds, every rank's log ends, and a restarted
+//     coordinator still has the job's record;
+//   - a model-parallel MLP across 3 ranks succeeds;
+//   - cancel stops every worker process of the job;
+//   - SIGKILL of one worker fails the job with a reason naming the rank, and the others stop.
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "cohort/v1/agent.grpc.pb.h"
+#include "cohort/v1/coordinator.grpc.pb.h"
+#include "daemon/coordinator/temp_dir.h"
+#include "daemon/server/daemon_server.h"
+
+namespace cohort::daemon {
+namespace {
+
+using coordinator::testing::TempDir;
+
+// Each job here trains for seconds; the bound covers worker start-up (libtorch) on a busy machine.
+constexpr auto kJobTimeout = std::chrono::seconds(120);
+constexpr auto kRpcTimeout = std::chrono::seconds(20);
+constexpr auto kTestTickInterval = std::chrono::milliseconds(50);
+constexpr auto kPollInterval = std::chrono::milliseconds(50);
+// The worker binary, from the test's runfiles (data = ["//worker:cohort-worker"]).
+constexpr const char* kWorkerRunfile = "worker/cohort-worker";
+
+void set_deadline(grpc::ClientContext* context) {
+  context->set_deadline(std::chrono::system_clock::now() + kRpcTimeout);
+}
+
+// A small synthetic MLP job: `epochs` passes over `train_size` samples of 64 features.
+cohort::v1::JobSpec mlp_job(const std::string& name, int nodes, int procs_per_node, int epochs,
+                            int train_size) {
+  cohort::v1::JobSpec spec;
+  spec.set_name(name);
+  spec.set_nodes(nodes);
+  spec.set_procs_per_node(procs_per_node);
+  spec.set_communicator("flat");
+  cohort::v1::Dataset* dataset = spec.mutable_dataset();
+  dataset->set_kind(cohort::v1::SYNTHETIC);
+  dataset->set_train_size(train_size);
+  dataset->set_test_size(64);
+  dataset->add_input_shape(64);
+  dataset->set_num_classes(4);
+  spec.set_loss("cross_entropy");
+  spec.mutable_optimizer()->set_kind(cohort::v1::MOMENTUM);
+  spec.mutable_optimizer()->set_lr(0.05);
+  spec.mutable_optimizer()->set_momentum(0.9);
+  spec.set_batch_size(16);
+  spec.set_epochs(epochs);
+  spec.set_seed(7);
+  return spec;
+}
+
+cohort::v1::Layer* add_linear(cohort::v1::Graph* graph, int64_t in, int64_t out) {
+  cohort::v1::Layer* layer = graph->add_layers();
+  layer->set_type("linear");
+  layer->set_in_features(in);
+  layer->set_out_features(out);
+  return layer;
+}
+
+void add_relu(cohort::v1::Graph* graph) { graph->add_layers()->set_type("relu"); }
+
+cohort::v1::JobSpec data_parallel_job(const std::string& name, int nodes, int procs_per_node, int epochs,
+                                      int train_size) {
+  cohort::v1::JobSpec spec = mlp_job(name, nodes, procs_per_node, epochs, train_size);
+  cohort::v1::Graph* graph = spec.mutable_data_parallel()->mutable_graph();
+  add_linear(graph, 64, 32);
+  add_relu(graph);
+  add_linear(graph, 32, 4);
+  return spec;
+}
+
+// Three stages on ranks 0 → 1 → 2 (ChainerMN's pipeline MLP).
+cohort::v1::JobSpec model_parallel_job(const std::string& name) {
+  cohort::v1::JobSpec spec = mlp_job(name, /*nodes=*/1, /*procs_per_node=*/3, /*epochs=*/1, /*train_size=*/256);
+  cohort::v1::ModelParallelModel* model = spec.mutable_model_parallel();
+  cohort::v1::Stage* first = model->add_stages();
+  first->set_rank(0);
+  first->add_rank_out(1);
+  add_linear(first->mutable_graph(), 64, 32);
+  add_relu(first->mutable_graph());
+  cohort::v1::Stage* middle = model->add_stages();
+  middle->set_rank(1);
+  middle->add_rank_in(0);
+  middle->add_rank_out(2);
+  add_linear(middle->mutable_graph(), 32, 32);
+  add_relu(middle->mutable_graph());
+  cohort::v1::Stage* last = model->add_stages();
+  last->set_rank(2);
+  last->add_rank_in(1);
+  add_linear(last->mutable_graph(), 32, 4);
+  return spec;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Live processes started for `job_id` (their environment carries COHORT_JOB_ID=<job_id>) with
+// RANK=<rank>, or with any rank when rank < 0.
+std::vector<pid_t> worker_pids(const std::string& job_id, int rank = -1) {
+  std::vector<pid_t> pids;
+  const std::string job_entry = "COHORT_JOB_ID=" + job_id;
+  const std::string rank_entry = "RANK=" + std::to_string(rank);
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string stat = read_file(entry.path().string() + "/stat");
+    size_t close = stat.rfind(')');
+    if (close == std::string::npos || close + 2 >= stat.size() || stat[close + 2] == 'Z') continue;
+    std::string environ = read_file(entry.path().string() + "/environ");
+    bool job_matches = false;
+    bool rank_matches = rank < 0;
+    std::istringstream entries(environ);
+    std::string variable;
+    while (std::getline(entries, variable, '\0')) {
+      if (variable == job_entry) job_matches = true;
+      if (variable == rank_entry) rank_matches = true;
+    }
+    if (job_matches && rank_matches) pids.push_back(static_cast<pid_t>(std::stoi(name)));
+  }
+  return pids;
+}
+
+class EndToEndTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    worker_ = std::filesystem::absolute(kWorkerRunfile).string();
+    ASSERT_TRUE(std::filesystem::exists(worker_)) << worker_;
+    start_coordinator();
+    for (const char* node : {"node-a", "node-b"}) {
+      auto dir = std::make_unique<TempDir>();
+      DaemonServerOptions options;
+      options.role = DaemonRole::kAgent;
+      options.listen = "127.0.0.1:0";
+      options.data_dir = dir->path();
+      options.coordinator_address = coordinator_->address();
+      options.node_id = node;
+      options.slots = 3;
+      options.worker_command = {worker_};
+      options.stop_grace_period = std::chrono::seconds(3);
+      auto agent = DaemonServer::start(options);
+      ASSERT_TRUE(agent.ok()) << agent.status().to_string();
+      agents_.push_back(std::move(*agent));
+      agent_dirs_.push_back(std::move(dir));
+    }
+    wait_for_nodes(2);
+  }
+
+  void TearDown() override {
+    for (auto& agent : agents_) agent->shutdown();
+    if (coordinator_ != nullptr) coordinator_->shutdown();
+  }
+
+  void start_coordinator() {
+    DaemonServerOptions options;
+    options.listen = coordinator_port_ == 0 ? "127.0.0.1:0" : "127.0.0.1:" + std::to_string(coordinator_port_);
+    options.data_dir = coordinator_dir_.path();
+    options.tick_interval = kTestTickInterval;
+    auto server = DaemonServer::start(options);
+    ASSERT_TRUE(server.ok()) << server.status().to_string();
+    coordinator_ = std::move(*server);
+    coordinator_port_ = coordinator_->port();
+    stub_ = cohort::v1::Coordinator::NewStub(
+        grpc::CreateChannel(coordinator_->address(), grpc::InsecureChannelCredentials()));
+  }
+
+  void wait_for_nodes(int count) {
+    const auto give_up = std::chrono::steady_clock::now() + kRpcTimeout;
+    while (std::chrono::steady_clock::now() < give_up) {
+      cohort::v1::ListNodesResponse response;
+      grpc::ClientContext context;
+      set_deadline(&context);
+      ASSERT_TRUE(stub_->ListNodes(&context, {}, &response).ok());
+      if (response.nodes_size() == count) return;
+      std::this_thread::sleep_for(kPollInterval);
+    }
+    FAIL() << count << " agents did not register within the timeout";
+  }
+
+  std::string submit(const cohort::v1::JobSpec& spec) {
+    cohort::v1::SubmitJobRequest request;
+    *request.mutable_spec() = spec;
+    cohort::v1::SubmitJobResponse response;
+    grpc::ClientContext context;
+    set_deadline(&context);
+    grpc::Status status = stub_->SubmitJob(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response.job_id();
+  }
+
+  cohort::v1::JobRecord get_job(const std::string& id) {
+    cohort::v1::GetJobRequest request;
+    request.set_job_id(id);
+    cohort::v1::GetJobResponse response;
+    grpc::ClientContext context;
+    set_deadline(&context);
+    grpc::Status status = stub_->GetJob(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response.job();
+  }
+
+  bool is_final(cohort::v1::JobState state) {
+    return state == cohort::v1::SUCCEEDED || state == cohort::v1::FAILED || state == cohort::v1::CANCELLED;
+  }
+
+  // Polls until the job is in `state` or final (or the timeout); returns its last record.
+  cohort::v1::JobRecord wait_for_state(const std::string& id, cohort::v1::JobState state) {
+    const auto give_up = std::chrono::steady_clock::now() + kJobTimeout;
+    cohort::v1::JobRecord job = get_job(id);
+    while (job.state() != state && !is_final(job.state()) && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(kPollInterval);
+      job = get_job(id);
+    }
+    return job;
+  }
+
+  // The agent serving `rank` of a placed job.
+  std::unique_ptr<cohort::v1::Agent::Stub> agent_for(const cohort::v1::JobRecord& job, int rank) {
+    for (const auto& node : job.placement().nodes()) {
+      if (rank >= node.first_rank() && rank < node.first_rank() + node.num_ranks()) {
+        return cohort::v1::Agent::NewStub(grpc::CreateChannel(node.address(), grpc::InsecureChannelCredentials()));
+      }
+    }
+    ADD_FAILURE() << "rank " << rank << " is not in the placement of " << job.id();
+    return nullptr;
+  }
+
+  std::string read_logs(const cohort::v1::JobRecord& job, int rank) {
+    auto agent = agent_for(job, rank);
+    if (agent == nullptr) return "";
+    cohort::v1::StreamLogsRequest request;
+    request.set_job_id(job.id());
+    request.set_rank(rank);
+    grpc::ClientContext context;
+    set_deadline(&context);
+    auto reader = agent->StreamLogs(&context, request);
+    std::string text;
+    cohort::v1::LogChunk chunk;
+    while (reader->Read(&chunk)) text += chunk.data();
+    grpc::Status status = reader->Finish();
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return text;
+  }
+
+  // Waits until `count` workers of the job run (each announced itself in /proc).
+  bool wait_for_workers(const std::string& id, size_t count) {
+    const auto give_up = std::chrono::steady_clock::now() + kJobTimeout;
+    while (std::chrono::steady_clock::now() < give_up) {
+      if (worker_pids(id).size() >= count) return true;
+      std::this_thread::sleep_for(kPollInterval);
+    }
+    return false;
+  }
+
+  // Waits until the job's workers report training progress (metrics reached the coordinator), so
+  // what follows hits ranks in the middle of training, not while they start.
+  bool wait_for_training(const std::string& id) {
+    const auto give_up = std::chrono::steady_clock::now() + kJobTimeout;
+    while (std::chrono::steady_clock::now() < give_up) {
+      if (get_job(id).last_metrics().step() > 0) return true;
+      std::this_thread::sleep_for(kPollInterval);
+    }
+    return false;
+  }
+
+  bool wait_for_no_workers(const std::string& id) {
+    const auto give_up = std::chrono::steady_clock::now() + kRpcTimeout;
+    while (std::chrono::steady_clock::now() < give_up) {
+      if (worker_pids(id).empty()) return true;
+      std::this_thread::sleep_for(kPollInterval);
+    }
+    return false;
+  }
+
+  std::string worker_;
+  TempDir coordinator_dir_;
+  int coordinator_port_ = 0;
+  std::unique_ptr<DaemonServer> coordinator_;
+  std::unique_ptr<cohort::v1::Coordinator::Stub> stub_;
+  std::vector<std::unique_ptr<TempDir>> agent_dirs_;
+  std::vector<std::unique_ptr<DaemonServer>> agents_;
+};
+
+TEST_F(EndToEndTest, TwoNodesTimesTwoRanksTrainToSucceededAndTheRecordSurvivesACoordinatorRestart) {
+  const std::string id = submit(data_parallel_job("dp", /*nodes=*/2, /*procs_per_node=*/2, /*epochs=*/2, 512));
+  ASSERT_FALSE(id.empty());
+  cohort::v1::JobRecord job = wait_for_state(id, cohort::v1::SUCCEEDED);
+  ASSERT_EQ(job.state(), cohort::v1::SUCCEEDED) << job.reason();
+  ASSERT_EQ(job.placement().nodes_size(), 2);
+  EXPECT_NE(job.placement().nodes(0).node_id(), job.placement().nodes(1).node_id());
+  EXPECT_EQ(job.placement().world_size(), 4);
+  // Metrics reached the coordinator from the workers.
+  EXPECT_GT(job.last_metrics().step(), 0);
+  EXPECT_GT(job.last_metrics().accuracy(), 0.0);
+  // Rank 0 printed the final accuracy; every rank's log is there.
+  EXPECT_NE(read_logs(job, 0).find("test accuracy"), std::string::npos) << read_logs(job, 0);
+  for (int rank = 1; rank < 4; ++rank) {
+    EXPECT_TRUE(agent_for(job, rank) != nullptr) << "rank " << rank;
+  }
+
+  // The coordinator restarts on the same data directory and port: the record is unchanged.
+  coordinator_->shutdown();
+  coordinator_.reset();
+  start_coordinator();
+  cohort::v1::JobRecord after = get_job(id);
+  EXPECT_EQ(after.state(), cohort::v1::SUCCEEDED);
+  EXPECT_EQ(after.spec().name(), "dp");
+  EXPECT_EQ(after.placement().world_size(), 4);
+  // The agents find the restarted coordinator again.
+  wait_for_nodes(2);
+}
+
+TEST_F(EndToEndTest, ModelParallelMlpAcrossThreeRanksSucceeds) {
+  const std::string id = submit(model_parallel_job("pipeline"));
+  ASSERT_FALSE(id.empty());
+  cohort::v1::JobRecord job = wait_for_state(id, cohort::v1::SUCCEEDED);
+  ASSERT_EQ(job.state(), cohort::v1::SUCCEEDED) << job.reason();
+  EXPECT_EQ(job.placement().world_size(), 3);
+}
+
+TEST_F(EndToEndTest, CancelStopsEveryWorkerProcess) {
+  // Long enough to be still training when cancelled.
+  const std::string id = submit(data_parallel_job("long", /*nodes=*/2, /*procs_per_node=*/1, /*epochs=*/10000, 4096));
+  ASSERT_FALSE(id.empty());
+  ASSERT_EQ(wait_for_state(id, cohort::v1::RUNNING).state(), cohort::v1::RUNNING);
+  ASSERT_TRUE(wait_for_workers(id, 2));
+  ASSERT_TRUE(wait_for_training(id)) << get_job(id).reason();
+
+  cohort::v1::CancelJobRequest request;
+  request.set_job_id(id);
+  request.set_reason("e2e cancel");
+  cohort::v1::CancelJobResponse response;
+  grpc::ClientContext context;
+  set_deadline(&context);
+  grpc::Status status = stub_->CancelJob(&context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(wait_for_state(id, cohort::v1::CANCELLED).state(), cohort::v1::CANCELLED);
+  EXPECT_TRUE(wait_for_no_workers(id)) << worker_pids(id).size() << " workers still run";
+}
+
+TEST_F(EndToEndTest, KillingOneWorkerFailsTheJobNamingTheRank) {
+  const std::string id = submit(data_parallel_job("victim", /*nodes=*/2, /*procs_per_node=*/1, /*epochs=*/10000, 4096));
+  ASSERT_FALSE(id.empty());
+  ASSERT_EQ(wait_for_state(id, cohort::v1::RUNNING).state(), cohort::v1::RUNNING);
+  ASSERT_TRUE(wait_for_workers(id, 2));
+  ASSERT_TRUE(wait_for_training(id)) << get_job(id).reason();
+  std::vector<pid_t> victims = worker_pids(id, /*rank=*/1);
+  ASSERT_EQ(victims.size(), 1u);
+  ASSERT_EQ(kill(victims[0], SIGKILL), 0);
+
+  cohort::v1::JobRecord job = wait_for_state(id, cohort::v1::FAILED);
+  ASSERT_EQ(job.state(), cohort::v1::FAILED) << job.reason();
+  EXPECT_NE(job.reason().find("rank 1"), std::string::npos) << job.reason();
+  // No rank waits forever for the dead one.
+  EXPECT_TRUE(wait_for_no_workers(id)) << worker_pids(id).size() << " workers still run";
+}
+
+}  // namespace
+}  // namespace cohort::daemon
