@@ -1,11 +1,15 @@
 #include "worker/train/multi_node_batch_norm.h"
 
+#include <memory>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/csrc/autograd/grad_mode.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/container/any.h>
 
 #include "worker/autograd/collective_functions.h"
 #include "worker/autograd/tensor_comm.h"
@@ -70,6 +74,74 @@ at::Tensor MultiNodeBatchNormImpl::normalize_with_batch_statistics(const at::Ten
     running_var.mul_(1 - momentum).add_(var.detach().mul(unbias).to(running_var.scalar_type()), momentum);
   }
   return y;
+}
+
+namespace {
+
+// The MultiNodeBatchNorm standing in for `bn` (any torch::nn::BatchNorm{1,2,3}dImpl).
+template <typename BatchNormImpl>
+MultiNodeBatchNorm multi_node_copy_of(const BatchNormImpl& bn, comm::Communicator& comm) {
+  MultiNodeBatchNorm replacement(comm, bn.options);
+  torch::NoGradGuard no_grad;
+  // Same dtype and device as the layer it replaces, then its values.
+  if (bn.running_mean.defined()) replacement->to(bn.running_mean.options().device(), bn.running_mean.scalar_type());
+  auto copy = [](at::Tensor& to, const at::Tensor& from) {
+    if (to.defined() && from.defined()) to.copy_(from);
+  };
+  copy(replacement->weight, bn.weight);
+  copy(replacement->bias, bn.bias);
+  copy(replacement->running_mean, bn.running_mean);
+  copy(replacement->running_var, bn.running_var);
+  copy(replacement->num_batches_tracked, bn.num_batches_tracked);
+  replacement->train(bn.is_training());
+  return replacement;
+}
+
+// The replacement of `module` when it is a BatchNorm layer; null otherwise.
+std::shared_ptr<MultiNodeBatchNormImpl> replace_batch_norm(const std::shared_ptr<torch::nn::Module>& module,
+                                                           comm::Communicator& comm) {
+  if (auto bn = std::dynamic_pointer_cast<torch::nn::BatchNorm1dImpl>(module)) {
+    return multi_node_copy_of(*bn, comm).ptr();
+  }
+  if (auto bn = std::dynamic_pointer_cast<torch::nn::BatchNorm2dImpl>(module)) {
+    return multi_node_copy_of(*bn, comm).ptr();
+  }
+  if (auto bn = std::dynamic_pointer_cast<torch::nn::BatchNorm3dImpl>(module)) {
+    return multi_node_copy_of(*bn, comm).ptr();
+  }
+  return nullptr;
+}
+
+bool is_batch_norm(const torch::nn::Module& module) {
+  return dynamic_cast<const torch::nn::BatchNorm1dImpl*>(&module) != nullptr ||
+         dynamic_cast<const torch::nn::BatchNorm2dImpl*>(&module) != nullptr ||
+         dynamic_cast<const torch::nn::BatchNorm3dImpl*>(&module) != nullptr;
+}
+
+}  // namespace
+
+torch::nn::Sequential create_mnbn_model(const torch::nn::Sequential& model, comm::Communicator& comm) {
+  torch::nn::Sequential result;
+  const auto children = model->named_children();
+  size_t index = 0;
+  for (const torch::nn::AnyModule& layer : *model) {
+    const std::string& name = children[index++].key();
+    const std::shared_ptr<torch::nn::Module> module = layer.ptr();
+    if (auto replacement = replace_batch_norm(module, comm)) {
+      result->push_back(std::string(name), MultiNodeBatchNorm(replacement));
+    } else {
+      for (const auto& item : module->named_modules(name, /*include_self=*/false)) {
+        if (is_batch_norm(*item.value())) {
+          throw std::invalid_argument(fmt::format(
+              "create_mnbn_model: layer '{}' ({}) holds a BatchNorm at '{}' that cannot be replaced: only "
+              "Sequential containers can be rewritten; build that module with MultiNodeBatchNorm instead",
+              name, module->name(), item.key()));
+        }
+      }
+      result->push_back(std::string(name), layer);
+    }
+  }
+  return result;
 }
 
 }  // namespace cohort::train

@@ -18,13 +18,18 @@
 // The variance is E[x^2] - E[x]^2 (one allreduce instead of two, as ChainerMN): less accurate
 // than a two-pass variance in float when |mean| >> std.
 //
-// Not provided: create_mnbn_model (replacing the BatchNorm layers of an existing model). libtorch's
-// C++ modules call their children through typed member holders (and Sequential through its own
-// AnyModule list), which Module::replace_module does not update, so no generic replacement is
-// possible; build the model with MultiNodeBatchNorm where BatchNorm would be.
+// create_mnbn_model (ChainerMN's) turns the BatchNorm layers of an existing Sequential model into
+// MultiNodeBatchNorm. Only Sequential models can be rewritten generically: other libtorch modules
+// call their children through typed member holders, which Module::replace_module does not update,
+// so a BatchNorm inside such a module is refused with its path (build that module with
+// MultiNodeBatchNorm instead).
+//
+//   torch::nn::Sequential model(torch::nn::Conv2d(...), torch::nn::BatchNorm2d(32), ...);
+//   torch::nn::Sequential mnbn = create_mnbn_model(model, *comm);   // train `mnbn`
 
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
+#include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/options/batchnorm.h>
 #include <torch/nn/pimpl.h>
 
@@ -61,5 +66,13 @@ class MultiNodeBatchNormImpl : public torch::nn::Module {
 };
 
 TORCH_MODULE(MultiNodeBatchNorm);
+
+// A new Sequential with `model`'s layers in order, where every torch::nn::BatchNorm1d/2d/3d layer
+// becomes a MultiNodeBatchNorm with the same options, its parameters
+// and running statistics copied (dtype and device kept) and its training mode kept. Every other
+// layer is shared with `model`, not copied. `comm` must outlive the returned model. Throws
+// std::invalid_argument naming the layer and the BatchNorm's path when a BatchNorm sits inside
+// another module (a custom block), which cannot be rewritten. Local (no communication).
+torch::nn::Sequential create_mnbn_model(const torch::nn::Sequential& model, comm::Communicator& comm);
 
 }  // namespace cohort::train

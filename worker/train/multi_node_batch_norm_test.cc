@@ -1,11 +1,17 @@
 #include "worker/train/multi_node_batch_norm.h"
 
+#include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/grad_mode.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
 
 #include "worker/autograd/testing/autograd_ranks.h"
 
@@ -97,6 +103,70 @@ TEST(MultiNodeBatchNormTest, MatchesBatchNorm1dOnTheGlobalBatch) {
 
 TEST(MultiNodeBatchNormTest, OneRankIsPlainBatchNorm) {
   check_matches_global_batch_norm(1, {kChannels, 2, 2});
+}
+
+// A Sequential with BatchNorm layers, seeded so every rank builds the same one.
+torch::nn::Sequential small_bn_model() {
+  at::manual_seed(11);
+  torch::nn::Sequential model(torch::nn::Linear(4, kChannels), torch::nn::BatchNorm1d(kChannels),
+                              torch::nn::ReLU(), torch::nn::Linear(kChannels, kChannels),
+                              torch::nn::BatchNorm1d(kChannels));
+  model->to(at::kDouble);
+  return model;
+}
+
+TEST(CreateMnbnModelTest, ReplacesEveryBatchNormAndTrainsOnTheGlobalBatch) {
+  constexpr int kRanks = 3;
+  // The reference: the unchanged model on the concatenated batch (BatchNorm's global statistics).
+  torch::nn::Sequential reference = small_bn_model();
+  Tensors xs;
+  for (int r = 0; r < kRanks; ++r) xs.push_back(batch_of(r, {4}));
+  at::Tensor want = reference->forward(at::cat(xs));
+  Tensors want_ys = want.split_with_sizes({1, 2, 3});
+
+  std::string failures = run_autograd_ranks(kRanks, [&](int rank, comm::Communicator& comm) {
+    torch::nn::Sequential model = small_bn_model();
+    torch::nn::Sequential mnbn = create_mnbn_model(model, comm);
+    ASSERT_EQ(mnbn->size(), model->size());
+    int replaced = 0;
+    for (size_t i = 0; i < mnbn->size(); ++i) {
+      if (std::dynamic_pointer_cast<MultiNodeBatchNormImpl>(mnbn->ptr(i)) != nullptr) ++replaced;
+      EXPECT_EQ(dynamic_cast<torch::nn::BatchNorm1dImpl*>(mnbn->ptr(i).get()), nullptr) << "layer " << i;
+    }
+    EXPECT_EQ(replaced, 2);
+    // The other layers are shared with the original model, not copied.
+    EXPECT_EQ(mnbn->ptr(0).get(), model->ptr(0).get());
+    at::Tensor y = mnbn->forward(batch_of(rank, {4}));
+    EXPECT_TRUE(at::allclose(y, want_ys[rank].detach())) << "rank " << rank;
+    // Running statistics are the global batch's, as the reference's BatchNorm has them.
+    auto bn = std::dynamic_pointer_cast<MultiNodeBatchNormImpl>(mnbn->ptr(4));
+    auto reference_bn = std::dynamic_pointer_cast<torch::nn::BatchNorm1dImpl>(reference->ptr(4));
+    ASSERT_TRUE(bn != nullptr && reference_bn != nullptr);
+    EXPECT_TRUE(at::allclose(bn->running_mean, reference_bn->running_mean)) << "rank " << rank;
+  });
+  ASSERT_EQ(failures, "");
+}
+
+// A custom block whose child is a BatchNorm: it calls the child through its own member, so the
+// layer cannot be swapped generically.
+struct BlockImpl : torch::nn::Module {
+  BlockImpl() : bn(register_module("bn", torch::nn::BatchNorm1d(kChannels))) {}
+  at::Tensor forward(const at::Tensor& x) { return bn->forward(x); }
+  torch::nn::BatchNorm1d bn;
+};
+TORCH_MODULE(Block);
+
+TEST(CreateMnbnModelTest, RefusesABatchNormInsideACustomModuleNamingIt) {
+  std::string failures = run_autograd_ranks(1, [&](int, comm::Communicator& comm) {
+    torch::nn::Sequential model(torch::nn::Linear(4, kChannels), Block());
+    try {
+      create_mnbn_model(model, comm);
+      ADD_FAILURE() << "expected std::invalid_argument";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("'1.bn'"), std::string::npos) << e.what();
+    }
+  });
+  ASSERT_EQ(failures, "");
 }
 
 }  // namespace

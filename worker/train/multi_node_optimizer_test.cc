@@ -216,7 +216,8 @@ TEST(MultiNodeOptimizerTest, CompressedGradientsStayClose) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, EquivalenceTest,
-                         ::testing::Combine(::testing::Values("naive", "flat", "hierarchical"),
+                         ::testing::Combine(::testing::Values("naive", "flat", "hierarchical",
+                                                              "two_dimensional", "single_node"),
                                             ::testing::Values(2, 4), ::testing::Bool(), ::testing::Bool()),
                          [](const ::testing::TestParamInfo<EquivalenceParam>& info) {
                            return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) +
