@@ -20,6 +20,7 @@
 #include "daemon/coordinator/temp_dir.h"
 #include "daemon/coordinator/test_specs.h"
 #include "daemon/server/daemon_server.h"
+#include "tests/control_plane/coordinator_calls.h"
 
 namespace cohort::daemon {
 namespace {
@@ -28,9 +29,10 @@ using coordinator::testing::TempDir;
 using coordinator::testing::valid_spec;
 
 // Every RPC and every wait of these tests finishes well within this; a hang becomes a failure.
-constexpr auto kTimeout = std::chrono::seconds(20);
+constexpr auto kTimeout = testing::kRpcTimeout;
 constexpr auto kTestTickInterval = std::chrono::milliseconds(50);
-constexpr auto kPollInterval = std::chrono::milliseconds(20);
+using testing::kPollInterval;
+using testing::set_deadline;
 
 // The worker every task runs: it picks its behaviour from the job name (the job id's prefix).
 constexpr const char* kWorkerScript =
@@ -39,10 +41,6 @@ constexpr const char* kWorkerScript =
     "fail-*) if [ \"$RANK\" = 1 ]; then exit 3; fi; exit 0;; "
     "sleep-*) echo $$ > \"$PID_DIR/$RANK\"; exec sleep 100;; "
     "esac; exit 9";
-
-void set_deadline(grpc::ClientContext* context) {
-  context->set_deadline(std::chrono::system_clock::now() + kTimeout);
-}
 
 class AgentServerTest : public ::testing::Test {
  protected:
@@ -70,55 +68,21 @@ class AgentServerTest : public ::testing::Test {
   }
 
   void wait_for_node() {
-    const auto give_up = std::chrono::steady_clock::now() + kTimeout;
-    while (std::chrono::steady_clock::now() < give_up) {
-      cohort::v1::ListNodesResponse response;
-      grpc::ClientContext context;
-      set_deadline(&context);
-      ASSERT_TRUE(coordinator_->ListNodes(&context, {}, &response).ok());
-      if (response.nodes_size() == 1) {
-        EXPECT_EQ(response.nodes(0).node().node_id(), "node-a");
-        EXPECT_EQ(response.nodes(0).node().address(), server_->address());
-        EXPECT_EQ(response.nodes(0).node().slots(), 2);
-        EXPECT_GT(response.nodes(0).node().cores(), 0);
-        return;
-      }
-      std::this_thread::sleep_for(kPollInterval);
-    }
-    FAIL() << "the agent did not register within the timeout";
+    cohort::v1::ListNodesResponse response = testing::wait_for_nodes(*coordinator_, 1);
+    ASSERT_EQ(response.nodes_size(), 1);
+    EXPECT_EQ(response.nodes(0).node().node_id(), "node-a");
+    EXPECT_EQ(response.nodes(0).node().address(), server_->address());
+    EXPECT_EQ(response.nodes(0).node().slots(), 2);
+    EXPECT_GT(response.nodes(0).node().cores(), 0);
   }
 
   std::string submit(const std::string& name) {
-    cohort::v1::SubmitJobRequest request;
-    *request.mutable_spec() = valid_spec(name, /*nodes=*/1, /*procs_per_node=*/2);
-    cohort::v1::SubmitJobResponse response;
-    grpc::ClientContext context;
-    set_deadline(&context);
-    grpc::Status status = coordinator_->SubmitJob(&context, request, &response);
-    EXPECT_TRUE(status.ok()) << status.error_message();
-    return response.job_id();
+    return testing::submit_job(*coordinator_, valid_spec(name, /*nodes=*/1, /*procs_per_node=*/2));
   }
 
-  cohort::v1::JobRecord get_job(const std::string& id) {
-    cohort::v1::GetJobRequest request;
-    request.set_job_id(id);
-    cohort::v1::GetJobResponse response;
-    grpc::ClientContext context;
-    set_deadline(&context);
-    grpc::Status status = coordinator_->GetJob(&context, request, &response);
-    EXPECT_TRUE(status.ok()) << status.error_message();
-    return response.job();
-  }
-
-  // Polls until the job is in `state` (or the timeout); returns its last record.
+  // Polls until the job is in `state` (or a final state, or the timeout); returns its last record.
   cohort::v1::JobRecord wait_for_state(const std::string& id, cohort::v1::JobState state) {
-    const auto give_up = std::chrono::steady_clock::now() + kTimeout;
-    cohort::v1::JobRecord job = get_job(id);
-    while (job.state() != state && std::chrono::steady_clock::now() < give_up) {
-      std::this_thread::sleep_for(kPollInterval);
-      job = get_job(id);
-    }
-    return job;
+    return testing::wait_for_job_state(*coordinator_, id, state);
   }
 
   std::string read_logs(const std::string& id, int rank) {
@@ -240,36 +204,13 @@ TEST(AgentRoleTest, SeparateAgentRegistersAndRunsJobs) {
 
   auto stub = cohort::v1::Coordinator::NewStub(
       grpc::CreateChannel((*coordinator_server)->address(), grpc::InsecureChannelCredentials()));
-  const auto give_up = std::chrono::steady_clock::now() + kTimeout;
-  bool registered = false;
-  while (!registered && std::chrono::steady_clock::now() < give_up) {
-    cohort::v1::ListNodesResponse nodes;
-    grpc::ClientContext context;
-    set_deadline(&context);
-    ASSERT_TRUE(stub->ListNodes(&context, {}, &nodes).ok());
-    registered = nodes.nodes_size() == 1 && nodes.nodes(0).node().address() == (*agent_server)->address();
-    if (!registered) std::this_thread::sleep_for(kPollInterval);
-  }
-  ASSERT_TRUE(registered) << "node-b did not register with the coordinator";
+  cohort::v1::ListNodesResponse nodes = testing::wait_for_nodes(*stub, 1);
+  ASSERT_EQ(nodes.nodes_size(), 1) << "node-b did not register with the coordinator";
+  EXPECT_EQ(nodes.nodes(0).node().address(), (*agent_server)->address());
 
-  cohort::v1::SubmitJobRequest submit;
-  *submit.mutable_spec() = valid_spec("ok", /*nodes=*/1, /*procs_per_node=*/2);
-  cohort::v1::SubmitJobResponse submitted;
-  {
-    grpc::ClientContext context;
-    set_deadline(&context);
-    ASSERT_TRUE(stub->SubmitJob(&context, submit, &submitted).ok());
-  }
-  cohort::v1::GetJobResponse job;
-  while (job.job().state() != cohort::v1::SUCCEEDED && std::chrono::steady_clock::now() < give_up) {
-    cohort::v1::GetJobRequest request;
-    request.set_job_id(submitted.job_id());
-    grpc::ClientContext context;
-    set_deadline(&context);
-    ASSERT_TRUE(stub->GetJob(&context, request, &job).ok());
-    if (job.job().state() != cohort::v1::SUCCEEDED) std::this_thread::sleep_for(kPollInterval);
-  }
-  EXPECT_EQ(job.job().state(), cohort::v1::SUCCEEDED) << job.job().reason();
+  const std::string id = testing::submit_job(*stub, valid_spec("ok", /*nodes=*/1, /*procs_per_node=*/2));
+  cohort::v1::JobRecord job = testing::wait_for_job_state(*stub, id, cohort::v1::SUCCEEDED);
+  EXPECT_EQ(job.state(), cohort::v1::SUCCEEDED) << job.reason();
   (*agent_server)->shutdown();
   (*coordinator_server)->shutdown();
 }

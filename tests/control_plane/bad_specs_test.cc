@@ -28,6 +28,7 @@
 #include "daemon/coordinator/temp_dir.h"
 #include "daemon/coordinator/test_specs.h"
 #include "daemon/server/daemon_server.h"
+#include "tests/control_plane/coordinator_calls.h"
 #include "worker/graph/shape_inference.h"
 
 namespace cohort {
@@ -38,9 +39,10 @@ namespace fs = std::filesystem;
 using coordinator::testing::TempDir;
 
 // Every RPC and wait here finishes well within this; a hang becomes a failure.
-constexpr auto kTimeout = std::chrono::seconds(20);
+constexpr auto kTimeout = daemon::testing::kRpcTimeout;
 constexpr auto kTestTickInterval = std::chrono::milliseconds(50);
-constexpr auto kPollInterval = std::chrono::milliseconds(20);
+using daemon::testing::kPollInterval;
+using daemon::testing::set_deadline;
 // The first line of a bad spec starts with this; the rest is a substring of the expected error.
 constexpr std::string_view kExpectPrefix = "# expect: ";
 // Well-formed specs must reach this many bad-spec files; fewer means the glob lost some.
@@ -174,10 +176,6 @@ epochs: 1
 
 // ---- against a real coordinator ----
 
-void set_deadline(grpc::ClientContext* context) {
-  context->set_deadline(std::chrono::system_clock::now() + kTimeout);
-}
-
 class BadSpecsServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -202,16 +200,7 @@ class BadSpecsServerTest : public ::testing::Test {
   }
 
   void wait_for_node() {
-    const auto give_up = std::chrono::steady_clock::now() + kTimeout;
-    while (std::chrono::steady_clock::now() < give_up) {
-      cohort::v1::ListNodesResponse response;
-      grpc::ClientContext context;
-      set_deadline(&context);
-      ASSERT_TRUE(coordinator_->ListNodes(&context, {}, &response).ok());
-      if (response.nodes_size() == 1) return;
-      std::this_thread::sleep_for(kPollInterval);
-    }
-    FAIL() << "the agent did not register within the timeout";
+    ASSERT_EQ(daemon::testing::wait_for_nodes(*coordinator_, 1).nodes_size(), 1);
   }
 
   grpc::Status submit(const cohort::v1::JobSpec& spec, std::string* job_id = nullptr) {

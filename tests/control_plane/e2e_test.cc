@@ -29,23 +29,24 @@
 #include "cohort/v1/coordinator.grpc.pb.h"
 #include "daemon/coordinator/temp_dir.h"
 #include "daemon/server/daemon_server.h"
+#include "tests/control_plane/coordinator_calls.h"
 
 namespace cohort::daemon {
 namespace {
 
 using coordinator::testing::TempDir;
+using testing::kPollInterval;
+using testing::kRpcTimeout;
+using testing::set_deadline;
+using testing::submit_job;
+using testing::wait_for_job_state;
+using testing::wait_for_nodes;
 
 // Each job here trains for seconds; the bound covers worker start-up (libtorch) on a busy machine.
 constexpr auto kJobTimeout = std::chrono::seconds(120);
-constexpr auto kRpcTimeout = std::chrono::seconds(20);
 constexpr auto kTestTickInterval = std::chrono::milliseconds(50);
-constexpr auto kPollInterval = std::chrono::milliseconds(50);
 // The worker binary, from the test's runfiles (data = ["//worker:cohort-worker"]).
 constexpr const char* kWorkerRunfile = "worker/cohort-worker";
-
-void set_deadline(grpc::ClientContext* context) {
-  context->set_deadline(std::chrono::system_clock::now() + kRpcTimeout);
-}
 
 // A small synthetic MLP job: `epochs` passes over `train_size` samples of 64 features.
 cohort::v1::JobSpec mlp_job(const std::string& name, int nodes, int procs_per_node, int epochs,
@@ -168,7 +169,7 @@ class EndToEndTest : public ::testing::Test {
       agents_.push_back(std::move(*agent));
       agent_dirs_.push_back(std::move(dir));
     }
-    wait_for_nodes(2);
+    wait_for_nodes(*stub_, 2);
   }
 
   void TearDown() override {
@@ -189,54 +190,10 @@ class EndToEndTest : public ::testing::Test {
         grpc::CreateChannel(coordinator_->address(), grpc::InsecureChannelCredentials()));
   }
 
-  void wait_for_nodes(int count) {
-    const auto give_up = std::chrono::steady_clock::now() + kRpcTimeout;
-    while (std::chrono::steady_clock::now() < give_up) {
-      cohort::v1::ListNodesResponse response;
-      grpc::ClientContext context;
-      set_deadline(&context);
-      ASSERT_TRUE(stub_->ListNodes(&context, {}, &response).ok());
-      if (response.nodes_size() == count) return;
-      std::this_thread::sleep_for(kPollInterval);
-    }
-    FAIL() << count << " agents did not register within the timeout";
-  }
-
-  std::string submit(const cohort::v1::JobSpec& spec) {
-    cohort::v1::SubmitJobRequest request;
-    *request.mutable_spec() = spec;
-    cohort::v1::SubmitJobResponse response;
-    grpc::ClientContext context;
-    set_deadline(&context);
-    grpc::Status status = stub_->SubmitJob(&context, request, &response);
-    EXPECT_TRUE(status.ok()) << status.error_message();
-    return response.job_id();
-  }
-
-  cohort::v1::JobRecord get_job(const std::string& id) {
-    cohort::v1::GetJobRequest request;
-    request.set_job_id(id);
-    cohort::v1::GetJobResponse response;
-    grpc::ClientContext context;
-    set_deadline(&context);
-    grpc::Status status = stub_->GetJob(&context, request, &response);
-    EXPECT_TRUE(status.ok()) << status.error_message();
-    return response.job();
-  }
-
-  bool is_final(cohort::v1::JobState state) {
-    return state == cohort::v1::SUCCEEDED || state == cohort::v1::FAILED || state == cohort::v1::CANCELLED;
-  }
-
-  // Polls until the job is in `state` or final (or the timeout); returns its last record.
+  std::string submit(const cohort::v1::JobSpec& spec) { return submit_job(*stub_, spec); }
+  cohort::v1::JobRecord get_job(const std::string& id) { return testing::get_job(*stub_, id); }
   cohort::v1::JobRecord wait_for_state(const std::string& id, cohort::v1::JobState state) {
-    const auto give_up = std::chrono::steady_clock::now() + kJobTimeout;
-    cohort::v1::JobRecord job = get_job(id);
-    while (job.state() != state && !is_final(job.state()) && std::chrono::steady_clock::now() < give_up) {
-      std::this_thread::sleep_for(kPollInterval);
-      job = get_job(id);
-    }
-    return job;
+    return wait_for_job_state(*stub_, id, state, kJobTimeout);
   }
 
   // The agent serving `rank` of a placed job.
@@ -332,7 +289,7 @@ TEST_F(EndToEndTest, TwoNodesTimesTwoRanksTrainToSucceededAndTheRecordSurvivesAC
   EXPECT_EQ(after.spec().name(), "dp");
   EXPECT_EQ(after.placement().world_size(), 4);
   // The agents find the restarted coordinator again.
-  wait_for_nodes(2);
+  wait_for_nodes(*stub_, 2);
 }
 
 TEST_F(EndToEndTest, ModelParallelMlpAcrossThreeRanksSucceeds) {
