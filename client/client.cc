@@ -21,10 +21,20 @@ std::string default_coordinator_address() {
   return env != nullptr && *env != '\0' ? env : kDefaultCoordinatorAddress;
 }
 
+std::shared_ptr<grpc::Channel> make_channel(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(kKeepaliveTime.count()));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(kKeepaliveTimeout.count()));
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // A watch can be silent for hours: keep pinging however long no data flows (default: 2 pings).
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
 Client::Client(const std::string& address, ClientOptions options)
     : address_(address),
       options_(options),
-      channel_(grpc::CreateChannel(address, grpc::InsecureChannelCredentials())),
+      channel_(make_channel(address)),
       info_(cohort::v1::Info::NewStub(channel_)),
       coordinator_(cohort::v1::Coordinator::NewStub(channel_)) {}
 
@@ -136,16 +146,19 @@ cohort::v1::Agent::Stub& Client::agent_stub(const std::string& address) {
   std::unique_ptr<cohort::v1::Agent::Stub>& stub = agents_[address];
   if (stub == nullptr) {
     // The coordinator's own channel when the agent is the same daemon (`--role all`).
-    stub = cohort::v1::Agent::NewStub(
-        address == address_ ? channel_ : grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    stub = cohort::v1::Agent::NewStub(address == address_ ? channel_ : make_channel(address));
   }
   return *stub;
 }
 
 Status Client::logs(const std::string& job_id, int rank, bool follow, const LogCallback& on_data,
-                    StreamTimeout timeout) {
+                    StreamTimeout timeout, const LogGapCallback& on_gap) {
   COHORT_ASSIGN_OR_RETURN(cohort::v1::JobRecord job, get(job_id));
   const cohort::v1::Placement& placement = job.placement();
+  if (placement.nodes_size() == 0 && is_final(job.state())) {
+    return failed_precondition_error("job {} ended ({}) without running, so it has no logs", job_id,
+                                     cohort::v1::JobState_Name(job.state()));
+  }
   if (placement.nodes_size() == 0) {
     return failed_precondition_error("job {} has not been placed yet ({}{}); its logs exist once it runs",
                                      job_id, cohort::v1::JobState_Name(job.state()),
@@ -177,7 +190,12 @@ Status Client::logs(const std::string& job_id, int rank, bool follow, const LogC
       agent_stub(node->address()).StreamLogs(&context, request);
   cohort::v1::LogChunk chunk;
   bool stopped = false;
+  int64_t expected_offset = 0;  // where the bytes received so far end
   while (reader->Read(&chunk)) {
+    if (chunk.offset() > expected_offset && on_gap) {
+      on_gap(chunk.offset() - expected_offset, chunk.log_path(), node->node_id());
+    }
+    expected_offset = chunk.offset() + static_cast<int64_t>(chunk.data().size());
     if (!on_data(chunk.data())) {
       stopped = true;
       context.TryCancel();

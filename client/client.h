@@ -38,11 +38,20 @@ namespace cohort::client {
 
 // Deadline for a single unary RPC unless ClientOptions says otherwise.
 inline constexpr std::chrono::seconds kDefaultRpcTimeout{10};
+// HTTP/2 keepalive of the client's channels: a stream (watch, logs -f) has no deadline, so a peer
+// that vanished without closing the connection (host down, network cut) must still be noticed.
+// A ping every kKeepaliveTime, also while no call runs; no answer within kKeepaliveTimeout closes
+// the connection and the stream ends UNAVAILABLE. The daemon's server accepts pings this often.
+inline constexpr std::chrono::milliseconds kKeepaliveTime{30000};
+inline constexpr std::chrono::milliseconds kKeepaliveTimeout{10000};
 // The coordinator address when neither --coordinator nor $COHORT_COORDINATOR gives one.
 inline constexpr const char* kDefaultCoordinatorAddress = "127.0.0.1:7070";
 
 // The coordinator address: $COHORT_COORDINATOR, else 127.0.0.1:7070.
 std::string default_coordinator_address();
+
+// An insecure channel to `address` with the keepalive above.
+std::shared_ptr<grpc::Channel> make_channel(const std::string& address);
 
 struct ClientOptions {
   std::chrono::milliseconds rpc_timeout = kDefaultRpcTimeout;  // each unary call
@@ -56,6 +65,11 @@ using StreamTimeout = std::optional<std::chrono::milliseconds>;
 using JobEventCallback = std::function<bool(const cohort::v1::JobEvent& event)>;
 // Receives a chunk of a rank's output; returns false to stop reading.
 using LogCallback = std::function<bool(std::string_view bytes)>;
+// Told when the agent no longer holds part of the output (its in-memory ring dropped it): how
+// many bytes are missing before the next chunk, the log file that has them (may be empty) and
+// the node it is on.
+using LogGapCallback =
+    std::function<void(int64_t skipped, const std::string& log_path, const std::string& node_id)>;
 
 class Client {
  public:
@@ -94,9 +108,10 @@ class Client {
   // A rank's captured output (stdout and stderr interleaved), read from the agent of the node the
   // job's placement puts the rank on. With `follow`, keeps reading until the task exits, the
   // callback returns false or the timeout passes. FAILED_PRECONDITION while the job has no
-  // placement (it is still queued); INVALID_ARGUMENT for a rank outside the job. Blocks.
+  // placement (it is still queued); INVALID_ARGUMENT for a rank outside the job. `on_gap`
+  // (optional) hears of output the agent already dropped, before the chunk after the gap. Blocks.
   Status logs(const std::string& job_id, int rank, bool follow, const LogCallback& on_data,
-              StreamTimeout timeout = std::nullopt);
+              StreamTimeout timeout = std::nullopt, const LogGapCallback& on_gap = nullptr);
 
  private:
   // A unary call's context with the RPC deadline.

@@ -144,7 +144,9 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   cohort::Status ready = systemd.notify_ready("listening on " + (*server)->address());
   if (!ready.ok()) spdlog::warn("cohortd: {}", ready.to_string());
-  systemd.start_watchdog();
+  // Pings only while the daemon's tick / agent loops make progress: a stuck loop gets a restart.
+  cohort::daemon::DaemonServer* daemon = (*server).get();
+  systemd.start_watchdog([daemon] { return daemon->healthy(); });
 
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
@@ -153,5 +155,6 @@ int main(int argc, char** argv) {
   if (!stopping.ok()) spdlog::warn("cohortd: {}", stopping.to_string());
   (*server)->drain();
   (*server)->shutdown();
+  systemd.stop_watchdog();  // its health check reads the server, which goes before the notifier
   return 0;
 }

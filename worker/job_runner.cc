@@ -493,6 +493,8 @@ void JobRun::report(v1::Metrics metrics, bool epoch_end) {
   metrics.set_rank(comm_.rank());
   metrics.set_total_steps(steps_per_epoch_ * spec_.epochs());
   metrics.set_total_epochs(spec_.epochs());
+  // Sharded data: each rank a batch of its own; broadcast batches: one batch for all ranks.
+  metrics.set_samples_per_step(static_cast<int64_t>(spec_.batch_size()) * (sharded_ ? comm_.size() : 1));
   options_.metrics->report(metrics, epoch_end);
 }
 

@@ -295,6 +295,8 @@ TEST(JobRunnerTest, ProgressLinesAndMetricsFromRankZero) {
   for (const auto& [metrics, epoch_end] : sink.reports) {
     EXPECT_EQ(metrics.total_steps(), 64);
     EXPECT_EQ(metrics.total_epochs(), 2);
+    // Data-parallel: each of the 2 ranks trains its own batch per step.
+    EXPECT_EQ(metrics.samples_per_step(), 2 * spec.batch_size());
     EXPECT_EQ(metrics.rank(), 0);
     if (epoch_end) ++epoch_ends;
   }

@@ -46,17 +46,15 @@ std::unique_ptr<MetricsReporter> MetricsReporter::from_environment() {
 void MetricsReporter::report(const v1::Metrics& metrics, bool epoch_end) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto now = std::chrono::steady_clock::now();
     if (epoch_end) {
       // An epoch end supersedes any pending mid-epoch report.
       latest_.reset();
       if (queue_.size() >= kMetricsQueueLimit) queue_.pop_front();
       queue_.push_back(metrics);
-    } else if (now - last_accepted_ >= options_.min_interval) {
-      latest_ = metrics;
-      last_accepted_ = now;
     } else {
-      return;  // rate-limited: the next report after min_interval carries newer numbers anyway
+      // The newest one wins: it replaces a report still held back by the rate limit, and the
+      // sending thread sends it once min_interval has passed since the last mid-epoch send.
+      latest_ = metrics;
     }
   }
   wake_.notify_one();
@@ -84,8 +82,15 @@ void MetricsReporter::send_loop() {
       next = std::move(queue_.front());
       queue_.pop_front();
     } else {
+      const auto due = last_accepted_ + options_.min_interval;
+      if (!stopping_ && std::chrono::steady_clock::now() < due) {
+        // Rate-limited: wait for the interval to pass (a newer report may replace this one).
+        wake_.wait_until(lock, due, [this] { return stopping_ || !queue_.empty(); });
+        continue;
+      }
       next = std::move(*latest_);
       latest_.reset();
+      last_accepted_ = std::chrono::steady_clock::now();
     }
     lock.unlock();
     send(next);

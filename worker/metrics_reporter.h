@@ -69,9 +69,9 @@ class MetricsReporter : public MetricsSink {
   std::unique_ptr<v1::Coordinator::Stub> stub_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
-  std::deque<v1::Metrics> queue_;      // epoch ends, in order
-  std::optional<v1::Metrics> latest_;  // the newest rate-limited report not yet sent
-  std::chrono::steady_clock::time_point last_accepted_{};
+  std::deque<v1::Metrics> queue_;                          // epoch ends, in order
+  std::optional<v1::Metrics> latest_;                      // the newest rate-limited report not yet sent
+  std::chrono::steady_clock::time_point last_accepted_{};  // the last mid-epoch report's send
   bool stopping_ = false;
   bool warned_ = false;
   int64_t sent_ = 0;

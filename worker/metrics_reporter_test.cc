@@ -70,6 +70,41 @@ TEST(MetricsReporterTest, DeliversEpochEndsAndRateLimitsTheRest) {
   }
 }
 
+// Within the interval the newest report replaces the held one and is sent once it passes; none is
+// dropped in favour of an older one.
+TEST(MetricsReporterTest, TheNewestRateLimitedReportWins) {
+  RecordingCoordinator service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_GT(port, 0);
+
+  MetricsReporterOptions options;
+  options.coordinator = "127.0.0.1:" + std::to_string(port);
+  options.job_id = "mnist-4";
+  options.min_interval = std::chrono::milliseconds(300);
+  {
+    MetricsReporter reporter(options);
+    reporter.report(at_step(1), /*epoch_end=*/false);
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (reporter.sent() < 1 && std::chrono::steady_clock::now() < give_up)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    for (int step = 2; step <= 5; ++step) reporter.report(at_step(step), /*epoch_end=*/false);
+    // Sent after the interval, not only by the destructor.
+    while (reporter.sent() < 2 && std::chrono::steady_clock::now() < give_up)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_EQ(reporter.sent(), 2);
+  }
+  server->Shutdown();
+
+  std::lock_guard<std::mutex> lock(service.mutex);
+  std::vector<int64_t> steps;
+  for (const auto& request : service.requests) steps.push_back(request.metrics().step());
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 5}));
+}
+
 TEST(MetricsReporterTest, AnUnreachableCoordinatorIsNotFatalAndDoesNotHoldUpExit) {
   MetricsReporterOptions options;
   options.coordinator = "127.0.0.1:1";  // nothing listens on port 1

@@ -115,12 +115,29 @@ TEST(ProgressTest, LineShowsEpochStepLossAccuracyThroughputAndEta) {
   EXPECT_NE(with_total.find("ETA 5s"), std::string::npos) << with_total;
   EXPECT_NE(with_total.find(" 50%"), std::string::npos) << with_total;
   EXPECT_EQ(with_total.rfind("[============>           ]", 0), 0u) << with_total;
+  // A model-parallel worker says its ranks share one batch: 50 steps x 10 samples / 200 per s.
+  metrics.set_samples_per_step(10);
+  EXPECT_NE(format_progress(metrics, spec, true).find("ETA 3s"), std::string::npos);
+  metrics.set_samples_per_step(0);
   metrics.set_total_epochs(3);
   EXPECT_NE(format_progress(metrics, spec, false).find("epoch 1/3"), std::string::npos);
   // Without the worker's total, a spec with a fixed train_size implies it: 3 x ceil(990 / 20).
   metrics.set_total_steps(0);
   spec.mutable_dataset()->set_train_size(990);
   EXPECT_NE(format_progress(metrics, spec, false).find("step 50/150"), std::string::npos);
+}
+
+TEST(OutputTest, JsonQuoteKeepsUtf8AndReplacesInvalidBytes) {
+  EXPECT_EQ(json_quote("caf\xc3\xa9 \"x\"\n"), "\"caf\xc3\xa9 \\\"x\\\"\\n\"");
+  EXPECT_EQ(json_quote("a\xff\xc3"), "\"a\\ufffd\\ufffd\"");
+  EXPECT_EQ(json_quote("\xed\xa0\x80"), "\"\\ufffd\\ufffd\\ufffd\"");  // a surrogate
+  // A character cut at the end of a chunk is held back; a whole one or a stray byte is not.
+  EXPECT_EQ(utf8_complete_prefix("ab\xe2\x82"), 2u);
+  EXPECT_EQ(utf8_complete_prefix("ab\xf0\x9f\x98"), 2u);
+  EXPECT_EQ(utf8_complete_prefix("ab\xe2\x82\xac"), 5u);
+  EXPECT_EQ(utf8_complete_prefix("ab\xff"), 3u);
+  EXPECT_EQ(utf8_complete_prefix("ab\x82"), 3u);
+  EXPECT_EQ(utf8_complete_prefix(""), 0u);
 }
 
 TEST(OutputTest, TableColumnsAlign) {

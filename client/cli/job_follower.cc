@@ -51,9 +51,12 @@ std::string format_progress(const cohort::v1::Metrics& metrics, const cohort::v1
   line += fmt::format("  loss {:.4f}", metrics.loss());
   if (metrics.accuracy() > 0) line += fmt::format("  acc {:.2f}%", metrics.accuracy() * 100);
   if (metrics.samples_per_s() > 0) line += fmt::format("  {:.0f} samples/s", metrics.samples_per_s());
-  if (total > 0 && metrics.samples_per_s() > 0 && samples_per_step(spec) > 0) {
-    const double seconds = static_cast<double>(std::max<int64_t>(0, total - metrics.step())) *
-                           samples_per_step(spec) / metrics.samples_per_s();
+  // The worker's own samples per step (model-parallel ranks share one batch), else the spec's.
+  const double per_step = metrics.samples_per_step() > 0 ? static_cast<double>(metrics.samples_per_step())
+                                                         : samples_per_step(spec);
+  if (total > 0 && metrics.samples_per_s() > 0 && per_step > 0) {
+    const double seconds = static_cast<double>(std::max<int64_t>(0, total - metrics.step())) * per_step /
+                           metrics.samples_per_s();
     line += "  ETA " + format_duration(static_cast<int64_t>(std::ceil(seconds)));
   }
   return line;
@@ -127,9 +130,16 @@ StatusOr<cohort::v1::JobRecord> follow_job(Client& client, const std::string& jo
   COHORT_ASSIGN_OR_RETURN(cohort::v1::JobRecord job, client.get(job_id));
   ProgressPrinter printer(context, job_id, job.spec());
   int64_t last_seq = 0;
+  // While the coordinator cannot be reached: when that began (the clock's epoch: it can), and the
+  // next wait.
+  const std::chrono::steady_clock::time_point reachable{};
+  std::chrono::steady_clock::time_point unreachable_since = reachable;
+  std::chrono::milliseconds backoff = kFollowInitialRetryBackoff;
+  bool announced = false;
   // The stream ends by itself when the job finishes; a coordinator restart ends it early, so a
   // job that is not over yet is watched again from the last event seen.
   while (true) {
+    const int64_t seq_before = last_seq;
     Status watched = client.watch(
         job_id,
         [&](const cohort::v1::JobEvent& event) {
@@ -138,13 +148,42 @@ StatusOr<cohort::v1::JobRecord> follow_job(Client& client, const std::string& jo
           return true;
         },
         last_seq);
-    COHORT_ASSIGN_OR_RETURN(job, client.get(job_id));
-    if (is_final_state(job.state())) break;
-    if (!watched.ok()) {
-      printer.finish();
-      return watched;
+    StatusOr<cohort::v1::JobRecord> got = client.get(job_id);
+    if (got.ok()) {
+      job = std::move(got).value();
+      if (is_final_state(job.state())) break;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // never spin on a stream that ends early
+    const Status problem = !got.ok() ? got.status() : watched;
+    if (problem.ok() || last_seq > seq_before) {  // reachable: a new outage starts a new window
+      unreachable_since = reachable;
+      backoff = kFollowInitialRetryBackoff;
+    }
+    if (problem.ok()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // never spin on a stream that ends early
+      continue;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    // A coordinator shutting down cancels the calls in flight (CANCELLED); this follower never
+    // cancels its own calls on an error path, so that, too, means "restarting".
+    const bool unreachable = problem.code() == StatusCode::kUnavailable ||
+                             problem.code() == StatusCode::kDeadlineExceeded ||
+                             problem.code() == StatusCode::kCancelled;
+    if (unreachable_since == reachable) unreachable_since = now;
+    if (!unreachable || now - unreachable_since >= kFollowReconnectWindow) {
+      printer.finish();
+      return problem;
+    }
+    if (!announced) {
+      printer.finish();
+      if (context.err != nullptr) {
+        *context.err << "coordinator unreachable, retrying (up to " << kFollowReconnectWindow.count()
+                     << " s)\n";
+        context.err->flush();
+      }
+      announced = true;
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, kFollowMaxRetryBackoff);
   }
   printer.finish();
   return job;

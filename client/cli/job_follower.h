@@ -20,6 +20,12 @@ namespace cohort::client::cli {
 
 // Plain (non-terminal) progress lines come at most this often, so a log file stays readable.
 inline constexpr std::chrono::seconds kPlainProgressInterval{2};
+// How long follow_job keeps trying to reach a coordinator that went away before giving up: a
+// restart (systemctl restart cohortd) takes seconds, a crash loop or a dead host longer.
+inline constexpr std::chrono::seconds kFollowReconnectWindow{60};
+// The first wait between reconnect attempts; it doubles up to kFollowMaxRetryBackoff.
+inline constexpr std::chrono::milliseconds kFollowInitialRetryBackoff{200};
+inline constexpr std::chrono::milliseconds kFollowMaxRetryBackoff{5000};
 // Characters of the progress bar itself.
 inline constexpr int kProgressBarWidth = 24;
 
@@ -29,7 +35,10 @@ inline constexpr int kProgressBarWidth = 24;
 std::string format_progress(const cohort::v1::Metrics& metrics, const cohort::v1::JobSpec& spec, bool bar);
 
 // Watches the job until it is SUCCEEDED, FAILED or CANCELLED, printing to context.out (nothing in
-// JSON mode), then returns its record. Errors when the coordinator goes away. Blocks.
+// JSON mode), then returns its record. When the coordinator cannot be reached (UNAVAILABLE,
+// DEADLINE_EXCEEDED, or CANCELLED by a server shutting down: a restart) it prints "coordinator unreachable,
+// retrying" once to context.err and watches again from the last event seen, with backoff, for up to
+// kFollowReconnectWindow; then, and on any other error, returns the error. Blocks.
 StatusOr<cohort::v1::JobRecord> follow_job(Client& client, const std::string& job_id,
                                            const CommandContext& context);
 

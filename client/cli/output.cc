@@ -22,9 +22,66 @@ std::string to_json(const google::protobuf::Message& message) {
   return json;
 }
 
+namespace {
+
+// The length of the well-formed UTF-8 sequence at the start of `bytes` (1 to 4); 0 when it is not
+// well formed; -1 when it is a well-formed start that `bytes` cuts short.
+int utf8_sequence_length(std::string_view bytes) {
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(bytes[i]); };
+  const unsigned char lead = byte(0);
+  if (lead < 0x80) return 1;
+  int length = 0;
+  unsigned char low = 0x80, high = 0xBF;  // the allowed range of the second byte
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    length = 2;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    length = 3;
+    if (lead == 0xE0) low = 0xA0;   // overlong
+    if (lead == 0xED) high = 0x9F;  // surrogates
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    length = 4;
+    if (lead == 0xF0) low = 0x90;   // overlong
+    if (lead == 0xF4) high = 0x8F;  // beyond U+10FFFF
+  } else {
+    return 0;
+  }
+  for (size_t i = 1; i < static_cast<size_t>(length); ++i) {
+    if (i >= bytes.size()) return -1;
+    const unsigned char lo = i == 1 ? low : 0x80, hi = i == 1 ? high : 0xBF;
+    if (byte(i) < lo || byte(i) > hi) return 0;
+  }
+  return length;
+}
+
+}  // namespace
+
+size_t utf8_complete_prefix(std::string_view bytes) {
+  // A sequence is at most 4 bytes: only a lead byte among the last 3 can start a cut one.
+  const size_t first = bytes.size() > 3 ? bytes.size() - 3 : 0;
+  for (size_t i = bytes.size(); i > first; --i) {
+    const unsigned char c = static_cast<unsigned char>(bytes[i - 1]);
+    if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back
+    return utf8_sequence_length(bytes.substr(i - 1)) == -1 ? i - 1 : bytes.size();
+  }
+  return bytes.size();
+}
+
 std::string json_quote(const std::string& text) {
   std::string out = "\"";
-  for (unsigned char c : text) {
+  for (size_t i = 0; i < text.size();) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x80) {
+      // JSON must be valid UTF-8: copy well-formed sequences, U+FFFD for each stray byte.
+      const int length = utf8_sequence_length(std::string_view(text).substr(i));
+      if (length > 0) {
+        out.append(text, i, static_cast<size_t>(length));
+        i += static_cast<size_t>(length);
+      } else {
+        out += "\\ufffd";
+        ++i;
+      }
+      continue;
+    }
     switch (c) {
       case '"':
         out += "\\\"";
@@ -48,6 +105,7 @@ std::string json_quote(const std::string& text) {
           out += static_cast<char>(c);
         }
     }
+    ++i;
   }
   return out + "\"";
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <google/protobuf/message.h>
@@ -20,8 +21,14 @@ namespace cohort::client::cli {
 // `message` in protobuf's JSON mapping with the .proto field names, indented, one trailing newline.
 std::string to_json(const google::protobuf::Message& message);
 
-// `text` as a JSON string literal, quotes included.
+// `text` as a JSON string literal, quotes included. Bytes that are not well-formed UTF-8 become
+// U+FFFD, so the result is always valid JSON.
 std::string json_quote(const std::string& text);
+
+// How much of `bytes` to emit now: all of it, except a trailing UTF-8 sequence that is well formed
+// so far but cut short (output streamed in chunks splits characters); hold that back and put it
+// in front of the next chunk.
+size_t utf8_complete_prefix(std::string_view bytes);
 
 // Rows under a header, each column as wide as its widest cell, two spaces apart; the last column is
 // not padded. Every row has the header's number of cells.

@@ -33,7 +33,9 @@ int run(const CommandContext& context, const std::vector<std::string>& raw_args)
   // --state repeats, which Args keeps only once: take them out first.
   for (size_t i = 0; i < raw_args.size(); ++i) {
     std::string name;
-    if (raw_args[i] == "--state" && i + 1 < raw_args.size()) {
+    if (raw_args[i] == "--state") {
+      if (i + 1 >= raw_args.size())
+        return usage_error(context, "list", "--state needs a value, e.g. --state running");
       name = raw_args[++i];
     } else if (raw_args[i].rfind("--state=", 0) == 0) {
       name = raw_args[i].substr(8);

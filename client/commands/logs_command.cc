@@ -42,18 +42,38 @@ int run(const CommandContext& context, const std::vector<std::string>& raw_args)
   const std::string& job_id = args->positional()[0];
   const bool follow = args->has("--follow");
   Client client(context.coordinator);
+  // -o json: a character split across chunks is held back to the next one, so each object's text
+  // is whole UTF-8.
+  std::string held;
+  auto print_json = [&](const std::string& text) {
+    *context.out << fmt::format("{{\"job_id\": {}, \"rank\": {}, \"text\": {}}}\n", json_quote(job_id), *rank,
+                                json_quote(text));
+  };
   auto print = [&](std::string_view bytes) {
     if (context.format == OutputFormat::kJson) {
-      *context.out << fmt::format("{{\"job_id\": {}, \"rank\": {}, \"text\": {}}}\n", json_quote(job_id),
-                                  *rank, json_quote(std::string(bytes)));
+      held.append(bytes);
+      const size_t complete = utf8_complete_prefix(held);
+      if (complete > 0) print_json(held.substr(0, complete));
+      held.erase(0, complete);
     } else {
       context.out->write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     }
     context.out->flush();
     return true;
   };
+  // The agent keeps only the newest output in memory: say what is missing and where it is.
+  auto gap = [&](int64_t skipped, const std::string& log_path, const std::string& node_id) {
+    *context.err << fmt::format("[{} bytes skipped; the full log is {} on node {}]\n", skipped,
+                                log_path.empty() ? "the rank's log file" : log_path, node_id);
+    context.err->flush();
+  };
   while (true) {
-    Status status = client.logs(job_id, *rank, follow, print);
+    Status status = client.logs(job_id, *rank, follow, print, std::nullopt, gap);
+    if (!held.empty()) {  // the output ended inside a character: json_quote marks the bytes invalid
+      print_json(held);
+      held.clear();
+      context.out->flush();
+    }
     // Following a job that is queued (no placement) or whose tasks are still being launched (the
     // agent does not know it yet): wait for it, unless it ended without ever running.
     const bool not_there_yet =
@@ -62,7 +82,15 @@ int run(const CommandContext& context, const std::vector<std::string>& raw_args)
       return status.ok() ? kExitOk : report_error(context, status);
     StatusOr<cohort::v1::JobRecord> job = client.get(job_id);
     if (!job.ok()) return report_error(context, job.status());
-    if (is_final_state(job->state())) return report_error(context, status);
+    if (is_final_state(job->state())) {
+      // It ended between the two calls: say so rather than the stale "not placed yet".
+      if (job->placement().nodes_size() == 0) {
+        return report_error(context, failed_precondition_error("job {} ended ({}) without running, so it "
+                                                               "has no logs",
+                                                               job_id, state_name(job->state())));
+      }
+      return report_error(context, status);
+    }
     std::this_thread::sleep_for(kLogsRetryInterval);
   }
 }

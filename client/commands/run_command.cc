@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include <atomic>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -27,6 +28,7 @@
 #include "client/client.h"
 #include "client/commands/commands.h"
 #include "client/job_spec_yaml.h"
+#include "daemon/agent/node_inventory.h"
 #include "daemon/server/daemon_server.h"
 
 namespace cohort::client::commands {
@@ -113,26 +115,71 @@ class InterruptCanceller {
     if (thread_.joinable()) thread_.join();
     pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
   }
-  // Starts watching for the signals; `cancel` runs on the watcher thread at the first one.
+  // Starts watching for the signals; `cancel` runs on the watcher thread at the first one. A
+  // second one means "stop now": the watcher restores the default action and re-raises it, which
+  // ends `cohort run` (the workers may then be left behind, as the user asked).
   void start(std::function<void(int signal)> cancel) {
     thread_ = std::thread([this, cancel = std::move(cancel)] {
       const timespec poll = {0, 200 * 1000 * 1000};  // how soon the destructor is noticed
       while (!done_) {
         const int signal = sigtimedwait(&signals_, nullptr, &poll);
-        if (signal > 0) {
+        if (signal <= 0) continue;
+        if (first_signal_ == 0) {
+          first_signal_ = signal;
           cancel(signal);
-          return;
+          continue;
         }
+        std::signal(signal, SIG_DFL);
+        sigset_t just_this;
+        sigemptyset(&just_this);
+        sigaddset(&just_this, signal);
+        pthread_sigmask(SIG_UNBLOCK, &just_this, nullptr);
+        raise(signal);  // delivered to this thread, now unblocked: the default action ends the process
       }
     });
   }
+  // The first signal taken (0: none yet). Thread-safe.
+  int first_signal() const { return first_signal_; }
 
  private:
   sigset_t signals_;
   sigset_t old_mask_;
   std::atomic<bool> done_{false};
+  std::atomic<int> first_signal_{0};
   std::thread thread_;
 };
+
+// Removes a temporary data directory when it goes out of scope (early returns included), unless
+// keep() was called: a job that ran and failed leaves its logs for the user to read.
+class TempDirGuard {
+ public:
+  explicit TempDirGuard(std::string path) : path_(std::move(path)) {}
+  ~TempDirGuard() {
+    if (path_.empty() || keep_) return;
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TempDirGuard(const TempDirGuard&) = delete;
+  TempDirGuard& operator=(const TempDirGuard&) = delete;
+  void keep() { keep_ = true; }
+
+ private:
+  std::string path_;  // empty: nothing to remove (--data-dir)
+  bool keep_ = false;
+};
+
+// FAILED_PRECONDITION when the job wants more GPUs than this machine has: every local node shares
+// the machine's GPUs, so placement would wait PENDING forever.
+Status check_local_gpus(const cohort::v1::JobSpec& spec) {
+  if (spec.gpus_per_proc() <= 0) return ok_status();
+  const int64_t needed = static_cast<int64_t>(spec.nodes()) * spec.procs_per_node() * spec.gpus_per_proc();
+  const int64_t available = static_cast<int64_t>(agent::probe_gpus(agent::system_gpu_probe_sources()).size());
+  if (needed <= available) return ok_status();
+  return failed_precondition_error(
+      "the job needs {} GPU(s) (nodes {} x procs_per_node {} x gpus_per_proc {}) but this machine has {}; "
+      "lower procs_per_node (--procs) or nodes so it fits, or set gpus_per_proc: 0 to run on CPU",
+      needed, spec.nodes(), spec.procs_per_node(), spec.gpus_per_proc(), available);
+}
 
 // A fresh directory under $TMPDIR (or /tmp).
 StatusOr<std::string> make_temp_dir() {
@@ -169,6 +216,7 @@ int run(const CommandContext& context, const std::vector<std::string>& raw_args)
   StatusOr<std::string> worker =
       locate_worker(worker_search_from_environment(args->value("--worker"), context.program_path));
   if (!worker.ok()) return report_error(context, worker.status());
+  if (Status gpus = check_local_gpus(*spec); !gpus.ok()) return report_error(context, gpus);
 
   // The daemon's own chatter (registrations, placements) is noise here; the job's states are shown.
   if (std::getenv("COHORT_LOG_LEVEL") == nullptr) spdlog::set_level(spdlog::level::warn);
@@ -179,6 +227,7 @@ int run(const CommandContext& context, const std::vector<std::string>& raw_args)
     if (!made.ok()) return report_error(context, made.status());
     data_dir = *made;
   }
+  TempDirGuard temp_dir(temporary ? data_dir : "");
   int exit_status = kExitFailure;
   bool succeeded = false;
   {
@@ -218,13 +267,14 @@ int run(const CommandContext& context, const std::vector<std::string>& raw_args)
       for (const std::string& line : lines) *context.out << "  " << line << '\n';
     }
     exit_status = succeeded ? kExitOk : kExitFailure;
+    // Cancelled by Ctrl-C / SIGTERM: exit as a shell expects of an interrupted command.
+    if (job->state() == cohort::v1::CANCELLED && interrupts.first_signal() != 0)
+      exit_status = 128 + interrupts.first_signal();
   }
-  if (temporary && succeeded) {
-    std::error_code ignored;
-    std::filesystem::remove_all(data_dir, ignored);
-  } else if (context.format == OutputFormat::kHuman) {
+  // The job ran: keep a failed run's directory (its logs explain the failure).
+  if (!succeeded) temp_dir.keep();
+  if ((!succeeded || !temporary) && context.format == OutputFormat::kHuman)
     *context.out << "rank logs in " << data_dir << "/logs\n";
-  }
   return exit_status;
 }
 

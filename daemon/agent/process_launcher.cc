@@ -108,7 +108,7 @@ class PosixProcessHandle final : public ProcessHandle {
     // A reaped leader's group is not signalled here: its id may since belong to another group.
     // A straggler that still holds the pipes only delays the reader until stop_reader_.
     stop_reader_.store(true);
-    reader_.join();
+    join_reader();
     close_fd(stdout_fd_);
     close_fd(stderr_fd_);
   }
@@ -133,11 +133,23 @@ class PosixProcessHandle final : public ProcessHandle {
   }
 
   bool wait_output_closed(std::chrono::milliseconds timeout) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    return output_cv_.wait_for(lock, timeout, [this] { return output_closed_; });
+    bool closed = false;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      closed = output_cv_.wait_for(lock, timeout, [this] { return output_closed_; });
+    }
+    // The reader has nothing left to do: join it now rather than when the handle goes, so an
+    // ended task that is kept for its logs holds no thread.
+    if (closed) join_reader();
+    return closed;
   }
 
  private:
+  void join_reader() {
+    std::lock_guard<std::mutex> lock(join_mu_);
+    if (reader_.joinable()) reader_.join();
+  }
+
   // Delivers both pipes' bytes to the callbacks until both reach end of file or the handle goes.
   void read_output() {
     std::vector<char> buffer(kReadChunkBytes);
@@ -177,6 +189,7 @@ class PosixProcessHandle final : public ProcessHandle {
   std::optional<ExitStatus> exit_;  // guarded by mu_
   bool output_closed_ = false;      // guarded by mu_
   std::atomic<bool> stop_reader_{false};
+  std::mutex join_mu_;  // serializes joining reader_ (wait_output_closed and the destructor)
   std::thread reader_;
 };
 

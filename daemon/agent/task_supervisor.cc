@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <set>
 #include <utility>
 
@@ -147,9 +148,33 @@ Status TaskSupervisor::launch(const JobTasks& job) {
     }
     started[rank] = std::move(task).value();
   }
+  std::vector<Job> forgotten;  // destroyed after the lock is released
   std::lock_guard<std::mutex> lock(mu_);
   jobs_[job.job_id] = std::move(started);
+  forget_oldest_finished_locked(job.job_id, &forgotten);
   return ok_status();
+}
+
+void TaskSupervisor::forget_oldest_finished_locked(const std::string& keep, std::vector<Job>* forgotten) {
+  // Ended jobs by when their last rank exited.
+  std::vector<std::pair<uint64_t, std::string>> ended;
+  for (const auto& [job_id, job] : jobs_) {
+    if (job_id == keep) continue;
+    uint64_t last_exit = 0;
+    bool running = false;
+    for (const auto& [rank, task] : job) {
+      running = running || !task->exit.has_value();
+      last_exit = std::max(last_exit, task->exit_order);
+    }
+    if (!running) ended.emplace_back(last_exit, job_id);
+  }
+  if (ended.size() <= options_.max_finished_jobs) return;
+  std::sort(ended.begin(), ended.end());
+  for (size_t i = 0; i < ended.size() - options_.max_finished_jobs; ++i) {
+    auto it = jobs_.find(ended[i].second);
+    forgotten->push_back(std::move(it->second));
+    jobs_.erase(it);
+  }
 }
 
 bool TaskSupervisor::check_exit(const std::shared_ptr<Task>& task) {
@@ -174,6 +199,7 @@ bool TaskSupervisor::check_exit(const std::shared_ptr<Task>& task) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     task->exit = exit;
+    task->exit_order = ++exits_recorded_;
     report = TaskExit{task->job_id, task->rank, *exit, task->stopping};
   }
   if (on_exit_) on_exit_(report);

@@ -57,6 +57,11 @@ inline constexpr Duration kDefaultOutputDrainTimeout = std::chrono::seconds(2);
 // uninterruptible sleep (a hung NFS or GPU driver call) takes longer.
 inline constexpr Duration kKillWaitTimeout = std::chrono::seconds(10);
 
+// Ended jobs whose records and log rings the agent keeps (for `cohort logs` after the end); beyond
+// it the oldest ended ones are forgotten, so a long-lived agent's memory stays bounded (each keeps
+// a ring buffer per rank). Their log files stay on disk.
+inline constexpr size_t kDefaultMaxFinishedJobs = 64;
+
 struct TaskSupervisorOptions {
   std::string log_dir;                        // rank logs go to <log_dir>/<job_id>/rank-<rank>.log
   std::string node_id;                        // COHORT_NODE_ID
@@ -66,7 +71,8 @@ struct TaskSupervisorOptions {
   Duration stop_grace_period = kDefaultStopGracePeriod;        // SIGTERM → SIGKILL
   Duration exit_poll_interval = kDefaultExitPollInterval;      // monitor period
   Duration output_drain_timeout = kDefaultOutputDrainTimeout;  // exit → last output bytes
-  const coordinator::Clock* clock = nullptr;  // times the grace period; nullptr: the system clock
+  const coordinator::Clock* clock = nullptr;           // times the grace period; nullptr: the system clock
+  size_t max_finished_jobs = kDefaultMaxFinishedJobs;  // ended jobs kept; older ones are forgotten
 };
 
 // The tasks of one job that run on this node.
@@ -151,6 +157,7 @@ class TaskSupervisor {
     std::optional<ExitStatus> exit;  // guarded by mu_
     bool stopping = false;           // guarded by mu_
     bool claimed = false;            // guarded by mu_; someone is reporting this task's exit
+    uint64_t exit_order = 0;         // guarded by mu_; when it exited, in exits_recorded_ counts
   };
   using Job = std::map<int, std::shared_ptr<Task>>;
 
@@ -162,6 +169,9 @@ class TaskSupervisor {
   // Polls the tasks until all exited or `done()` says to give up.
   bool wait_all_exited(const std::vector<std::shared_ptr<Task>>& tasks, const std::function<bool()>& give_up);
   void monitor_loop();
+  // Moves the oldest ended jobs beyond options_.max_finished_jobs into `forgotten` (to destroy
+  // after mu_ is released: their handles join reader threads), sparing `keep`.
+  void forget_oldest_finished_locked(const std::string& keep, std::vector<Job>* forgotten);
 
   const TaskSupervisorOptions options_;
   ProcessLauncher* const launcher_;
@@ -173,6 +183,7 @@ class TaskSupervisor {
   std::condition_variable shutdown_cv_;
   bool shutdown_ = false;            // guarded by mu_
   std::map<std::string, Job> jobs_;  // guarded by mu_
+  uint64_t exits_recorded_ = 0;      // guarded by mu_
   std::thread monitor_;
 };
 

@@ -146,6 +146,23 @@ TEST_F(TaskSupervisorTest, RejectsInvalidJobsAndDuplicates) {
   EXPECT_EQ(supervisor.stop("job-dup").code(), StatusCode::kNotFound);
 }
 
+TEST_F(TaskSupervisorTest, ForgetsTheOldestEndedJobsBeyondTheLimit) {
+  TaskSupervisorOptions bounded = options();
+  bounded.max_finished_jobs = 2;
+  TaskSupervisor supervisor(bounded, &launcher_, recorder_.callback());
+  for (int i = 1; i <= 3; ++i) {
+    ASSERT_TRUE(supervisor.launch(shell_job("job-" + std::to_string(i), "true")).ok());
+    ASSERT_TRUE(recorder_.wait_for(static_cast<size_t>(i)));
+  }
+  // Three ended, limit two: launching another drops the oldest ended one only.
+  ASSERT_TRUE(supervisor.launch(shell_job("job-4", "sleep 100")).ok());
+  EXPECT_EQ(supervisor.tasks("job-1").status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(supervisor.tasks("job-2").ok());
+  EXPECT_TRUE(supervisor.tasks("job-3").ok());
+  EXPECT_TRUE(supervisor.tasks("job-4").ok());
+  ASSERT_TRUE(supervisor.stop("job-4").ok());
+}
+
 TEST_F(TaskSupervisorTest, StopKillsARankThatIgnoresTermAfterTheGracePeriod) {
   constexpr Duration kGrace = 300ms;
   TaskSupervisor supervisor(options(kGrace), &launcher_, recorder_.callback());

@@ -109,9 +109,9 @@ StatusOr<AgentOrders> Coordinator::register_node(NodeInfo info) {
   return orders;
 }
 
-Status Coordinator::heartbeat(const std::string& node_id) {
+Status Coordinator::heartbeat(const std::string& node_id, bool unschedulable) {
   std::lock_guard<std::mutex> lock(mu_);
-  return nodes_.heartbeat(node_id, clock_->now());
+  return nodes_.heartbeat(node_id, clock_->now(), unschedulable);
 }
 
 std::vector<NodeStatus> Coordinator::list_nodes() const {

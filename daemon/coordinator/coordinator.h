@@ -119,7 +119,7 @@ class Coordinator {
   // INVALID_ARGUMENT for malformed info.
   StatusOr<AgentOrders> register_node(NodeInfo info);
   // Renews a node's lease. NOT_FOUND: the node must register again.
-  Status heartbeat(const std::string& node_id);
+  Status heartbeat(const std::string& node_id, bool unschedulable = false);
   // Live nodes with free capacity, by node id.
   std::vector<NodeStatus> list_nodes() const;
   Duration node_lease() const { return nodes_.lease(); }

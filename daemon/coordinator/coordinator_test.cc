@@ -244,6 +244,18 @@ TEST_F(CoordinatorTest, AFailedAttemptWithRestartsLeftRunsAgainOnceItsSlotsDrain
             "rank 1 on node node-a exited with code 3 (attempt 2; all 1 restart(s) used)");
 }
 
+TEST_F(CoordinatorTest, NothingIsPlacedOnADrainingNode) {
+  add_node("node-a", 2);
+  ASSERT_TRUE(coordinator_->heartbeat("node-a", /*unschedulable=*/true).ok());
+  const std::string id = submit(valid_spec("drain", 1, 1));
+  EXPECT_TRUE(coordinator_->tick().launches.empty());
+  EXPECT_EQ(job(id).state(), JobState::kPending);
+  // Back to schedulable (a drain that was called off): the job is placed.
+  ASSERT_TRUE(coordinator_->heartbeat("node-a").ok());
+  EXPECT_EQ(coordinator_->tick().launches.size(), 1u);
+  EXPECT_EQ(job(id).state(), JobState::kPlaced);
+}
+
 TEST_F(CoordinatorTest, ANodeThatMissesItsLeaseFailsItsJobAndOnlyTheLiveNodesGetStops) {
   add_node("node-a", 1);
   add_node("node-b", 1);

@@ -35,7 +35,7 @@ Status NodeRegistry::register_node(NodeInfo info, TimePoint now) {
   return ok_status();
 }
 
-Status NodeRegistry::heartbeat(const std::string& node_id, TimePoint now) {
+Status NodeRegistry::heartbeat(const std::string& node_id, TimePoint now, bool unschedulable) {
   auto it = nodes_.find(node_id);
   if (it == nodes_.end()) {
     return not_found_error(
@@ -43,6 +43,7 @@ Status NodeRegistry::heartbeat(const std::string& node_id, TimePoint now) {
         node_id);
   }
   it->second.lease_expiry = now + lease_;
+  it->second.unschedulable = unschedulable;
   return ok_status();
 }
 
@@ -97,6 +98,11 @@ NodeStatus NodeRegistry::status_of(const Entry& entry) {
   }
   std::sort(status.free_gpus.begin(), status.free_gpus.end());
   status.lease_expiry = entry.lease_expiry;
+  status.unschedulable = entry.unschedulable;
+  if (entry.unschedulable) {  // draining: placement must not pick it
+    status.free_slots = 0;
+    status.free_gpus.clear();
+  }
   return status;
 }
 

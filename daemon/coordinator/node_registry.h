@@ -51,6 +51,7 @@ struct NodeStatus {
   int free_slots = 0;
   std::vector<int> free_gpus;  // GPU indexes not reserved, ascending
   TimePoint lease_expiry;      // lost if no heartbeat arrives by then
+  bool unschedulable = false;  // draining: free_slots and free_gpus read as none
 };
 
 class NodeRegistry {
@@ -67,9 +68,10 @@ class NodeRegistry {
   // info is malformed (empty id or address, slots < 1, repeated GPU index).
   Status register_node(NodeInfo info, TimePoint now);
 
-  // Renews a node's lease from `now`. NOT_FOUND when the node is unknown (never registered, or
-  // already expired): its agent must register again.
-  Status heartbeat(const std::string& node_id, TimePoint now);
+  // Renews a node's lease from `now` and records whether it takes new work (`unschedulable`: it
+  // is draining, so list() and placement see no free capacity on it). NOT_FOUND when the node is
+  // unknown (never registered, or already expired): its agent must register again.
+  Status heartbeat(const std::string& node_id, TimePoint now, bool unschedulable = false);
 
   // Removes every node whose lease ended before `now` and returns their ids, ascending.
   std::vector<std::string> expire(TimePoint now);
@@ -92,6 +94,7 @@ class NodeRegistry {
     TimePoint lease_expiry;
     int used_slots = 0;
     std::set<int> used_gpus;
+    bool unschedulable = false;  // per the latest heartbeat
   };
 
   static NodeStatus status_of(const Entry& entry);

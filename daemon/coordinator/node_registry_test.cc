@@ -35,6 +35,20 @@ TEST(NodeRegistryTest, RegisteredNodesAreListedByIdWithTheirFreeCapacity) {
   EXPECT_EQ(nodes[1].lease_expiry, t0 + kDefaultNodeLease);
 }
 
+TEST(NodeRegistryTest, ADrainingNodeShowsNoFreeCapacityUntilItHeartbeatsAgain) {
+  NodeRegistry registry;
+  const TimePoint t0;
+  ASSERT_TRUE(registry.register_node(node("node-a", 4, 2), t0).ok());
+  ASSERT_TRUE(registry.heartbeat("node-a", t0 + seconds(1), /*unschedulable=*/true).ok());
+  std::vector<NodeStatus> nodes = registry.list();
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_TRUE(nodes[0].unschedulable);
+  EXPECT_EQ(nodes[0].free_slots, 0);
+  EXPECT_TRUE(nodes[0].free_gpus.empty());
+  ASSERT_TRUE(registry.heartbeat("node-a", t0 + seconds(2)).ok());
+  EXPECT_EQ(registry.list()[0].free_slots, 4);
+}
+
 TEST(NodeRegistryTest, MalformedRegistrationsAreRejectedWithTheProblemNamed) {
   NodeRegistry registry;
   NodeInfo no_slots = node("node-a", 0);

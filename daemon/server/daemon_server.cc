@@ -18,6 +18,12 @@
 namespace cohort::daemon {
 namespace {
 
+int64_t steady_now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 // HOST:PORT or [V6]:PORT with a numeric port 0..65535; returns the host as written.
 StatusOr<std::string> listen_host(const std::string& listen) {
   const size_t colon = listen.rfind(':');
@@ -81,6 +87,13 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
   // gRPC sets SO_REUSEPORT by default: a second daemon on the same port would then start and
   // silently take half the calls. Binding must fail instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Clients ping every 30 s even when idle (client/client.h kKeepaliveTime) so a `submit -f` or
+  // `logs -f` notices a dead daemon; by default gRPC answers such pings with GOAWAY
+  // ("too_many_pings") and closes the stream, so accept them down to kMinClientPingInterval.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             static_cast<int>(kMinClientPingInterval.count()));
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.AddListeningPort(server->options_.listen, grpc::InsecureServerCredentials(), &server->port_);
 
   if (server->has_coordinator()) {
@@ -142,6 +155,8 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
   server->address_ = host.find(':') != std::string::npos && host.front() != '['
                          ? fmt::format("[{}]:{}", host, server->port_)
                          : fmt::format("{}:{}", host, server->port_);
+  server->tick_healthy_until_ns_ = server->healthy_deadline_ns(server->options_.tick_interval);
+  server->agent_healthy_until_ns_ = server->healthy_deadline_ns(std::chrono::milliseconds(0));
   if (server->has_coordinator()) {
     server->tick_thread_ = std::thread([self] { self->tick_loop(); });
     server->dispatch_thread_ = std::thread([self] { self->dispatch_loop(); });
@@ -156,6 +171,19 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
 }
 
 DaemonServer::~DaemonServer() { shutdown(); }
+
+bool DaemonServer::healthy() const {
+  if (shutting_down_) return true;  // the loops are ending on purpose; TimeoutStopSec bounds it
+  const int64_t now = steady_now_ns();
+  if (has_coordinator() && now > tick_healthy_until_ns_.load()) return false;
+  if (has_agent() && now > agent_healthy_until_ns_.load()) return false;
+  return true;
+}
+
+int64_t DaemonServer::healthy_deadline_ns(std::chrono::milliseconds idle) const {
+  return steady_now_ns() +
+         std::chrono::duration_cast<std::chrono::nanoseconds>(idle + options_.max_loop_silence).count();
+}
 
 void DaemonServer::dispatch(coordinator::AgentOrders orders) {
   if (orders.empty()) return;
@@ -190,9 +218,25 @@ void DaemonServer::dispatch_loop() {
     lock.unlock();
     // Stops first: a restart's stop and launch may arrive together, and slots free on stop.
     for (const coordinator::StopOrder& stop : orders.stops) send_stop(stop);
-    for (const coordinator::LaunchOrder& launch : orders.launches) send_launch(launch);
+    for (const coordinator::LaunchOrder& launch : orders.launches) {
+      // Queued orders can be stale: the attempt may have been cancelled, failed or restarted
+      // since; launching it would start tasks no one stops.
+      if (!attempt_is_active(launch.job_id, launch.attempt)) {
+        spdlog::info("launch of job {} attempt {} on node {} skipped: the attempt is no longer active",
+                     launch.job_id, launch.attempt, launch.node.node_id);
+        continue;
+      }
+      send_launch(launch);
+    }
     lock.lock();
   }
+}
+
+bool DaemonServer::attempt_is_active(const std::string& job_id, int attempt) const {
+  StatusOr<coordinator::Job> job = coordinator_->get_job(job_id);
+  if (!job.ok() || job->attempt() != attempt) return false;
+  // PLACED while its nodes launch; RUNNING once all did (a late order for one of them).
+  return job->state() == coordinator::JobState::kPlaced || job->state() == coordinator::JobState::kRunning;
 }
 
 cohort::v1::Agent::Stub& DaemonServer::agent_stub(const std::string& address) {
@@ -238,6 +282,17 @@ void DaemonServer::send_launch(const coordinator::LaunchOrder& order) {
       return;
     }
     dispatch(std::move(orders).value());
+    if (status.code() == StatusCode::kDeadlineExceeded || status.code() == StatusCode::kUnavailable) {
+      // The call may have reached the agent and started tasks before the answer was lost: stop
+      // them, or they run unaccounted for (an agent that knows no such attempt answers OK).
+      coordinator::StopOrder stop;
+      stop.node_id = order.node.node_id;
+      stop.address = order.node.address;
+      stop.job_id = order.job_id;
+      stop.attempt = order.attempt;
+      stop.reason = "launch timed out: " + status.message();
+      send_stop(stop);
+    }
     return;
   }
   Status started = coordinator_->report_tasks_started(order.node.node_id, order.job_id, order.attempt);
@@ -295,6 +350,10 @@ void DaemonServer::agent_loop() {
   Clock::time_point next_contact = Clock::now();
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
+    // Idle until next_contact at most, then one iteration's work must fit in max_loop_silence.
+    agent_healthy_until_ns_ = healthy_deadline_ns(
+        std::max(std::chrono::milliseconds(0),
+                 std::chrono::duration_cast<std::chrono::milliseconds>(next_contact - Clock::now())));
     exits_changed_.wait_until(lock, next_contact, [this] { return stopping_ || !exits_queue_.empty(); });
     if (stopping_) break;
     std::deque<agent::TaskExit> exits;
@@ -359,6 +418,7 @@ Status DaemonServer::register_node() {
 Status DaemonServer::heartbeat() {
   cohort::v1::HeartbeatRequest request;
   request.set_node_id(node_id_);
+  request.set_unschedulable(draining_);
   cohort::v1::HeartbeatResponse response;
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + options_.peer_rpc_timeout);
@@ -386,6 +446,7 @@ Status DaemonServer::report_exit(const agent::TaskExit& exit) {
 void DaemonServer::tick_loop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
+    tick_healthy_until_ns_ = healthy_deadline_ns(options_.tick_interval);
     if (stop_changed_.wait_for(lock, options_.tick_interval, [this] { return stopping_; })) break;
     lock.unlock();
     dispatch(coordinator_->tick());
@@ -402,6 +463,11 @@ void DaemonServer::drain() {
     if (coordinator_ != nullptr) coordinator_->start_draining();
     if (agent_service_ == nullptr || supervisor_ == nullptr) return;
     agent_service_->start_draining();
+    // Tell the coordinator now, not at the next heartbeat, so no new job is placed here (the
+    // agent thread heartbeats concurrently; both calls carry the same flag).
+    draining_ = true;
+    Status told = heartbeat();
+    if (!told.ok()) spdlog::warn("draining: telling the coordinator failed: {}", told.to_string());
     // One thread per job: each stop may take the whole grace period, and they must overlap.
     std::vector<std::thread> stoppers;
     for (const std::string& job_id : supervisor_->running_jobs()) {
@@ -427,6 +493,7 @@ void DaemonServer::shutdown() {
 }
 
 void DaemonServer::shutdown_once() {
+  shutting_down_ = true;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;

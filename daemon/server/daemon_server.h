@@ -35,6 +35,7 @@
 //
 // Thread-safe: shutdown() may be called from any thread, more than once.
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
@@ -75,6 +76,13 @@ inline constexpr const char* kDefaultListenAddress = "127.0.0.1:7070";
 inline constexpr std::chrono::milliseconds kDefaultPeerRpcTimeout = std::chrono::seconds(10);
 // How long an agent waits before trying RegisterNode (or a failed exit report) again.
 inline constexpr std::chrono::milliseconds kRegisterRetryInterval = std::chrono::seconds(1);
+// The shortest interval between client keepalive pings the server accepts without data flowing;
+// below the CLI's 30 s keepalive (client/client.h), so its idle streams are not cut.
+inline constexpr std::chrono::milliseconds kMinClientPingInterval = std::chrono::seconds(10);
+// How long the tick and agent loops may go without finishing an iteration before healthy() says
+// no (the systemd watchdog then stops pinging): well above an iteration's worst case (a few peer
+// RPC timeouts), so a slow coordinator is not mistaken for a hung daemon.
+inline constexpr std::chrono::milliseconds kDefaultMaxLoopSilence = std::chrono::seconds(60);
 // The worker every task runs unless DaemonServerOptions::worker_command says otherwise.
 inline constexpr const char* kDefaultWorkerPath = "/usr/local/bin/cohort-worker";
 
@@ -105,6 +113,7 @@ struct DaemonServerOptions {
   std::vector<std::string> worker_command = {kDefaultWorkerPath};
   agent::Duration stop_grace_period = agent::kDefaultStopGracePeriod;   // SIGTERM → SIGKILL
   std::chrono::milliseconds peer_rpc_timeout = kDefaultPeerRpcTimeout;  // one call to a peer
+  std::chrono::milliseconds max_loop_silence = kDefaultMaxLoopSilence;  // see healthy()
 };
 
 class DaemonServer {
@@ -136,6 +145,12 @@ class DaemonServer {
   // about the grace period; idempotent.
   void drain();
 
+  // Whether the daemon's own loops (the coordinator's tick, the agent's register / heartbeat /
+  // exit-report loop) are each waiting as planned or finished their work within
+  // options.max_loop_silence; true once shutting down. For the systemd watchdog. Thread-safe,
+  // non-blocking.
+  bool healthy() const;
+
   // Marks health NOT_SERVING, stops the tick thread, shuts the coordinator down (waking every
   // watcher and rendezvous waiter), and stops the server, cancelling calls still running after
   // options.shutdown_grace. Idempotent: concurrent and later calls wait for the first to finish.
@@ -146,10 +161,14 @@ class DaemonServer {
   explicit DaemonServer(DaemonServerOptions options);
   void shutdown_once();
   void tick_loop();
+  // Now + `idle` + options_.max_loop_silence, in steady_clock nanoseconds.
+  int64_t healthy_deadline_ns(std::chrono::milliseconds idle) const;
   void dispatch(coordinator::AgentOrders orders);
   // Coordinator side: carries out queued orders with Agent stubs.
   void dispatch_loop();
   void send_launch(const coordinator::LaunchOrder& order);
+  // Whether the coordinator still runs `attempt` of `job_id` (PLACED or RUNNING).
+  bool attempt_is_active(const std::string& job_id, int attempt) const;
   // The MASTER_PORT of the order's attempt (picked free on this host the first time).
   int master_port_for(const coordinator::LaunchOrder& order);
   void send_stop(const coordinator::StopOrder& order);
@@ -193,6 +212,12 @@ class DaemonServer {
   std::map<std::pair<std::string, int>, int> master_ports_;
   std::once_flag drain_once_;
   std::once_flag shutdown_once_;
+  // steady_clock nanoseconds until which the tick / agent loop counts as healthy: set before each
+  // wait to the wait's end plus max_loop_silence for the work that follows.
+  std::atomic<int64_t> tick_healthy_until_ns_{0};
+  std::atomic<int64_t> agent_healthy_until_ns_{0};
+  std::atomic<bool> shutting_down_{false};
+  std::atomic<bool> draining_{false};  // the agent reports itself unschedulable
   std::thread tick_thread_;
   std::thread dispatch_thread_;
   std::thread agent_thread_;

@@ -10,7 +10,9 @@
 
 namespace cohort::daemon {
 
-SystemdNotifier::~SystemdNotifier() {
+SystemdNotifier::~SystemdNotifier() { stop_watchdog(); }
+
+void SystemdNotifier::stop_watchdog() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
@@ -47,19 +49,26 @@ Status SystemdNotifier::notify_stopping(const std::string& status) {
   return notify("STOPPING=1\nSTATUS=" + status);
 }
 
-void SystemdNotifier::start_watchdog() {
+void SystemdNotifier::start_watchdog(std::function<bool()> healthy) {
   std::optional<std::chrono::milliseconds> interval = watchdog_interval();
   if (!interval.has_value() || watchdog_.joinable()) return;
   spdlog::info("systemd watchdog: pinging every {} ms", interval->count());
-  watchdog_ = std::thread([this, period = *interval] { watchdog_loop(period); });
+  watchdog_ = std::thread(
+      [this, period = *interval, healthy = std::move(healthy)] { watchdog_loop(period, healthy); });
 }
 
-void SystemdNotifier::watchdog_loop(std::chrono::milliseconds interval) {
+void SystemdNotifier::watchdog_loop(std::chrono::milliseconds interval,
+                                    const std::function<bool()>& healthy) {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
     lock.unlock();
-    Status pinged = notify("WATCHDOG=1");
-    if (!pinged.ok()) spdlog::warn("systemd watchdog ping failed: {}", pinged.to_string());
+    if (!healthy || healthy()) {
+      Status pinged = notify("WATCHDOG=1");
+      if (!pinged.ok()) spdlog::warn("systemd watchdog ping failed: {}", pinged.to_string());
+    } else {
+      // No ping: systemd restarts the daemon once WatchdogSec passes without one.
+      spdlog::error("systemd watchdog: the daemon's loops made no progress recently; not pinging");
+    }
     lock.lock();
     stop_changed_.wait_for(lock, interval, [this] { return stopping_; });
   }

@@ -172,6 +172,7 @@ grpc::Status AgentService::StreamLogs(grpc::ServerContext* context,
       out.set_stream(cohort::v1::BOTH);
       out.set_data(std::move(chunk.data));
       out.set_offset(static_cast<int64_t>(chunk.offset));
+      if (chunk.skipped > 0) out.set_log_path((*capture)->path());
       if (!writer->Write(out)) return grpc::Status::OK;  // the client left
     }
     offset = chunk.next_offset;

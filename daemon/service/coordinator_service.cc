@@ -61,7 +61,7 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* /*context*/,
                                            const cohort::v1::HeartbeatRequest* request,
                                            cohort::v1::HeartbeatResponse* response) {
   Status status = require_node_id(request->node_id());
-  if (status.ok()) status = coordinator_->heartbeat(request->node_id());
+  if (status.ok()) status = coordinator_->heartbeat(request->node_id(), request->unschedulable());
   if (!status.ok()) return to_grpc_status(status);
   response->set_lease_ms(coordinator_->node_lease().count());
   return grpc::Status::OK;

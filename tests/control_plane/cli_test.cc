@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -21,6 +22,7 @@
 
 #include "client/cli/cli.h"
 #include "client/cli/command.h"
+#include "client/cli/job_follower.h"
 #include "client/client.h"
 #include "cohort/v1/agent.pb.h"
 #include "cohort/v1/coordinator.pb.h"
@@ -49,6 +51,7 @@ ok-*)
   echo "test accuracy 0.9${RANK}00"
   exit 0;;
 sleep-*) echo started; exec sleep 100;;
+big-*) head -c 1200000 /dev/zero | tr '\0' x; echo; echo last line; exit 0;;
 resume-*)
   if [ "$COHORT_ATTEMPT" = 1 ]; then exit 5; fi
   echo "attempt $COHORT_ATTEMPT resume ${COHORT_RESUME:-unset}"
@@ -111,10 +114,10 @@ class CliTest : public ::testing::Test {
     if (server_ != nullptr) server_->shutdown();
   }
 
-  void start_server(std::vector<std::string> worker_command) {
+  void start_server(std::vector<std::string> worker_command, const std::string& listen = "127.0.0.1:0") {
     daemon::DaemonServerOptions options;
     options.role = daemon::DaemonRole::kAll;
-    options.listen = "127.0.0.1:0";
+    options.listen = listen;
     options.data_dir = data_dir_.path();
     options.tick_interval = std::chrono::milliseconds(50);
     options.node_id = "node-a";
@@ -242,6 +245,68 @@ TEST_F(CliTest, SubmitFollowStatusListLogsAndJson) {
   EXPECT_NE(json_logs.out.find("\"rank\": 0"), std::string::npos) << json_logs.out;
 }
 
+TEST_F(CliTest, MessagesSayWhatHappened) {
+  CliResult no_value = cohort({"list", "--state"});
+  EXPECT_NE(no_value.status, kExitOk);
+  EXPECT_NE(no_value.err.find("--state needs a value"), std::string::npos) << no_value.err;
+
+  // Two nodes on a one-node cluster: PENDING until cancelled, never placed.
+  CliResult submitted = cohort({"submit", write_job("ok", /*nodes=*/2), "-o", "json"});
+  ASSERT_EQ(submitted.status, kExitOk) << submitted.err;
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(submitted.out, match, std::regex("\"job_id\": \"([^\"]+)\"")));
+  const std::string id = match[1].str();
+  ASSERT_EQ(cohort({"cancel", id}).status, kExitOk);
+  CliResult logs = cohort({"logs", id, "-f"});
+  EXPECT_EQ(logs.status, kExitFailure);
+  EXPECT_NE(logs.err.find("without running"), std::string::npos) << logs.err;
+  EXPECT_EQ(logs.err.find("once it runs"), std::string::npos) << logs.err;
+}
+
+// More output than the agent's in-memory ring: `cohort logs` says how much is missing and where
+// the whole log is, then prints the rest.
+TEST_F(CliTest, LogsSaysWhatTheAgentAlreadyDropped) {
+  const std::string id = submit("big");
+  ASSERT_EQ(wait_for_state(id, cohort::v1::SUCCEEDED).state(), cohort::v1::SUCCEEDED);
+  CliResult logs = cohort({"logs", id});
+  ASSERT_EQ(logs.status, kExitOk) << logs.err;
+  EXPECT_NE(logs.out.find("last line"), std::string::npos);
+  EXPECT_LT(logs.out.size(), 1200000u);
+  EXPECT_NE(logs.err.find(" bytes skipped; the full log is " + data_dir_.path() + "/logs/"),
+            std::string::npos)
+      << logs.err;
+  EXPECT_NE(logs.err.find("rank-0.log on node node-a]"), std::string::npos) << logs.err;
+}
+
+// `submit -f` outlives a coordinator restart: it says so once and picks up from the last event.
+TEST_F(CliTest, FollowRetriesWhileTheCoordinatorRestarts) {
+  const std::string id = submit("sleep");
+  ASSERT_EQ(wait_for_state(id, cohort::v1::RUNNING).state(), cohort::v1::RUNNING);
+  std::ostringstream out, err;
+  CommandContext context;
+  context.coordinator = server_->address();
+  context.out = &out;
+  context.err = &err;
+  Client client(server_->address());
+  std::optional<StatusOr<cohort::v1::JobRecord>> followed;
+  std::thread follower([&] { followed = follow_job(client, id, context); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const std::string listen = "127.0.0.1:" + std::to_string(server_->port());
+  server_->shutdown();
+  server_.reset();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the follower finds nobody there
+  start_server({worker_}, listen);
+  // The restarted coordinator fails the attempt it no longer tracks; the follower, which watches
+  // again from the last event it saw, reports that end instead of giving up at the restart.
+  follower.join();
+  ASSERT_TRUE(followed.has_value());
+  ASSERT_TRUE(followed->ok()) << followed->status().to_string() << "\n" << err.str();
+  EXPECT_EQ((*followed)->state(), cohort::v1::FAILED) << (*followed)->DebugString();
+  EXPECT_NE((*followed)->reason().find("coordinator restarted"), std::string::npos) << (*followed)->reason();
+  EXPECT_NE(out.str().find("job " + id + ": FAILED"), std::string::npos) << out.str();
+  EXPECT_NE(err.str().find("coordinator unreachable, retrying"), std::string::npos) << err.str();
+}
+
 TEST_F(CliTest, CancelStopsARunningJob) {
   const std::string id = submit("sleep");
   ASSERT_EQ(wait_for_state(id, cohort::v1::RUNNING).state(), cohort::v1::RUNNING);
@@ -330,6 +395,14 @@ TEST(CliRunTest, RunsOneJobInProcessAndExitsWithItsResult) {
   CliResult no_worker = cli({"run", job, "--worker", scratch.path() + "/nope"});
   EXPECT_EQ(no_worker.status, kExitFailure);
   EXPECT_NE(no_worker.err.find("nope does not exist"), std::string::npos) << no_worker.err;
+
+  // More GPUs than any machine has: refused up front (not PENDING forever), saying what to change.
+  const std::string greedy = scratch.path() + "/greedy.yaml";
+  std::ofstream(greedy) << job_yaml("ok", /*nodes=*/1, /*procs=*/2, "gpus_per_proc: 4096\n");
+  CliResult too_many = cli({"run", greedy, "--worker", worker});
+  EXPECT_EQ(too_many.status, kExitFailure);
+  EXPECT_NE(too_many.err.find("needs 8192 GPU(s)"), std::string::npos) << too_many.err;
+  EXPECT_NE(too_many.err.find("gpus_per_proc: 0"), std::string::npos) << too_many.err;
 }
 
 }  // namespace

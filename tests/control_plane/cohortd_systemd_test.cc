@@ -10,8 +10,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -20,6 +22,7 @@
 #include <gtest/gtest.h>
 
 #include "daemon/coordinator/temp_dir.h"
+#include "daemon/server/systemd_notifier.h"
 
 namespace cohort::daemon {
 namespace {
@@ -133,6 +136,27 @@ TEST(CohortdSystemdTest, ConfigFileFlagsOverrideNotifyReadyWatchdogStopping) {
   ASSERT_EQ(kill(daemon.pid, SIGTERM), 0);
   EXPECT_NE(notify.until("STOPPING=1"), "");
   EXPECT_EQ(daemon.wait_exit(), 0);
+}
+
+// The watchdog pings only while the daemon says it is healthy: a daemon whose loops are stuck
+// stops pinging and systemd restarts it.
+TEST(CohortdSystemdTest, WatchdogPingsOnlyWhileHealthy) {
+  const std::string socket_path = "/tmp/cohortd-notify-health-" + std::to_string(getpid());
+  NotifySocket notify(socket_path);
+  setenv("NOTIFY_SOCKET", socket_path.c_str(), 1);
+  setenv("WATCHDOG_USEC", "100000", 1);  // a ping every 50 ms
+  unsetenv("WATCHDOG_PID");
+  std::atomic<bool> healthy{false};
+  {
+    SystemdNotifier systemd;
+    systemd.start_watchdog([&healthy] { return healthy.load(); });
+    // Six ping periods without a ping while unhealthy.
+    EXPECT_EQ(notify.next(/*timeout_ms=*/300), "");
+    healthy = true;
+    EXPECT_NE(notify.until("WATCHDOG=1"), "");
+  }
+  unsetenv("NOTIFY_SOCKET");
+  unsetenv("WATCHDOG_USEC");
 }
 
 TEST(CohortdSystemdTest, UnknownConfigKeyIsRefusedNamingFileAndLine) {
