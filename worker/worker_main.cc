@@ -92,6 +92,10 @@ cohort::Status run_worker(WorkerFlags flags) {
 
   auto comm = cohort::comm::create_communicator(kind, cohort::comm::InitOptions::from_url(flags.init));
   if (!comm.ok()) return comm.status().with_context(fmt::format("joining the job via {}", flags.init));
+  // Every rank says it joined and how it ended, so `cohort logs --rank R` shows each rank's part
+  // (progress lines come from rank 0 only).
+  spdlog::info("rank {} of {} joined via {} ({} communicator, {} rank(s) on this node)", (*comm)->rank(),
+               (*comm)->size(), flags.init, kind, (*comm)->intra_size());
   // The ranks on this node share its cores.
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   at::set_num_threads(
@@ -104,6 +108,7 @@ cohort::Status run_worker(WorkerFlags flags) {
   options.metrics = reporter.get();
   auto result = cohort::worker::run_job(spec, **comm, options);
   if (!result.ok()) return result.status().with_context(fmt::format("rank {}: training", (*comm)->rank()));
+  spdlog::info("rank {} finished after {} step(s)", (*comm)->rank(), result->steps);
   return cohort::ok_status();
 }
 
