@@ -11,6 +11,7 @@
 
 #include <signal.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -190,7 +191,12 @@ class EndToEndTest : public ::testing::Test {
         grpc::CreateChannel(coordinator_->address(), grpc::InsecureChannelCredentials()));
   }
 
-  std::string submit(const cohort::v1::JobSpec& spec) { return submit_job(*stub_, spec); }
+  // Job names carry this process's pid: the workers are found through /proc by their job id, which
+  // must not match another instance of this test running at the same time.
+  std::string submit(cohort::v1::JobSpec spec) {
+    spec.set_name(spec.name() + "-" + std::to_string(getpid()));
+    return submit_job(*stub_, spec);
+  }
   cohort::v1::JobRecord get_job(const std::string& id) { return testing::get_job(*stub_, id); }
   cohort::v1::JobRecord wait_for_state(const std::string& id, cohort::v1::JobState state) {
     return wait_for_job_state(*stub_, id, state, kJobTimeout);
@@ -288,7 +294,7 @@ TEST_F(EndToEndTest, TwoNodesTimesTwoRanksTrainToSucceededAndTheRecordSurvivesAC
   start_coordinator();
   cohort::v1::JobRecord after = get_job(id);
   EXPECT_EQ(after.state(), cohort::v1::SUCCEEDED);
-  EXPECT_EQ(after.spec().name(), "dp");
+  EXPECT_EQ(after.spec().name(), "dp-" + std::to_string(getpid()));
   EXPECT_EQ(after.placement().world_size(), 4);
   // The agents find the restarted coordinator again.
   wait_for_nodes(*stub_, 2);
