@@ -19,36 +19,15 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/coordinator/temp_dir.h"
+
 namespace cohort::agent::testing {
 
 // Long enough for a loaded 2-core machine to fork and run a shell; tests finish far sooner.
 inline constexpr std::chrono::milliseconds kTestWaitTimeout = std::chrono::seconds(20);
 
-// A fresh directory from mkdtemp for one test, removed with everything in it afterwards.
-class TempDir {
- public:
-  TempDir() {
-    // TEST_TMPDIR is Bazel's per-test scratch space; /tmp when run by hand.
-    const char* base = std::getenv("TEST_TMPDIR");
-    std::string pattern = std::string(base != nullptr ? base : "/tmp") + "/cohort-agent-XXXXXX";
-    if (mkdtemp(pattern.data()) == nullptr) {
-      std::perror("mkdtemp");
-      std::abort();
-    }
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+// A fresh directory for one test, removed afterwards (the coordinator tests' helper).
+using TempDir = coordinator::testing::TempDir;
 
 // Polls `condition` every few milliseconds until it holds or `timeout` passes.
 inline bool wait_until(const std::function<bool()>& condition,

@@ -492,25 +492,19 @@ int NcclTransport::device() const { return core_->device; }
 void* NcclTransport::stream() const { return core_->stream; }
 
 std::shared_ptr<TransportWork> NcclTransport::isend(int peer, uint64_t tag, const void* data, size_t bytes) {
-  auto work = std::make_shared<NcclTransferWork>(core_, true, peer, const_cast<void*>(data), bytes);
-  Status valid = peer < 0 || peer >= size() ? invalid_argument_error("NCCL send: peer {} out of range", peer)
-                 : tag > kTransportTagMask ? invalid_argument_error("NCCL send: tag {} too large", tag)
-                                           : core_->check_device(data, bytes, "NCCL send");
-  std::lock_guard<std::mutex> lock(core_->mutex);
-  if (valid.ok() && core_->aborted.has_value()) valid = *core_->aborted;
-  if (!valid.ok() || bytes == 0) {
-    work->complete(valid);
-  } else {
-    core_->queued.push_back(work);
-  }
-  return work;
+  return enqueue(/*send=*/true, peer, tag, const_cast<void*>(data), bytes);
 }
 
 std::shared_ptr<TransportWork> NcclTransport::irecv(int peer, uint64_t tag, void* data, size_t bytes) {
-  auto work = std::make_shared<NcclTransferWork>(core_, false, peer, data, bytes);
-  Status valid = peer < 0 || peer >= size() ? invalid_argument_error("NCCL receive: peer {} out of range", peer)
-                 : tag > kTransportTagMask ? invalid_argument_error("NCCL receive: tag {} too large", tag)
-                                           : core_->check_device(data, bytes, "NCCL receive");
+  return enqueue(/*send=*/false, peer, tag, data, bytes);
+}
+
+std::shared_ptr<TransportWork> NcclTransport::enqueue(bool send, int peer, uint64_t tag, void* data, size_t bytes) {
+  auto work = std::make_shared<NcclTransferWork>(core_, send, peer, data, bytes);
+  const char* what = send ? "NCCL send" : "NCCL receive";
+  Status valid = peer < 0 || peer >= size() ? invalid_argument_error("{}: peer {} out of range", what, peer)
+                 : tag > kTransportTagMask ? invalid_argument_error("{}: tag {} too large", what, tag)
+                                           : core_->check_device(data, bytes, what);
   std::lock_guard<std::mutex> lock(core_->mutex);
   if (valid.ok() && core_->aborted.has_value()) valid = *core_->aborted;
   if (!valid.ok() || bytes == 0) {

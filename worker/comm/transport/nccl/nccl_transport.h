@@ -117,6 +117,10 @@ class NcclTransport final : public Transport {
   struct Core;  // shared with the transfers' Works (nccl_transport.cc)
 
  private:
+  // isend and irecv: validates the transfer and queues it for the next wait (or completes it at
+  // once with the error, or with nothing to move).
+  std::shared_ptr<TransportWork> enqueue(bool send, int peer, uint64_t tag, void* data, size_t bytes);
+
   explicit NcclTransport(std::shared_ptr<Core> core);
   std::shared_ptr<Core> core_;
 };
