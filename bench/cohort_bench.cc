@@ -10,8 +10,8 @@
 // average time per call; busbw uses nccl-tests' factors (bench_table.h).
 //
 // --device cuda (CUDA build only) puts the buffers in GPU memory, rank r on GPU r mod the device
-// count: pure_nccl runs every op through NCCL; the host kinds run allreduce and broadcast by
-// staging through pinned host memory (the other ops on device buffers need pure_nccl).
+// count: pure_nccl runs every op through NCCL; the host kinds stage every op through pinned host
+// memory around their host path.
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -33,9 +33,6 @@
 
 #if COHORT_CUDA
 #include <cuda_runtime_api.h>
-
-#include "worker/comm/communicators/pure_nccl_communicator.h"
-#include "worker/comm/transport/nccl/nccl_transport.h"
 #endif
 
 namespace {
@@ -177,19 +174,7 @@ class BenchRank {
     if (device_) {
       s = device_send_;
       r = device_recv_;
-      // The host kinds stage allreduce and broadcast; every other op on device memory is NCCL's.
-      if (auto* nccl_comm = dynamic_cast<PureNcclCommunicator*>(&comm_);
-          nccl_comm != nullptr && o_.op != "allreduce" && o_.op != "broadcast") {
-        NcclTransport& nccl = nccl_comm->nccl();
-        Deadline deadline = Deadline::after(std::chrono::seconds(o_.timeout_s));
-        Status status = o_.op == "reduce" ? nccl.reduce(s, r, count, dtype_, redop_, o_.root, deadline)
-                        : o_.op == "allgather"
-                            ? nccl.allgather(s, r, count / n_ > 0 ? count / n_ : 1, dtype_, deadline)
-                        : o_.op == "reduce_scatter"
-                            ? nccl.reduce_scatter(s, r, count / n_, dtype_, redop_, deadline)
-                            : cohort::unimplemented_error("--device cuda: {} is not implemented over NCCL", o_.op);
-        return completed_work(status);
-      }
+      // pure_nccl runs every op as NCCL calls; the host kinds stage through pinned host memory.
     }
 #endif
     if (o_.op == "allreduce") return comm_.allreduce(s, r, count, dtype_, redop_, call);
@@ -334,15 +319,6 @@ int run_rank(const Options& o) {
     if (!cuda_build()) {
       std::fprintf(stderr,
                    "cohort-bench: --device cuda needs a CUDA build: bazel build --config=cuda //bench:cohort-bench\n");
-      return 2;
-    }
-    bool device_op = o.op == "allreduce" || o.op == "broadcast" ||
-                     (o.kind == "pure_nccl" && (o.op == "reduce" || o.op == "allgather" || o.op == "reduce_scatter"));
-    if (!device_op) {
-      std::fprintf(stderr,
-                   "cohort-bench: --device cuda runs allreduce and broadcast with every kind, and reduce, allgather "
-                   "and reduce_scatter with --kind pure_nccl; not %s with %s\n",
-                   o.op.c_str(), o.kind.c_str());
       return 2;
     }
     int devices = cuda_device_count();

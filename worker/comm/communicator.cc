@@ -33,15 +33,103 @@ Status check_buffer(const void* buf, size_t count, const char* name) {
   return ok_status();
 }
 
-// Device (CUDA) buffers reach only allreduce and broadcast (staged, or NCCL with pure_nccl); the
-// other operations would read them as host memory. Always OK in a CPU-only build.
-Status check_host(const void* buf, size_t count, const char* name) {
-  if (count == 0 || !is_device_memory(buf)) return ok_status();
-  return unimplemented_error(
-      "{} buffer is CUDA device memory, which only allreduce and broadcast accept (or PureNcclCommunicator::nccl() "
-      "with pure_nccl); copy it to host memory first",
-      name);
+// True when a buffer of the call is device memory (a few microseconds per buffer in a CUDA build,
+// nothing in a CPU-only one). Empty calls never take the device path.
+bool any_device(const void* send, const void* recv, size_t bytes) {
+  return bytes > 0 && (is_device_memory(send) || is_device_memory(recv));
 }
+
+// Copies into / out of host staging memory from a buffer that may be device or host memory.
+Status stage_in(void* host, const void* from, size_t bytes) {
+  if (bytes == 0) return ok_status();
+  if (is_device_memory(from)) return copy_to_host(host, from, bytes);
+  std::memcpy(host, from, bytes);
+  return ok_status();
+}
+
+Status stage_out(void* to, const void* host, size_t bytes) {
+  if (bytes == 0) return ok_status();
+  if (is_device_memory(to)) return copy_to_device(to, host, bytes);
+  std::memcpy(to, host, bytes);
+  return ok_status();
+}
+
+std::vector<size_t> to_bytes(const std::vector<size_t>& counts, size_t element_bytes) {
+  std::vector<size_t> bytes(counts.size());
+  for (size_t r = 0; r < counts.size(); ++r) bytes[r] = counts[r] * element_bytes;
+  return bytes;
+}
+
+// A send argument that is never read (scatter off its root), distinct from null ("in place").
+const uint8_t kNoInputByte = 0;
+const void* const kNoInput = &kNoInputByte;
+
+// A transfer that failed before reaching the transport.
+class FailedTransferWork final : public TransportWork {
+ public:
+  explicit FailedTransferWork(Status status) : status_(std::move(status)) {}
+  using Work::wait;
+  Status wait(Duration) override { return status_; }
+  bool is_completed() override { return true; }
+  Status error() override { return status_; }
+  void cancel(Status) override {}
+  size_t received_bytes() const override { return 0; }
+
+ private:
+  const Status status_;
+};
+
+// A point-to-point transfer of a device buffer over a host transport, through a host copy it
+// owns: a send copied the buffer before posting; a receive lands in the copy, which goes to the
+// device buffer once the transfer completes (on the first wait() or is_completed() to see it).
+class StagedTransferWork final : public TransportWork {
+ public:
+  // `device` is the receive's destination; null for a send.
+  StagedTransferWork(std::shared_ptr<TransportWork> inner, std::unique_ptr<std::vector<uint8_t>> host, void* device)
+      : inner_(std::move(inner)), host_(std::move(host)), device_(device) {}
+  // Dropped unfinished: the transport must let go of the host copy before it is freed.
+  ~StagedTransferWork() override {
+    if (!inner_->is_completed()) inner_->cancel(cancelled_error("staged transfer dropped before it completed"));
+  }
+
+  using Work::wait;
+  Status wait(Duration timeout) override {
+    Status status = inner_->wait(timeout);
+    if (status.code() == StatusCode::kDeadlineExceeded) return status;
+    return finish(status);
+  }
+  bool is_completed() override {
+    if (!inner_->is_completed()) return false;
+    finish(inner_->error()).ignore_error();
+    return true;
+  }
+  Status error() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return result_.value_or(inner_->error());
+  }
+  void cancel(Status reason) override { inner_->cancel(std::move(reason)); }
+  size_t received_bytes() const override { return inner_->received_bytes(); }
+
+ private:
+  // Copies a completed receive to the device, once; the final status.
+  Status finish(const Status& transfer) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!result_.has_value()) {
+      result_ = transfer;
+      if (transfer.ok() && device_ != nullptr) {
+        result_ = copy_to_device(device_, host_->data(), inner_->received_bytes())
+                      .with_context("staging a received message to the device");
+      }
+    }
+    return *result_;
+  }
+
+  const std::shared_ptr<TransportWork> inner_;
+  const std::unique_ptr<std::vector<uint8_t>> host_;
+  void* const device_;
+  std::mutex mutex_;
+  std::optional<Status> result_;
+};
 
 // A point-to-point transfer bounded by its deadline: waiting past it cancels the transfer and
 // names the peer, tag and time waited.
@@ -261,29 +349,42 @@ Status Communicator::allreduce_sum_like(void* buf, size_t count, DataType dtype,
   });
 }
 
-Status Communicator::allreduce_device(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
-                                      Deadline deadline) {
-  // Device → pinned host, the host path (this kind's allreduce_sum_like), host → device.
-  size_t bytes = count * element_size(dtype);
-  if (pinned_ == nullptr) pinned_ = std::make_unique<PinnedBuffer>();
-  COHORT_ASSIGN_OR_RETURN(void* host, pinned_->reserve(bytes));
-  COHORT_RETURN_IF_ERROR(copy_to_host(host, send != nullptr ? send : recv, bytes).with_context("staging to host"));
-  ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
-  COHORT_RETURN_IF_ERROR(allreduce_sum_like(host, count, dtype, base, deadline));
-  if (op == ReduceOp::kAvg) scale_for_average(host, count, dtype, size());
-  return copy_to_device(recv, host, bytes).with_context("staging back to the device");
+bool DeviceCall::all_device() const {
+  bool send_ok = in_place() || send_bytes == 0 || is_device_memory(send);
+  bool recv_ok = recv_bytes == 0 || is_device_memory(recv);
+  return send_ok && recv_ok;
 }
 
-Status Communicator::broadcast_device(void* buf, size_t count, DataType dtype, int root, Deadline deadline) {
-  size_t bytes = count * element_size(dtype);
+Status Communicator::device_collective(const DeviceCall& call, Deadline deadline, const HostBody& host) {
+  // One pinned buffer: recv's host copy, then send's. Host buffers among the arguments are copied
+  // with memcpy, so host and device buffers may be mixed.
+  const bool in_place = call.in_place();
+  const size_t send_bytes = in_place ? 0 : call.send_bytes;
   if (pinned_ == nullptr) pinned_ = std::make_unique<PinnedBuffer>();
-  COHORT_ASSIGN_OR_RETURN(void* host, pinned_->reserve(bytes));
-  if (rank_ == root) COHORT_RETURN_IF_ERROR(copy_to_host(host, buf, bytes).with_context("staging to host"));
-  COHORT_RETURN_IF_ERROR(run_collective("broadcast", deadline, [&](CollectiveContext& ctx) {
-    return run_broadcast(ctx, host, bytes, root, algorithm_for(Collective::kBroadcast));
-  }));
-  if (rank_ == root) return ok_status();
-  return copy_to_device(buf, host, bytes).with_context("staging back to the device");
+  COHORT_ASSIGN_OR_RETURN(void* base, pinned_->reserve(call.recv_bytes + send_bytes));
+  uint8_t* host_recv = static_cast<uint8_t*>(base);
+  uint8_t* host_send = host_recv + call.recv_bytes;
+  if (in_place || !call.recv_is_output) {
+    COHORT_RETURN_IF_ERROR(stage_in(host_recv, call.recv, call.recv_bytes).with_context("staging to host"));
+  }
+  if (send_bytes > 0) COHORT_RETURN_IF_ERROR(stage_in(host_send, call.send, send_bytes).with_context("staging to host"));
+  COHORT_RETURN_IF_ERROR(host(in_place ? nullptr : host_send, host_recv));
+  if (!call.recv_is_output) return ok_status();
+  return stage_out(call.recv, host_recv, call.recv_bytes).with_context("staging back to the device");
+}
+
+std::shared_ptr<TransportWork> Communicator::device_transfer(bool is_send, int peer, uint64_t wire_tag, void* buf,
+                                                             size_t bytes) {
+  auto host = std::make_unique<std::vector<uint8_t>>(bytes);
+  if (is_send) {
+    // The send is posted with the device buffer's values as of now, like a host send.
+    Status staged = copy_to_host(host->data(), buf, bytes);
+    if (!staged.ok()) return std::make_shared<FailedTransferWork>(staged.with_context("staging a send to host"));
+    auto inner = world_->transport->isend(global_ranks_[peer], wire_tag, host->data(), bytes);
+    return std::make_shared<StagedTransferWork>(std::move(inner), std::move(host), nullptr);
+  }
+  auto inner = world_->transport->irecv(global_ranks_[peer], wire_tag, host->data(), bytes);
+  return std::make_shared<StagedTransferWork>(std::move(inner), std::move(host), buf);
 }
 
 std::shared_ptr<Work> Communicator::allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
@@ -294,12 +395,16 @@ std::shared_ptr<Work> Communicator::allreduce(const void* send, void* recv, size
   size_t bytes = count * element_size(dtype);
   return submit(OpInfo{"allreduce", static_cast<int>(dtype), count, "", static_cast<int>(op), -1}, call,
                 [=](Deadline deadline) -> Status {
-                  if (is_device_memory(recv)) return allreduce_device(send, recv, count, dtype, op, deadline);
-                  if (send != nullptr && send != recv && bytes > 0) std::memcpy(recv, send, bytes);
-                  ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
-                  COHORT_RETURN_IF_ERROR(allreduce_sum_like(recv, count, dtype, base, deadline));
-                  if (op == ReduceOp::kAvg) scale_for_average(recv, count, dtype, size());
-                  return ok_status();
+                  auto host = [&](const void* s, void* r) -> Status {
+                    if (s != nullptr && s != r && bytes > 0) std::memcpy(r, s, bytes);
+                    ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+                    COHORT_RETURN_IF_ERROR(allreduce_sum_like(r, count, dtype, base, deadline));
+                    if (op == ReduceOp::kAvg) scale_for_average(r, count, dtype, size());
+                    return ok_status();
+                  };
+                  if (!any_device(send, recv, bytes)) return host(send, recv);
+                  DeviceCall device{Collective::kAllreduce, send, recv, count, {}, {}, dtype, op, -1, bytes, bytes};
+                  return device_collective(device, deadline, host);
                 });
 }
 
@@ -309,21 +414,29 @@ std::shared_ptr<Work> Communicator::reduce(const void* send, void* recv, size_t 
   if (valid.ok()) valid = check_root(root);
   if (valid.ok() && rank_ == root) valid = check_buffer(recv, count, "reduce receive");
   if (valid.ok() && rank_ != root && send == nullptr) valid = check_buffer(recv, count, "reduce send");
-  if (valid.ok()) valid = check_host(send != nullptr ? send : recv, count, "reduce");
   if (!valid.ok()) return completed_work(valid.with_context("reduce on " + description()));
   size_t bytes = count * element_size(dtype);
+  // The input, whatever the call's form; recv matters at the root only.
+  const void* input = send != nullptr ? send : recv;
   return submit(OpInfo{"reduce", static_cast<int>(dtype), count, "", static_cast<int>(op), root}, call,
                 [=](Deadline deadline) -> Status {
-                  const void* input = send != nullptr ? send : recv;
-                  // Non-roots reduce in staging so their input is never clobbered.
-                  void* buf = rank_ == root ? recv : staging(bytes);
-                  if (input != buf && bytes > 0) std::memcpy(buf, input, bytes);
-                  ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
-                  COHORT_RETURN_IF_ERROR(run_collective("reduce", deadline, [&](CollectiveContext& ctx) {
-                    return run_reduce(ctx, buf, count, dtype, base, root, algorithm_for(Collective::kReduce));
-                  }));
-                  if (op == ReduceOp::kAvg && rank_ == root) scale_for_average(recv, count, dtype, size());
-                  return ok_status();
+                  auto host = [&](const void* s, void* r) -> Status {
+                    const void* in = s != nullptr ? s : r;
+                    // Non-roots reduce in staging so their input is never clobbered.
+                    void* buf = rank_ == root ? r : staging(bytes);
+                    if (in != buf && bytes > 0) std::memcpy(buf, in, bytes);
+                    ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+                    COHORT_RETURN_IF_ERROR(run_collective("reduce", deadline, [&](CollectiveContext& ctx) {
+                      return run_reduce(ctx, buf, count, dtype, base, root, algorithm_for(Collective::kReduce));
+                    }));
+                    if (op == ReduceOp::kAvg && rank_ == root) scale_for_average(r, count, dtype, size());
+                    return ok_status();
+                  };
+                  void* out = rank_ == root ? recv : nullptr;
+                  if (!any_device(input, out, bytes)) return host(send, recv);
+                  DeviceCall device{Collective::kReduce, input == recv ? nullptr : input, recv, count, {}, {},
+                                    dtype, op, root, bytes, rank_ == root || input == recv ? bytes : 0};
+                  return device_collective(device, deadline, host);
                 });
 }
 
@@ -334,11 +447,17 @@ std::shared_ptr<Work> Communicator::broadcast(void* buf, size_t count, DataType 
   if (!valid.ok()) return completed_work(valid.with_context("broadcast on " + description()));
   size_t bytes = count * element_size(dtype);
   return submit(OpInfo{"broadcast", static_cast<int>(dtype), count, "", -1, root}, call,
-                [=](Deadline deadline) {
-                  if (is_device_memory(buf)) return broadcast_device(buf, count, dtype, root, deadline);
-                  return run_collective("broadcast", deadline, [&](CollectiveContext& ctx) {
-                    return run_broadcast(ctx, buf, bytes, root, algorithm_for(Collective::kBroadcast));
-                  });
+                [=](Deadline deadline) -> Status {
+                  auto host = [&](const void* /*send*/, void* r) {
+                    return run_collective("broadcast", deadline, [&](CollectiveContext& ctx) {
+                      return run_broadcast(ctx, r, bytes, root, algorithm_for(Collective::kBroadcast));
+                    });
+                  };
+                  if (!any_device(nullptr, buf, bytes)) return host(nullptr, buf);
+                  // The root's buffer is input only; the others' output only.
+                  DeviceCall device{Collective::kBroadcast, rank_ == root ? nullptr : kNoInput, buf, count, {}, {},
+                                    dtype, ReduceOp::kSum, root, 0, bytes, rank_ != root};
+                  return device_collective(device, deadline, host);
                 });
 }
 
@@ -352,18 +471,23 @@ std::shared_ptr<Work> Communicator::allgatherv(const void* send, void* recv, con
   Status valid = check_counts(recv_counts, "allgatherv recv_counts");
   size_t total = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0});
   if (valid.ok()) valid = check_buffer(recv, total, "allgather receive");
-  if (valid.ok()) valid = check_host(recv, total, "allgather receive");
   if (!valid.ok()) return completed_work(valid.with_context("allgather on " + description()));
   size_t esize = element_size(dtype);
-  std::vector<size_t> bytes(recv_counts.size());
-  for (size_t r = 0; r < bytes.size(); ++r) bytes[r] = recv_counts[r] * esize;
+  std::vector<size_t> bytes = to_bytes(recv_counts, esize);
   size_t offset = std::accumulate(bytes.begin(), bytes.begin() + rank_, size_t{0});
-  const void* input = send != nullptr ? send : static_cast<const uint8_t*>(recv) + offset;
   return submit(OpInfo{"allgather", static_cast<int>(dtype), total, " total", -1, -1}, call,
-                [=](Deadline deadline) {
-                  return run_collective("allgather", deadline, [&](CollectiveContext& ctx) {
-                    return run_allgatherv(ctx, input, recv, bytes, algorithm_for(Collective::kAllgather));
-                  });
+                [=](Deadline deadline) -> Status {
+                  auto host = [&](const void* s, void* r) {
+                    // In place: this rank's block of recv is the input.
+                    const void* in = s != nullptr ? s : static_cast<const uint8_t*>(r) + offset;
+                    return run_collective("allgather", deadline, [&](CollectiveContext& ctx) {
+                      return run_allgatherv(ctx, in, r, bytes, algorithm_for(Collective::kAllgather));
+                    });
+                  };
+                  if (!any_device(send, recv, total * esize)) return host(send, recv);
+                  DeviceCall device{Collective::kAllgather, send, recv, 0, {}, recv_counts, dtype,
+                                    ReduceOp::kSum, -1, bytes[rank_], total * esize};
+                  return device_collective(device, deadline, host);
                 });
 }
 
@@ -380,16 +504,23 @@ std::shared_ptr<Work> Communicator::gatherv(const void* send, void* recv, const 
   size_t total = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0});
   if (rank_ == root) valid = check_buffer(recv, total, "gather receive");
   if (valid.ok()) valid = check_buffer(send, recv_counts[rank_], "gather send");
-  if (valid.ok()) valid = check_host(send, recv_counts[rank_], "gather send");
   if (!valid.ok()) return completed_work(valid.with_context("gather on " + description()));
   size_t esize = element_size(dtype);
-  std::vector<size_t> bytes(recv_counts.size());
-  for (size_t r = 0; r < bytes.size(); ++r) bytes[r] = recv_counts[r] * esize;
+  std::vector<size_t> bytes = to_bytes(recv_counts, esize);
+  size_t recv_bytes = rank_ == root ? total * esize : 0;
   return submit(OpInfo{"gather", static_cast<int>(dtype), total, " total", -1, root}, call,
-                [=](Deadline deadline) {
-                  return run_collective("gather", deadline, [&](CollectiveContext& ctx) {
-                    return run_gatherv(ctx, send, recv, bytes, root, algorithm_for(Collective::kGather));
-                  });
+                [=](Deadline deadline) -> Status {
+                  auto host = [&](const void* s, void* r) {
+                    return run_collective("gather", deadline, [&](CollectiveContext& ctx) {
+                      return run_gatherv(ctx, s, r, bytes, root, algorithm_for(Collective::kGather));
+                    });
+                  };
+                  if (!any_device(send, rank_ == root ? recv : nullptr, std::max(bytes[rank_], recv_bytes))) {
+                    return host(send, recv);
+                  }
+                  DeviceCall device{Collective::kGather, send, recv, 0, {}, recv_counts, dtype, ReduceOp::kSum,
+                                    root, bytes[rank_], recv_bytes};
+                  return device_collective(device, deadline, host);
                 });
 }
 
@@ -406,16 +537,25 @@ std::shared_ptr<Work> Communicator::scatterv(const void* send, const std::vector
   size_t total = std::accumulate(send_counts.begin(), send_counts.end(), size_t{0});
   if (rank_ == root) valid = check_buffer(send, total, "scatter send");
   if (valid.ok()) valid = check_buffer(recv, send_counts[rank_], "scatter receive");
-  if (valid.ok()) valid = check_host(recv, send_counts[rank_], "scatter receive");
   if (!valid.ok()) return completed_work(valid.with_context("scatter on " + description()));
   size_t esize = element_size(dtype);
-  std::vector<size_t> bytes(send_counts.size());
-  for (size_t r = 0; r < bytes.size(); ++r) bytes[r] = send_counts[r] * esize;
+  std::vector<size_t> bytes = to_bytes(send_counts, esize);
+  size_t send_bytes = rank_ == root ? total * esize : 0;
   return submit(OpInfo{"scatter", static_cast<int>(dtype), total, " total", -1, root}, call,
-                [=](Deadline deadline) {
-                  return run_collective("scatter", deadline, [&](CollectiveContext& ctx) {
-                    return run_scatterv(ctx, send, recv, bytes, root, algorithm_for(Collective::kScatter));
-                  });
+                [=](Deadline deadline) -> Status {
+                  auto host = [&](const void* s, void* r) {
+                    return run_collective("scatter", deadline, [&](CollectiveContext& ctx) {
+                      return run_scatterv(ctx, s, r, bytes, root, algorithm_for(Collective::kScatter));
+                    });
+                  };
+                  if (!any_device(rank_ == root ? send : nullptr, recv, std::max(send_bytes, bytes[rank_]))) {
+                    return host(send, recv);
+                  }
+                  // Off the root there is no input: a non-null placeholder keeps the call out of place.
+                  const void* input = rank_ == root ? send : kNoInput;
+                  DeviceCall device{Collective::kScatter, input, recv, 0, send_counts, {}, dtype, ReduceOp::kSum,
+                                    root, send_bytes, bytes[rank_]};
+                  return device_collective(device, deadline, host);
                 });
 }
 
@@ -432,20 +572,27 @@ std::shared_ptr<Work> Communicator::reduce_scatterv(const void* send, void* recv
   size_t total = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0});
   valid = check_buffer(send, total, "reduce_scatter send");
   if (valid.ok()) valid = check_buffer(recv, recv_counts[rank_], "reduce_scatter receive");
-  if (valid.ok()) valid = check_host(send, total, "reduce_scatter send");
   if (!valid.ok()) return completed_work(valid.with_context("reduce_scatter on " + description()));
   size_t esize = element_size(dtype);
   return submit(OpInfo{"reduce_scatter", static_cast<int>(dtype), total, " total", static_cast<int>(op), -1}, call,
                 [=](Deadline deadline) -> Status {
-                  // The algorithm reduces in place over its input; work on a copy.
-                  uint8_t* buf = staging(total * esize);
-                  if (total > 0) std::memcpy(buf, send, total * esize);
-                  ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
-                  COHORT_RETURN_IF_ERROR(run_collective("reduce_scatter", deadline, [&](CollectiveContext& ctx) {
-                    return run_reduce_scatter(ctx, buf, recv, recv_counts, dtype, base, algorithm_for(Collective::kReduceScatter));
-                  }));
-                  if (op == ReduceOp::kAvg) scale_for_average(recv, recv_counts[rank_], dtype, size());
-                  return ok_status();
+                  auto host = [&](const void* s, void* r) -> Status {
+                    // The algorithm reduces in place over its input; work on a copy.
+                    uint8_t* buf = staging(total * esize);
+                    if (total > 0) std::memcpy(buf, s != nullptr ? s : r, total * esize);
+                    ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+                    COHORT_RETURN_IF_ERROR(run_collective("reduce_scatter", deadline, [&](CollectiveContext& ctx) {
+                      return run_reduce_scatter(ctx, buf, r, recv_counts, dtype, base,
+                                                algorithm_for(Collective::kReduceScatter));
+                    }));
+                    if (op == ReduceOp::kAvg) scale_for_average(r, recv_counts[rank_], dtype, size());
+                    return ok_status();
+                  };
+                  if (!any_device(send, recv, total * esize)) return host(send, recv);
+                  // send == recv: recv holds the whole input, so it is staged whole.
+                  DeviceCall device{Collective::kReduceScatter, send, recv, 0, {}, recv_counts, dtype, op, -1,
+                                    total * esize, (send == recv ? total : recv_counts[rank_]) * esize};
+                  return device_collective(device, deadline, host);
                 });
 }
 
@@ -464,22 +611,24 @@ std::shared_ptr<Work> Communicator::alltoallv(const void* send, const std::vecto
   size_t recv_total = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0});
   if (valid.ok()) valid = check_buffer(send, send_total, "alltoall send");
   if (valid.ok()) valid = check_buffer(recv, recv_total, "alltoall receive");
-  if (valid.ok()) valid = check_host(send, send_total, "alltoall send");
   if (valid.ok() && send == recv && send_total > 0) {
     valid = invalid_argument_error("alltoall cannot run in place: pass distinct send and receive buffers");
   }
   if (!valid.ok()) return completed_work(valid.with_context("alltoall on " + description()));
   size_t esize = element_size(dtype);
-  std::vector<size_t> sbytes(send_counts.size()), rbytes(recv_counts.size());
-  for (size_t r = 0; r < sbytes.size(); ++r) {
-    sbytes[r] = send_counts[r] * esize;
-    rbytes[r] = recv_counts[r] * esize;
-  }
+  std::vector<size_t> sbytes = to_bytes(send_counts, esize);
+  std::vector<size_t> rbytes = to_bytes(recv_counts, esize);
   return submit(OpInfo{"alltoall", static_cast<int>(dtype), send_total, " sent", -1, -1}, call,
-                [=](Deadline deadline) {
-                  return run_collective("alltoall", deadline, [&](CollectiveContext& ctx) {
-                    return run_alltoallv(ctx, send, sbytes, recv, rbytes, algorithm_for(Collective::kAlltoall));
-                  });
+                [=](Deadline deadline) -> Status {
+                  auto host = [&](const void* s, void* r) {
+                    return run_collective("alltoall", deadline, [&](CollectiveContext& ctx) {
+                      return run_alltoallv(ctx, s, sbytes, r, rbytes, algorithm_for(Collective::kAlltoall));
+                    });
+                  };
+                  if (!any_device(send, recv, std::max(send_total, recv_total) * esize)) return host(send, recv);
+                  DeviceCall device{Collective::kAlltoall, send, recv, 0, send_counts, recv_counts, dtype,
+                                    ReduceOp::kSum, -1, send_total * esize, recv_total * esize};
+                  return device_collective(device, deadline, host);
                 });
 }
 
@@ -503,13 +652,17 @@ std::shared_ptr<Work> Communicator::p2p(bool is_send, void* buf, size_t count, D
     return completed_work(invalid_argument_error("{} rank {}: tag {} exceeds the maximum {}", verb, peer, tag, kMaxUserTag));
   }
   Status valid = check_buffer(buf, count, is_send ? "send" : "receive");
-  if (valid.ok() && world_->transport->name() != "nccl") valid = check_host(buf, count, is_send ? "send" : "receive");
   if (!valid.ok()) return completed_work(valid);
   size_t bytes = count * element_size(dtype);
   uint64_t wire_tag = p2p_tag(context_id_, tag);
   int global_peer = global_ranks_[peer];
-  auto inner = is_send ? world_->transport->isend(global_peer, wire_tag, buf, bytes)
-                       : world_->transport->irecv(global_peer, wire_tag, buf, bytes);
+  std::shared_ptr<TransportWork> inner;
+  if (any_device(buf, nullptr, bytes)) {
+    inner = device_transfer(is_send, peer, wire_tag, buf, bytes);
+  } else {
+    inner = is_send ? world_->transport->isend(global_peer, wire_tag, buf, bytes)
+                    : world_->transport->irecv(global_peer, wire_tag, buf, bytes);
+  }
   return std::make_shared<P2PWork>(
       std::move(inner), deadline_for(call),
       fmt::format("{} rank {} ({}, tag {}) on {}", verb, peer, describe(dtype, count), tag, description()));

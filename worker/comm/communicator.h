@@ -17,6 +17,12 @@
 //
 // Thread-safety: all public methods are thread-safe. Buffers passed to an asynchronous call must
 // stay valid until its Work completes.
+//
+// Device (CUDA) buffers: every collective and point-to-point call accepts them, host and device
+// buffers mixed too. pure_nccl (and single_node when each rank has its own GPU) runs them as NCCL
+// calls; the other kinds stage them through pinned host memory around their host path (see
+// device_collective). Device work already issued on the CUDA legacy default stream is ordered
+// before the operation; callers using other streams synchronize them first.
 
 #include <atomic>
 #include <condition_variable>
@@ -43,6 +49,30 @@
 namespace cohort::comm {
 
 class PinnedBuffer;
+
+// A collective with a device (CUDA) buffer, as Communicator::device_collective sees it: the
+// public call's arguments, normalized, and the extents of this rank's buffers for staging.
+struct DeviceCall {
+  Collective collective = Collective::kAllreduce;
+  const void* send = nullptr;  // the input; null or == recv: in place (recv holds the input)
+  void* recv = nullptr;
+  size_t count = 0;                  // allreduce, reduce, broadcast: elements
+  std::vector<size_t> send_counts;   // scatter, alltoall: elements per rank
+  std::vector<size_t> recv_counts;   // allgather, gather, reduce_scatter, alltoall: elements per rank
+  DataType dtype = DataType::kUInt8;
+  ReduceOp op = ReduceOp::kSum;      // may be kAvg
+  int root = -1;
+  size_t send_bytes = 0;             // bytes this rank reads from send (0 when in place)
+  size_t recv_bytes = 0;             // bytes of recv this rank reads or writes
+  bool recv_is_output = true;        // false where recv is input only (broadcast at its root)
+
+  bool in_place() const { return send == nullptr || send == recv; }
+  // True when every buffer the call touches on this rank is device memory (NCCL can run it);
+  // false when host and device buffers are mixed (then it is staged).
+  bool all_device() const;
+};
+// The host path of one collective over (send, recv) host buffers, for staging.
+using HostBody = std::function<Status(const void* send, void* recv)>;
 
 // What every communicator of one process shares: the transport among all ranks of the job, the
 // bootstrap store, and the node of each global rank.
@@ -162,14 +192,18 @@ class Communicator {
   // allreduce; `buf` is in place; ops are never AVG (run_allreduce scales afterwards).
   virtual Status allreduce_sum_like(void* buf, size_t count, DataType dtype, ReduceOp op, Deadline deadline);
 
-  // Device (CUDA) buffers: allreduce() and broadcast() call these instead of the host path when
-  // the receive buffer is device memory (never in a CPU-only build). The defaults stage through
-  // pinned host memory around the host path (UCX here has no CUDA transport), so every kind
-  // accepts device buffers; pure_nccl overrides them with NCCL. Run on the executor like
-  // allreduce_sum_like; `op` may be kAvg; `send` may be null or `recv` (in place).
-  virtual Status allreduce_device(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
-                                  Deadline deadline);
-  virtual Status broadcast_device(void* buf, size_t count, DataType dtype, int root, Deadline deadline);
+  // Device (CUDA) buffers: every collective whose send or receive buffer is device memory calls
+  // this instead of running its host path (never in a CPU-only build, unless a FakeDeviceMemory
+  // test seam is active). The default stages: the device buffers are copied to pinned host memory,
+  // `host` (this kind's host path, AVG included) runs on the copies, and the output is copied
+  // back, so every kind accepts device buffers over a host transport. pure_nccl and single_node
+  // override it with NCCL calls; hierarchical and two_dimensional run allreduce with NCCL inside
+  // the node. Runs on the executor like allreduce_sum_like.
+  virtual Status device_collective(const DeviceCall& call, Deadline deadline, const HostBody& host);
+  // isend/irecv of a device buffer with this communicator's rank `peer`. The default stages
+  // through host memory over the world transport; pure_nccl sends over NCCL.
+  virtual std::shared_ptr<TransportWork> device_transfer(bool is_send, int peer, uint64_t wire_tag, void* buf,
+                                                         size_t bytes);
 
   // Runs `body` over a fresh CollectiveContext for this communicator's next sequence number.
   // Synchronous; for use by kinds composing sub-communicators on the executor thread.

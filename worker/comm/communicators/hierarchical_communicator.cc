@@ -42,11 +42,16 @@ StatusOr<NcclTransport*> HierarchicalCommunicator::intra_nccl(Deadline deadline)
                         fmt::format("cohort/nccl/{}/node{}", context_id(), inter_rank()), description(), deadline);
 }
 
-Status HierarchicalCommunicator::allreduce_device(const void* send, void* recv, size_t count, DataType dtype,
-                                                  ReduceOp op, Deadline deadline) {
+Status HierarchicalCommunicator::device_collective(const DeviceCall& call, Deadline deadline, const HostBody& host_path) {
+  if (call.collective != Collective::kAllreduce) return Communicator::device_collective(call, deadline, host_path);
   COHORT_ASSIGN_OR_RETURN(NcclTransport* nccl, intra_nccl(deadline));
-  if (nccl == nullptr) return Communicator::allreduce_device(send, recv, count, dtype, op, deadline);
+  if (nccl == nullptr || !call.all_device()) return Communicator::device_collective(call, deadline, host_path);
 #if COHORT_CUDA
+  const void* send = call.send;
+  void* recv = call.recv;
+  const size_t count = call.count;
+  const DataType dtype = call.dtype;
+  const ReduceOp op = call.op;
   ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
   COHORT_RETURN_IF_ERROR(nccl->reduce(send != nullptr ? send : recv, recv, count, dtype, base, 0, deadline)
                              .with_context("intra-node NCCL reduce"));
@@ -141,17 +146,23 @@ TwoDimensionalCommunicator::TwoDimensionalCommunicator(std::shared_ptr<CommWorld
 
 TwoDimensionalCommunicator::~TwoDimensionalCommunicator() = default;
 
-Status TwoDimensionalCommunicator::allreduce_device(const void* send, void* recv, size_t count, DataType dtype,
-                                                    ReduceOp op, Deadline deadline) {
+Status TwoDimensionalCommunicator::device_collective(const DeviceCall& call, Deadline deadline,
+                                                     const HostBody& host_path) {
+  if (call.collective != Collective::kAllreduce) return Communicator::device_collective(call, deadline, host_path);
   NcclTransport* nccl = nullptr;
   // NCCL's reduce-scatter takes equal shards: other counts are staged whole.
-  if (count % static_cast<size_t>(intra_->size()) == 0) {
+  if (call.count % static_cast<size_t>(intra_->size()) == 0) {
     COHORT_ASSIGN_OR_RETURN(nccl, lazy_node_nccl(intra_nccl_decided_, intra_nccl_, *intra_, *world()->store,
                                                  fmt::format("cohort/nccl/{}/node{}", context_id(), inter_rank()),
                                                  description(), deadline));
   }
-  if (nccl == nullptr) return Communicator::allreduce_device(send, recv, count, dtype, op, deadline);
+  if (nccl == nullptr || !call.all_device()) return Communicator::device_collective(call, deadline, host_path);
 #if COHORT_CUDA
+  const void* send = call.send;
+  void* recv = call.recv;
+  const size_t count = call.count;
+  const DataType dtype = call.dtype;
+  const ReduceOp op = call.op;
   ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
   const size_t shard = count / static_cast<size_t>(intra_->size());
   const size_t shard_bytes = shard * element_size(dtype);

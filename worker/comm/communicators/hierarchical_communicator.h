@@ -16,9 +16,10 @@ class NcclTransport;
 // broadcast. Inter-node traffic is one buffer per node instead of one per rank.
 //
 // Device buffers (CUDA build): when every rank of the node has its own GPU, the intra-node steps
-// are NCCL (reduce to the leader's GPU, broadcast from it) and only the leaders stage through
-// pinned host memory for the UCX allreduce between nodes. Otherwise (ranks sharing a GPU, no
-// GPU) the whole allreduce is staged like every host kind's.
+// of allreduce are NCCL (reduce to the leader's GPU, broadcast from it) and only the leaders stage
+// through pinned host memory for the UCX allreduce between nodes. Otherwise (ranks sharing a GPU,
+// no GPU, host and device buffers mixed), and for the other collectives, device buffers are
+// staged like every host kind's.
 class HierarchicalCommunicator final : public Communicator {
  public:
   static StatusOr<std::unique_ptr<Communicator>> create(std::shared_ptr<CommWorld> world, std::vector<int> global_ranks,
@@ -29,8 +30,7 @@ class HierarchicalCommunicator final : public Communicator {
 
  protected:
   Status allreduce_sum_like(void* buf, size_t count, DataType dtype, ReduceOp op, Deadline deadline) override;
-  Status allreduce_device(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
-                          Deadline deadline) override;
+  Status device_collective(const DeviceCall& call, Deadline deadline, const HostBody& host) override;
 
  private:
   // NCCL among this node's ranks, made at the first device allreduce (collective over the node);
@@ -50,8 +50,8 @@ class HierarchicalCommunicator final : public Communicator {
 //
 // Device buffers (CUDA build): when every rank of the node has its own GPU and the count divides
 // into equal shards, the intra-node steps are NCCL (in place in the receive buffer) and each rank
-// stages only its shard for the UCX allreduce between nodes; otherwise the whole allreduce is
-// staged through host memory.
+// stages only its shard for the UCX allreduce between nodes; otherwise the whole allreduce (and
+// every other collective) is staged through host memory.
 class TwoDimensionalCommunicator final : public Communicator {
  public:
   static StatusOr<std::unique_ptr<Communicator>> create(std::shared_ptr<CommWorld> world, std::vector<int> global_ranks,
@@ -62,8 +62,7 @@ class TwoDimensionalCommunicator final : public Communicator {
 
  protected:
   Status allreduce_sum_like(void* buf, size_t count, DataType dtype, ReduceOp op, Deadline deadline) override;
-  Status allreduce_device(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
-                          Deadline deadline) override;
+  Status device_collective(const DeviceCall& call, Deadline deadline, const HostBody& host) override;
 
  private:
   std::unique_ptr<Communicator> intra_;  // the ranks of this node

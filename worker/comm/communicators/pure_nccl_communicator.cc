@@ -1,5 +1,8 @@
 #include "worker/comm/communicators/pure_nccl_communicator.h"
 
+#include <algorithm>
+#include <functional>
+
 #if COHORT_CUDA
 #include "worker/comm/transport/nccl/nccl_transport.h"
 #endif
@@ -16,13 +19,55 @@ PureNcclCommunicator::PureNcclCommunicator(std::shared_ptr<CommWorld> world, std
 
 PureNcclCommunicator::~PureNcclCommunicator() = default;
 
-Status PureNcclCommunicator::allreduce_device(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
-                                              Deadline deadline) {
-  return nccl_->allreduce(send, recv, count, dtype, op, deadline);
+bool runs_on_nccl(const DeviceCall& call) {
+  if (call.collective == Collective::kReduceScatter && call.send == call.recv) return false;
+  return call.all_device();
 }
 
-Status PureNcclCommunicator::broadcast_device(void* buf, size_t count, DataType dtype, int root, Deadline deadline) {
-  return nccl_->broadcast(buf, count, dtype, root, deadline);
+namespace {
+bool equal_counts(const std::vector<size_t>& counts) {
+  return std::adjacent_find(counts.begin(), counts.end(), std::not_equal_to<>()) == counts.end();
+}
+}  // namespace
+
+Status run_on_nccl(NcclTransport& nccl, const DeviceCall& call, Deadline deadline) {
+  switch (call.collective) {
+    case Collective::kAllreduce:
+      return nccl.allreduce(call.send, call.recv, call.count, call.dtype, call.op, deadline);
+    case Collective::kReduce:
+      return nccl.reduce(call.send, call.recv, call.count, call.dtype, call.op, call.root, deadline);
+    case Collective::kBroadcast:
+      return nccl.broadcast(call.recv, call.count, call.dtype, call.root, deadline);
+    case Collective::kAllgather:
+      if (!call.recv_counts.empty() && equal_counts(call.recv_counts)) {
+        return nccl.allgather(call.send, call.recv, call.recv_counts[0], call.dtype, deadline);
+      }
+      return nccl.allgatherv(call.send, call.recv, call.recv_counts, call.dtype, deadline);
+    case Collective::kGather:
+      return nccl.gatherv(call.send, call.recv, call.recv_counts, call.dtype, call.root, deadline);
+    case Collective::kScatter:
+      return nccl.scatterv(call.send, call.send_counts, call.recv, call.dtype, call.root, deadline);
+    case Collective::kReduceScatter:
+      if (!call.recv_counts.empty() && equal_counts(call.recv_counts)) {
+        return nccl.reduce_scatter(call.send, call.recv, call.recv_counts[0], call.dtype, call.op, deadline);
+      }
+      return nccl.reduce_scatterv(call.send, call.recv, call.recv_counts, call.dtype, call.op, deadline);
+    case Collective::kAlltoall:
+      return nccl.alltoallv(call.send, call.send_counts, call.recv, call.recv_counts, call.dtype, deadline);
+    case Collective::kBarrier:
+      break;
+  }
+  return internal_error("NCCL has no device form of {}", collective_name(call.collective));
+}
+
+Status PureNcclCommunicator::device_collective(const DeviceCall& call, Deadline deadline, const HostBody& host) {
+  if (!runs_on_nccl(call)) return Communicator::device_collective(call, deadline, host);
+  return run_on_nccl(*nccl_, call, deadline);
+}
+
+std::shared_ptr<TransportWork> PureNcclCommunicator::device_transfer(bool is_send, int peer, uint64_t wire_tag,
+                                                                     void* buf, size_t bytes) {
+  return is_send ? nccl_->isend(peer, wire_tag, buf, bytes) : nccl_->irecv(peer, wire_tag, buf, bytes);
 }
 
 StatusOr<std::unique_ptr<Communicator>> create_pure_nccl_communicator(std::shared_ptr<CommWorld> world,

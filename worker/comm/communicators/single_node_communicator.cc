@@ -6,6 +6,7 @@
 #include "worker/comm/communicators/node_nccl.h"
 #include "worker/comm/transport/nccl/device_memory.h"
 #if COHORT_CUDA
+#include "worker/comm/communicators/pure_nccl_communicator.h"
 #include "worker/comm/transport/nccl/nccl_transport.h"
 #endif
 
@@ -59,25 +60,14 @@ StatusOr<NcclTransport*> SingleNodeCommunicator::node_nccl(Deadline deadline) {
   return node_nccl_.get();
 }
 
-Status SingleNodeCommunicator::allreduce_device(const void* send, void* recv, size_t count, DataType dtype,
-                                                ReduceOp op, Deadline deadline) {
+Status SingleNodeCommunicator::device_collective(const DeviceCall& call, Deadline deadline, const HostBody& host) {
   COHORT_ASSIGN_OR_RETURN(NcclTransport* nccl, node_nccl(deadline));
-  if (nccl == nullptr) return Communicator::allreduce_device(send, recv, count, dtype, op, deadline);
 #if COHORT_CUDA
-  return nccl->allreduce(send, recv, count, dtype, op, deadline);
+  if (nccl != nullptr && runs_on_nccl(call)) return run_on_nccl(*nccl, call, deadline);
 #else
-  return internal_error("unreachable: NCCL in a CPU-only build");
+  (void)nccl;
 #endif
-}
-
-Status SingleNodeCommunicator::broadcast_device(void* buf, size_t count, DataType dtype, int root, Deadline deadline) {
-  COHORT_ASSIGN_OR_RETURN(NcclTransport* nccl, node_nccl(deadline));
-  if (nccl == nullptr) return Communicator::broadcast_device(buf, count, dtype, root, deadline);
-#if COHORT_CUDA
-  return nccl->broadcast(buf, count, dtype, root, deadline);
-#else
-  return internal_error("unreachable: NCCL in a CPU-only build");
-#endif
+  return Communicator::device_collective(call, deadline, host);
 }
 
 }  // namespace cohort::comm

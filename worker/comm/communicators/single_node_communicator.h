@@ -9,8 +9,9 @@ class NcclTransport;
 // single_node: the flat kind for jobs that must stay on one node (on GPUs: NCCL over NVLink/PCIe
 // only). Creating one over ranks on several nodes fails with the nodes named.
 //
-// Device buffers (CUDA build): allreduce and broadcast run as NCCL calls when every rank has its
-// own GPU (decided together at the first device call), else they are staged through host memory.
+// Device buffers (CUDA build): every collective runs as NCCL calls, like pure_nccl's, when every
+// rank has its own GPU (decided together at the first device collective), else they are staged
+// through host memory. Point-to-point transfers of device buffers are staged.
 class SingleNodeCommunicator final : public Communicator {
  public:
   static StatusOr<std::unique_ptr<Communicator>> create(std::shared_ptr<CommWorld> world, std::vector<int> global_ranks,
@@ -20,9 +21,7 @@ class SingleNodeCommunicator final : public Communicator {
   ~SingleNodeCommunicator() override;
 
  protected:
-  Status allreduce_device(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
-                          Deadline deadline) override;
-  Status broadcast_device(void* buf, size_t count, DataType dtype, int root, Deadline deadline) override;
+  Status device_collective(const DeviceCall& call, Deadline deadline, const HostBody& host) override;
 
  private:
   // The NCCL communicator over all ranks, or null (staging); made at the first device call.

@@ -1,5 +1,11 @@
 #include "worker/comm/transport/nccl/device_memory.h"
 
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
 #if COHORT_CUDA
 #include <cuda_runtime_api.h>
 
@@ -7,6 +13,87 @@
 #endif
 
 namespace cohort::comm {
+namespace {
+
+// The FakeDeviceMemory seam's state. `active` is read first on every call so production code pays
+// one relaxed load for it.
+struct FakeState {
+  std::atomic<bool> active{false};
+  std::mutex mutex;
+  std::map<uintptr_t, size_t> ranges;  // start → bytes, guarded by mutex
+  std::atomic<size_t> to_host{0};
+  std::atomic<size_t> to_device{0};
+};
+
+FakeState& fake() {
+  static FakeState* state = new FakeState();  // never destroyed: used from static destructors
+  return *state;
+}
+
+bool fake_active() { return fake().active.load(std::memory_order_acquire); }
+
+bool fake_contains(const void* ptr) {
+  FakeState& state = fake();
+  auto address = reinterpret_cast<uintptr_t>(ptr);
+  std::lock_guard<std::mutex> lock(state.mutex);
+  auto after = state.ranges.upper_bound(address);
+  if (after == state.ranges.begin()) return false;
+  auto range = std::prev(after);
+  return address < range->first + range->second;
+}
+
+Status fake_copy(void* to, const void* from, size_t bytes, std::atomic<size_t>& counter) {
+  if (bytes > 0) std::memcpy(to, from, bytes);
+  counter.fetch_add(bytes, std::memory_order_relaxed);
+  return ok_status();
+}
+
+}  // namespace
+
+FakeDeviceMemory::FakeDeviceMemory() {
+  bool was_active = fake().active.exchange(true);
+  if (was_active) std::abort();  // two at once would share counters: a test bug
+  reset_counters();
+}
+
+FakeDeviceMemory::~FakeDeviceMemory() {
+  FakeState& state = fake();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  for (const auto& [start, bytes] : state.ranges) std::free(reinterpret_cast<void*>(start));
+  state.ranges.clear();
+  state.active.store(false, std::memory_order_release);
+}
+
+void* FakeDeviceMemory::allocate(size_t bytes) {
+  void* data = std::calloc(bytes == 0 ? 1 : bytes, 1);
+  if (data == nullptr) std::abort();
+  std::lock_guard<std::mutex> lock(fake().mutex);
+  fake().ranges[reinterpret_cast<uintptr_t>(data)] = bytes == 0 ? 1 : bytes;
+  return data;
+}
+
+size_t FakeDeviceMemory::bytes_to_host() const { return fake().to_host.load(); }
+size_t FakeDeviceMemory::bytes_to_device() const { return fake().to_device.load(); }
+void FakeDeviceMemory::reset_counters() {
+  fake().to_host = 0;
+  fake().to_device = 0;
+}
+
+PinnedBuffer::~PinnedBuffer() { release(); }
+
+void PinnedBuffer::release() {
+  if (data_ != nullptr) {
+    if (heap_) {
+      std::free(data_);
+    } else {
+#if COHORT_CUDA
+      cudaFreeHost(data_);
+#endif
+    }
+  }
+  data_ = nullptr;
+  capacity_ = 0;
+}
 
 #if COHORT_CUDA
 
@@ -14,6 +101,7 @@ bool cuda_build() { return true; }
 
 bool is_device_memory(const void* ptr) {
   if (ptr == nullptr) return false;
+  if (fake_active()) return fake_contains(ptr);
   // A CUDA build on a machine without a GPU (or driver) asks the runtime once, not per call.
   static const bool any_device = cuda_device_count() > 0;
   if (!any_device) return false;
@@ -47,31 +135,15 @@ std::string current_device_id() {
 }
 
 Status copy_to_host(void* host, const void* device, size_t bytes) {
+  if (fake_active()) return fake_copy(host, device, bytes, fake().to_host);
   if (bytes == 0) return ok_status();
   return COHORT_CUDA_CHECK(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost));
 }
 
 Status copy_to_device(void* device, const void* host, size_t bytes) {
+  if (fake_active()) return fake_copy(device, host, bytes, fake().to_device);
   if (bytes == 0) return ok_status();
   return COHORT_CUDA_CHECK(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice));
-}
-
-PinnedBuffer::~PinnedBuffer() {
-  if (data_ != nullptr) cudaFreeHost(data_);
-}
-
-StatusOr<void*> PinnedBuffer::reserve(size_t bytes) {
-  if (bytes <= capacity_ && data_ != nullptr) return data_;
-  if (data_ != nullptr) {
-    cudaFreeHost(data_);
-    data_ = nullptr;
-    capacity_ = 0;
-  }
-  void* data = nullptr;
-  COHORT_CUDA_RETURN_IF_ERROR(cudaMallocHost(&data, bytes == 0 ? 1 : bytes));
-  data_ = data;
-  capacity_ = bytes;
-  return data_;
 }
 
 #else  // CPU-only build
@@ -84,14 +156,39 @@ Status needs_cuda_build(const char* what) {
 }  // namespace
 
 bool cuda_build() { return false; }
-bool is_device_memory(const void*) { return false; }
+bool is_device_memory(const void* ptr) { return ptr != nullptr && fake_active() && fake_contains(ptr); }
 int cuda_device_count() { return 0; }
 std::string current_device_id() { return ""; }
-Status copy_to_host(void*, const void*, size_t) { return needs_cuda_build("copying device memory"); }
-Status copy_to_device(void*, const void*, size_t) { return needs_cuda_build("copying to device memory"); }
-PinnedBuffer::~PinnedBuffer() = default;
-StatusOr<void*> PinnedBuffer::reserve(size_t) { return needs_cuda_build("pinned host memory"); }
+Status copy_to_host(void* host, const void* device, size_t bytes) {
+  if (fake_active()) return fake_copy(host, device, bytes, fake().to_host);
+  return needs_cuda_build("copying device memory");
+}
+Status copy_to_device(void* device, const void* host, size_t bytes) {
+  if (fake_active()) return fake_copy(device, host, bytes, fake().to_device);
+  return needs_cuda_build("copying to device memory");
+}
 
 #endif
+
+StatusOr<void*> PinnedBuffer::reserve(size_t bytes) {
+  if (bytes <= capacity_ && data_ != nullptr) return data_;
+  release();
+  void* data = nullptr;
+  if (fake_active()) {
+    data = std::malloc(bytes == 0 ? 1 : bytes);
+    if (data == nullptr) return resource_exhausted_error("cannot allocate {} bytes of staging memory", bytes);
+    heap_ = true;
+  } else {
+#if COHORT_CUDA
+    COHORT_CUDA_RETURN_IF_ERROR(cudaMallocHost(&data, bytes == 0 ? 1 : bytes));
+    heap_ = false;
+#else
+    return needs_cuda_build("pinned host memory");
+#endif
+  }
+  data_ = data;
+  capacity_ = bytes;
+  return data_;
+}
 
 }  // namespace cohort::comm

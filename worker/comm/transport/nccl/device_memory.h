@@ -32,7 +32,8 @@ int cuda_device_count();
 std::string current_device_id();
 
 // Synchronous copies between device and host memory (either side may be pinned or pageable).
-// FAILED_PRECONDITION in a CPU-only build.
+// They run on the CUDA legacy default stream, so they wait for work already issued there (torch's
+// default stream). FAILED_PRECONDITION in a CPU-only build.
 Status copy_to_host(void* host, const void* device, size_t bytes);
 Status copy_to_device(void* device, const void* host, size_t bytes);
 
@@ -50,8 +51,31 @@ class PinnedBuffer {
   StatusOr<void*> reserve(size_t bytes);
 
  private:
+  void release();
+
   void* data_ = nullptr;
   size_t capacity_ = 0;
+  bool heap_ = false;  // allocated by the FakeDeviceMemory seam: freed with std::free
+};
+
+// Test seam: while one exists, the memory it allocates counts as device memory for
+// is_device_memory(), copies to and from device memory are memcpy, PinnedBuffer takes plain heap
+// memory, and the bytes copied each way are counted. The staging paths of the communicators thus
+// run, and are checked, in a CPU-only build (a bug that reads a "device" buffer directly still
+// computes the right values, but leaves the counters short). At most one per process; thread-safe.
+class FakeDeviceMemory {
+ public:
+  FakeDeviceMemory();
+  ~FakeDeviceMemory();  // frees what it allocated
+  FakeDeviceMemory(const FakeDeviceMemory&) = delete;
+  FakeDeviceMemory& operator=(const FakeDeviceMemory&) = delete;
+
+  // `bytes` of zeroed "device" memory (at least one byte is allocated).
+  void* allocate(size_t bytes);
+  // Bytes copied by copy_to_host / copy_to_device since creation or the last reset_counters().
+  size_t bytes_to_host() const;
+  size_t bytes_to_device() const;
+  void reset_counters();
 };
 
 }  // namespace cohort::comm

@@ -68,6 +68,29 @@ int default_device(int requested) {
   return cudaGetDevice(&current) == cudaSuccess ? current : 0;
 }
 
+// Byte offsets of consecutive blocks of counts[r] elements; one more entry than counts: the total.
+std::vector<size_t> byte_offsets(const std::vector<size_t>& counts, size_t element_bytes) {
+  std::vector<size_t> offsets(counts.size() + 1, 0);
+  for (size_t r = 0; r < counts.size(); ++r) offsets[r + 1] = offsets[r] + counts[r] * element_bytes;
+  return offsets;
+}
+
+// Enqueues the NCCL calls `body` makes as one group: NCCL launches them together, so sends and
+// receives to many peers never wait on each other.
+template <typename Body>
+Status nccl_group(Body&& body) {
+  COHORT_NCCL_RETURN_IF_ERROR(ncclGroupStart());
+  Status status = body();
+  Status end = COHORT_NCCL_CHECK(ncclGroupEnd());
+  return status.ok() ? end : status;
+}
+
+// A device-to-device copy of this rank's own block, on the stream.
+Status copy_own_block(void* to, const void* from, size_t bytes, cudaStream_t stream) {
+  if (bytes == 0 || to == from) return ok_status();
+  return COHORT_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, stream));
+}
+
 }  // namespace
 
 int nccl_data_type(DataType dtype) {
@@ -111,6 +134,7 @@ struct NcclTransport::Core {
   int device = 0;
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
+  cudaEvent_t default_stream_mark = nullptr;  // recorded on the legacy default stream per launch
 
   std::mutex mutex;                                // guards everything below and every NCCL call
   std::optional<Status> aborted;                   // set once the communicator is aborted
@@ -125,6 +149,9 @@ struct NcclTransport::Core {
   void abort_locked(const Status& reason);
   // Launches every queued transfer as one NCCL group. Holds `mutex`.
   Status flush_locked();
+  // Makes the stream wait for the work issued so far on the CUDA legacy default stream (where
+  // torch's default stream and cudaMemcpy run), so buffers written there are ready. Holds `mutex`.
+  Status follow_default_stream_locked();
   // Records an event after the work enqueued so far. Holds `mutex`.
   StatusOr<std::shared_ptr<LaunchedGroup>> record_locked();
   // One poll of a launched group: OK when done, nullopt while running, the error otherwise
@@ -132,8 +159,9 @@ struct NcclTransport::Core {
   std::optional<Status> poll(const LaunchedGroup& group);
   // Waits for `group` until `deadline`; on expiry aborts the communicator when `abort_on_timeout`.
   Status wait_group(const LaunchedGroup& group, Deadline deadline, const std::string& what, bool abort_on_timeout);
-  // Validates a device buffer argument.
+  // Validates a device buffer argument, and a counts argument (one entry per rank).
   Status check_device(const void* ptr, size_t bytes, const char* what) const;
+  Status check_counts(const std::vector<size_t>& counts, const char* what) const;
   // Runs `enqueue` (NCCL/kernels on the stream) under the mutex, then waits for it.
   template <typename Enqueue>
   Status run(const std::string& what, Deadline deadline, Enqueue&& enqueue);
@@ -271,7 +299,13 @@ NcclTransport::Core::~Core() {
     }
     comm = nullptr;
   }
+  if (default_stream_mark != nullptr) cudaEventDestroy(default_stream_mark);
   if (stream != nullptr) cudaStreamDestroy(stream);
+}
+
+Status NcclTransport::Core::follow_default_stream_locked() {
+  COHORT_CUDA_RETURN_IF_ERROR(cudaEventRecord(default_stream_mark, cudaStreamLegacy));
+  return COHORT_CUDA_CHECK(cudaStreamWaitEvent(stream, default_stream_mark, 0));
 }
 
 Status NcclTransport::Core::settle_locked(const char* what, Deadline deadline) {
@@ -315,7 +349,8 @@ Status NcclTransport::Core::flush_locked() {
   if (batch.empty()) return ok_status();
   DeviceGuard guard(device);
   Deadline deadline = Deadline::after(kDefaultCollectiveTimeout);
-  Status status = COHORT_NCCL_CHECK(ncclGroupStart());
+  Status status = follow_default_stream_locked();
+  if (status.ok()) status = COHORT_NCCL_CHECK(ncclGroupStart());
   for (size_t i = 0; status.ok() && i < batch.size(); ++i) status = batch[i]->enqueue_locked();
   Status end = COHORT_NCCL_CHECK(ncclGroupEnd());
   if (status.ok()) status = end;
@@ -395,6 +430,11 @@ Status NcclTransport::Core::check_device(const void* ptr, size_t bytes, const ch
   return ok_status();
 }
 
+Status NcclTransport::Core::check_counts(const std::vector<size_t>& counts, const char* what) const {
+  if (static_cast<int>(counts.size()) == size) return ok_status();
+  return invalid_argument_error("{}: {} counts for {} ranks; pass one count per rank", what, counts.size(), size);
+}
+
 template <typename Enqueue>
 Status NcclTransport::Core::run(const std::string& what, Deadline deadline, Enqueue&& enqueue) {
   std::shared_ptr<LaunchedGroup> group;
@@ -404,7 +444,8 @@ Status NcclTransport::Core::run(const std::string& what, Deadline deadline, Enqu
     // Transfers queued before this collective go first: stream order is issue order.
     COHORT_RETURN_IF_ERROR(flush_locked());
     DeviceGuard guard(device);
-    Status status = enqueue();
+    Status status = follow_default_stream_locked();
+    if (status.ok()) status = enqueue();
     if (status.ok()) status = settle_locked(what.c_str(), deadline);
     if (!status.ok()) {
       abort_locked(status);
@@ -470,6 +511,7 @@ StatusOr<std::unique_ptr<NcclTransport>> NcclTransport::create(Store& store, int
   DeviceGuard guard(core->device);
   COHORT_CUDA_RETURN_IF_ERROR(cudaSetDevice(core->device));
   COHORT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&core->stream, cudaStreamNonBlocking));
+  COHORT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&core->default_stream_mark, cudaEventDisableTiming));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // nothing may block the host: see the file comment of the header
   Status status = COHORT_NCCL_CHECK(ncclCommInitRankConfig(&core->comm, size, id, rank, &config));
@@ -603,6 +645,165 @@ Status NcclTransport::reduce_scatter(const void* send, void* recv, size_t recv_c
                           core_->comm, core_->stream));
                       if (op != ReduceOp::kAvg) return ok_status();
                       return device_scale_for_average(recv, recv_count, dtype, core_->size, core_->stream);
+                    });
+}
+
+Status NcclTransport::allgatherv(const void* send, void* recv, const std::vector<size_t>& recv_counts,
+                                 DataType dtype, Deadline deadline) {
+  COHORT_RETURN_IF_ERROR(core_->check_counts(recv_counts, "NCCL allgatherv"));
+  const size_t esize = element_size(dtype);
+  const std::vector<size_t> offset = byte_offsets(recv_counts, esize);
+  uint8_t* out = static_cast<uint8_t*>(recv);
+  if (send == nullptr) send = out + offset[rank()];
+  COHORT_RETURN_IF_ERROR(core_->check_device(send, recv_counts[rank()] * esize, "NCCL allgatherv send"));
+  COHORT_RETURN_IF_ERROR(core_->check_device(recv, offset.back(), "NCCL allgatherv receive"));
+  if (offset.back() == 0) return ok_status();
+  return core_->run(fmt::format("NCCL allgatherv ({} x {} total)", data_type_name(dtype), offset.back() / esize),
+                    deadline, [&]() {
+                      return nccl_group([&]() -> Status {
+                        // Every rank broadcasts its block into everyone's recv.
+                        for (int r = 0; r < size(); ++r) {
+                          if (recv_counts[r] == 0) continue;
+                          const void* from = r == rank() ? send : out + offset[r];
+                          COHORT_NCCL_RETURN_IF_ERROR(ncclBroadcast(from, out + offset[r], recv_counts[r] * esize,
+                                                                    ncclUint8, r, core_->comm, core_->stream));
+                        }
+                        return ok_status();
+                      });
+                    });
+}
+
+Status NcclTransport::reduce_scatterv(const void* send, void* recv, const std::vector<size_t>& recv_counts,
+                                      DataType dtype, ReduceOp op, Deadline deadline) {
+  COHORT_RETURN_IF_ERROR(core_->check_counts(recv_counts, "NCCL reduce_scatterv"));
+  const size_t esize = element_size(dtype);
+  const std::vector<size_t> offset = byte_offsets(recv_counts, esize);
+  COHORT_RETURN_IF_ERROR(core_->check_device(send, offset.back(), "NCCL reduce_scatterv send"));
+  COHORT_RETURN_IF_ERROR(core_->check_device(recv, recv_counts[rank()] * esize, "NCCL reduce_scatterv receive"));
+  if (offset.back() == 0) return ok_status();
+  const uint8_t* in = static_cast<const uint8_t*>(send);
+  const size_t mine = recv_counts[rank()];
+  return core_->run(fmt::format("NCCL reduce_scatterv ({} x {} total, {})", data_type_name(dtype),
+                                offset.back() / esize, reduce_op_name(op)),
+                    deadline, [&]() -> Status {
+                      // Block r is reduced to rank r; recv is read at the root only.
+                      COHORT_RETURN_IF_ERROR(nccl_group([&]() -> Status {
+                        for (int r = 0; r < size(); ++r) {
+                          if (recv_counts[r] == 0) continue;
+                          COHORT_NCCL_RETURN_IF_ERROR(
+                              ncclReduce(in + offset[r], recv, recv_counts[r],
+                                         static_cast<ncclDataType_t>(nccl_data_type(dtype)), nccl_op(op), r,
+                                         core_->comm, core_->stream));
+                        }
+                        return ok_status();
+                      }));
+                      if (op != ReduceOp::kAvg || mine == 0) return ok_status();
+                      return device_scale_for_average(recv, mine, dtype, core_->size, core_->stream);
+                    });
+}
+
+Status NcclTransport::gatherv(const void* send, void* recv, const std::vector<size_t>& counts, DataType dtype,
+                              int root, Deadline deadline) {
+  if (root < 0 || root >= size()) return invalid_argument_error("NCCL gatherv: root {} out of range", root);
+  COHORT_RETURN_IF_ERROR(core_->check_counts(counts, "NCCL gatherv"));
+  const size_t esize = element_size(dtype);
+  const std::vector<size_t> offset = byte_offsets(counts, esize);
+  const bool is_root = rank() == root;
+  COHORT_RETURN_IF_ERROR(core_->check_device(send, counts[rank()] * esize, "NCCL gatherv send"));
+  if (is_root) COHORT_RETURN_IF_ERROR(core_->check_device(recv, offset.back(), "NCCL gatherv receive"));
+  if (offset.back() == 0) return ok_status();
+  uint8_t* out = static_cast<uint8_t*>(recv);
+  return core_->run(fmt::format("NCCL gatherv ({} x {} total, root {})", data_type_name(dtype),
+                                offset.back() / esize, root),
+                    deadline, [&]() -> Status {
+                      if (is_root) {
+                        COHORT_RETURN_IF_ERROR(
+                            copy_own_block(out + offset[root], send, counts[root] * esize, core_->stream));
+                      }
+                      return nccl_group([&]() -> Status {
+                        if (!is_root) {
+                          if (counts[rank()] == 0) return ok_status();
+                          return COHORT_NCCL_CHECK(ncclSend(send, counts[rank()] * esize, ncclUint8, root,
+                                                            core_->comm, core_->stream));
+                        }
+                        for (int r = 0; r < size(); ++r) {
+                          if (r == root || counts[r] == 0) continue;
+                          COHORT_NCCL_RETURN_IF_ERROR(ncclRecv(out + offset[r], counts[r] * esize, ncclUint8, r,
+                                                               core_->comm, core_->stream));
+                        }
+                        return ok_status();
+                      });
+                    });
+}
+
+Status NcclTransport::scatterv(const void* send, const std::vector<size_t>& counts, void* recv, DataType dtype,
+                               int root, Deadline deadline) {
+  if (root < 0 || root >= size()) return invalid_argument_error("NCCL scatterv: root {} out of range", root);
+  COHORT_RETURN_IF_ERROR(core_->check_counts(counts, "NCCL scatterv"));
+  const size_t esize = element_size(dtype);
+  const std::vector<size_t> offset = byte_offsets(counts, esize);
+  const bool is_root = rank() == root;
+  if (is_root) COHORT_RETURN_IF_ERROR(core_->check_device(send, offset.back(), "NCCL scatterv send"));
+  COHORT_RETURN_IF_ERROR(core_->check_device(recv, counts[rank()] * esize, "NCCL scatterv receive"));
+  if (offset.back() == 0) return ok_status();
+  const uint8_t* in = static_cast<const uint8_t*>(send);
+  return core_->run(fmt::format("NCCL scatterv ({} x {} total, root {})", data_type_name(dtype),
+                                offset.back() / esize, root),
+                    deadline, [&]() -> Status {
+                      if (is_root) {
+                        COHORT_RETURN_IF_ERROR(
+                            copy_own_block(recv, in + offset[root], counts[root] * esize, core_->stream));
+                      }
+                      return nccl_group([&]() -> Status {
+                        if (!is_root) {
+                          if (counts[rank()] == 0) return ok_status();
+                          return COHORT_NCCL_CHECK(ncclRecv(recv, counts[rank()] * esize, ncclUint8, root,
+                                                            core_->comm, core_->stream));
+                        }
+                        for (int r = 0; r < size(); ++r) {
+                          if (r == root || counts[r] == 0) continue;
+                          COHORT_NCCL_RETURN_IF_ERROR(ncclSend(in + offset[r], counts[r] * esize, ncclUint8, r,
+                                                               core_->comm, core_->stream));
+                        }
+                        return ok_status();
+                      });
+                    });
+}
+
+Status NcclTransport::alltoallv(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                                const std::vector<size_t>& recv_counts, DataType dtype, Deadline deadline) {
+  COHORT_RETURN_IF_ERROR(core_->check_counts(send_counts, "NCCL alltoallv send counts"));
+  COHORT_RETURN_IF_ERROR(core_->check_counts(recv_counts, "NCCL alltoallv receive counts"));
+  if (send_counts[rank()] != recv_counts[rank()]) {
+    return invalid_argument_error("NCCL alltoallv: rank {} sends itself {} elements but expects {}", rank(),
+                                  send_counts[rank()], recv_counts[rank()]);
+  }
+  const size_t esize = element_size(dtype);
+  const std::vector<size_t> soffset = byte_offsets(send_counts, esize);
+  const std::vector<size_t> roffset = byte_offsets(recv_counts, esize);
+  COHORT_RETURN_IF_ERROR(core_->check_device(send, soffset.back(), "NCCL alltoallv send"));
+  COHORT_RETURN_IF_ERROR(core_->check_device(recv, roffset.back(), "NCCL alltoallv receive"));
+  if (soffset.back() == 0 && roffset.back() == 0) return ok_status();
+  const uint8_t* in = static_cast<const uint8_t*>(send);
+  uint8_t* out = static_cast<uint8_t*>(recv);
+  return core_->run(fmt::format("NCCL alltoallv ({} x {} sent)", data_type_name(dtype), soffset.back() / esize),
+                    deadline, [&]() -> Status {
+                      COHORT_RETURN_IF_ERROR(copy_own_block(out + roffset[rank()], in + soffset[rank()],
+                                                            recv_counts[rank()] * esize, core_->stream));
+                      return nccl_group([&]() -> Status {
+                        for (int r = 0; r < size(); ++r) {
+                          if (r == rank()) continue;
+                          if (send_counts[r] > 0) {
+                            COHORT_NCCL_RETURN_IF_ERROR(ncclSend(in + soffset[r], send_counts[r] * esize, ncclUint8,
+                                                                 r, core_->comm, core_->stream));
+                          }
+                          if (recv_counts[r] > 0) {
+                            COHORT_NCCL_RETURN_IF_ERROR(ncclRecv(out + roffset[r], recv_counts[r] * esize,
+                                                                 ncclUint8, r, core_->comm, core_->stream));
+                          }
+                        }
+                        return ok_status();
+                      });
                     });
 }
 

@@ -21,7 +21,9 @@
 // operation fails with the abort's reason (the job restarts its workers, as with torch's NCCL
 // watchdog). Errors read like the host path's: "peer rank 3 ...", the op, the time waited.
 //
-// Stream: everything runs on one stream the transport owns, in issue order. Buffers must be device
+// Stream: everything runs on one stream the transport owns, in issue order, after the work already
+// issued on the CUDA legacy default stream (torch's default stream): each launch makes the
+// transport's stream wait for an event recorded there. Buffers must be device
 // (or managed) memory; host buffers fail with INVALID_ARGUMENT. Operations are complete (the
 // buffers reusable) when their Work / call returns OK.
 //
@@ -41,6 +43,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "worker/base/status.h"
 #include "worker/comm/deadline.h"
@@ -110,6 +113,24 @@ class NcclTransport final : public Transport {
   // send holds size() blocks of `recv_count`; block r, reduced, lands in rank r's recv.
   Status reduce_scatter(const void* send, void* recv, size_t recv_count, DataType dtype, ReduceOp op,
                         Deadline deadline);
+
+  // The uneven ("v") forms, each one NCCL group: allgatherv is a broadcast from every rank,
+  // reduce_scatterv a reduce to every rank, gatherv / scatterv / alltoallv are sends and receives
+  // (this rank's own block is a device-to-device copy on the stream). Counts are elements per rank.
+  // allgatherv: null send = in place (this rank's block of recv).
+  Status allgatherv(const void* send, void* recv, const std::vector<size_t>& recv_counts, DataType dtype,
+                    Deadline deadline);
+  // send holds recv_counts[r] elements for every rank r, concatenated; not in place.
+  Status reduce_scatterv(const void* send, void* recv, const std::vector<size_t>& recv_counts, DataType dtype,
+                         ReduceOp op, Deadline deadline);
+  // recv (significant at root) gets counts[r] elements from every rank r, concatenated.
+  Status gatherv(const void* send, void* recv, const std::vector<size_t>& counts, DataType dtype, int root,
+                 Deadline deadline);
+  // send (significant at root) holds counts[r] elements for every rank r, concatenated.
+  Status scatterv(const void* send, const std::vector<size_t>& counts, void* recv, DataType dtype, int root,
+                  Deadline deadline);
+  Status alltoallv(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                   const std::vector<size_t>& recv_counts, DataType dtype, Deadline deadline);
 
   // Aborts the communicator: every pending and later operation fails with `reason`. Idempotent.
   void abort(const Status& reason);
