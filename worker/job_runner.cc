@@ -280,6 +280,7 @@ void broadcast_replicated_parameters(torch::nn::Module& model, comm::Communicato
     if (dynamic_cast<train::ParallelConvolution2DImpl*>(child.get()) != nullptr) continue;
     for (at::Tensor& param : child->parameters()) {
       at::Tensor buf = param.detach().contiguous();
+      autograd::sync_before_comm(buf);
       autograd::wait_or_throw(comm.broadcast(buf.data_ptr(), static_cast<size_t>(buf.numel()),
                                              autograd::to_data_type(buf.scalar_type()), 0),
                               "broadcasting the initial parameters");
@@ -306,6 +307,8 @@ class JobRun {
   Status evaluate(int epoch, double epoch_loss_sum, int64_t epoch_loss_steps, int64_t epoch_samples,
                   double seconds);
   StatusOr<std::optional<TensorDataset>> next_train_batch();
+  // `batch` on options.device (itself on the CPU).
+  TensorDataset on_device(const TensorDataset& batch) const;
   void set_learning_rate(int64_t step);
   // To options.metrics on rank 0, with rank and totals filled in.
   void report(v1::Metrics metrics, bool epoch_end);
@@ -365,6 +368,8 @@ Status JobRun::setup() {
   }
   COHORT_RETURN_IF_ERROR(load_data());
   COHORT_RETURN_IF_ERROR(build_model());
+  // Built on the CPU from the seed (the same weights as a CPU run), then moved.
+  if (!options_.device.is_cpu()) model_.module->to(options_.device);
   COHORT_ASSIGN_OR_RETURN(optimizer_, make_optimizer(spec_.optimizer(), model_.module->parameters()));
   if (sharded_) {
     multi_node_optimizer_ = train::create_multi_node_optimizer(*optimizer_, comm_);
@@ -476,6 +481,11 @@ StatusOr<std::optional<TensorDataset>> JobRun::next_train_batch() {
   return broadcast_train_->next();
 }
 
+TensorDataset JobRun::on_device(const TensorDataset& batch) const {
+  if (options_.device.is_cpu()) return batch;
+  return TensorDataset{batch.inputs.to(options_.device), batch.targets.to(options_.device)};
+}
+
 void JobRun::set_learning_rate(int64_t step) {
   double lr = scheduled_learning_rate(spec_.optimizer(), spec_.epochs(), steps_per_epoch_, step);
   for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
@@ -508,6 +518,7 @@ Status JobRun::train_epoch(int epoch) {
   while (true) {
     COHORT_ASSIGN_OR_RETURN(std::optional<TensorDataset> batch, next_train_batch());
     if (!batch.has_value()) break;
+    batch = on_device(*batch);
     set_learning_rate(step_);
     if (multi_node_optimizer_) {
       multi_node_optimizer_->zero_grad();
@@ -569,7 +580,8 @@ Status JobRun::evaluate(int epoch, double epoch_loss_sum, int64_t epoch_loss_ste
   model_.module->eval();
   double loss_sum = 0, correct = 0;
   int64_t n = 0;
-  auto score = [&](const TensorDataset& batch) {
+  auto score = [&](const TensorDataset& host_batch) {
+    const TensorDataset batch = on_device(host_batch);
     at::Tensor y = model_.forward(batch.inputs);
     if (!model_.computes_loss) return;
     y = y.detach();

@@ -19,6 +19,11 @@
 // (create_multi_node_iterator), so every rank walks the same batches; the ranks whose last stage
 // has no rank_out compute the loss; each rank steps its own optimizer over its own stages.
 //
+// Device: options.device (worker/device_selection.h picks it from gpus_per_proc). On CUDA the model
+// is moved there after it is built (so CPU and CUDA runs start from the same weights), every batch
+// is moved there before the forward pass, evaluation runs there, and the communicator gets the
+// device tensors (pure_nccl carries them with NCCL; the other kinds stage through host memory).
+//
 // Both: the learning rate follows the schedule per step (linear warm-up over warmup_epochs, then
 // constant, step or cosine); each epoch ends with an evaluation on the test set (accuracy and loss
 // over all ranks' test samples, MultiNodeEvaluator); every checkpoint.interval_epochs epochs the
@@ -40,6 +45,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <c10/core/Device.h>
 
 #include "cohort/v1/job.pb.h"
 #include "worker/base/status.h"
@@ -67,6 +74,7 @@ struct JobRunnerOptions {
   std::FILE* out = stdout;         // rank 0's progress lines; null: silent
   int64_t log_every_steps = kDefaultLogEverySteps;  // a progress line (and a global loss) every N steps
   std::string fashion_mnist_dir;                    // FASHION_MNIST with an empty path; "": kFashionMnistDir
+  c10::Device device = c10::kCPU;  // where the model, batches and evaluation live (select_device)
 };
 
 struct EpochResult {

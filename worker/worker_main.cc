@@ -26,6 +26,7 @@
 #include "worker/base/status.h"
 #include "worker/comm/bootstrap.h"
 #include "worker/comm/init/cohort/cohort_init_method.h"
+#include "worker/device_selection.h"
 #include "worker/job_runner.h"
 #include "worker/job_spec_file.h"
 #include "worker/metrics_reporter.h"
@@ -46,9 +47,12 @@ it with flags.
                         (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE), tcp://host:port?rank=R&world_size=N,
                         file:///path?rank=R&world_size=N (default: $COHORT_INIT, else env://)
   --communicator KIND   naive, flat, hierarchical, two_dimensional, single_node, pure_nccl
-                        (default: the spec's, else flat)
+                        (default: the spec's, else pure_nccl when training on a GPU, else flat)
   --version             print the version and what it was built against, and exit
   --help                print this help and exit
+
+A job with gpus_per_proc > 0 trains on the rank's GPU (cuda:0 under the agent's CUDA_VISIBLE_DEVICES,
+else cuda:LOCAL_RANK mod the GPU count); that needs a cohort-worker built against a CUDA libtorch.
 
 Environment: COHORT_RESUME=1 resumes from the newest checkpoint; COHORT_COORDINATOR, COHORT_JOB_ID
 and COHORT_ATTEMPT make rank 0 report metrics to the coordinator; COHORT_LOG_LEVEL sets logging.
@@ -81,21 +85,20 @@ cohort::Status run_worker(WorkerFlags flags) {
 
   COHORT_ASSIGN_OR_RETURN(cohort::v1::JobSpec spec, cohort::worker::read_job_spec_file(flags.job_spec));
   COHORT_RETURN_IF_ERROR(cohort::comm::register_cohort_init_method());
+  // Before joining: a job that asks for GPUs this worker cannot use fails here, naming the fix.
+  COHORT_ASSIGN_OR_RETURN(
+      c10::Device device,
+      cohort::worker::select_device(spec.gpus_per_proc(), cohort::worker::DeviceEnvironment::current()));
   std::string kind = flags.communicator;
   if (kind.empty()) kind = spec.communicator();
-  // The runner trains on the CPU (tensors in host memory), which pure_nccl cannot carry: flat
-  // until the worker places models on GPUs.
-  if (kind.empty()) kind = "flat";
-  if (spec.gpus_per_proc() > 0) {
-    spdlog::warn("the job asks for {} GPU(s) per rank; this worker trains on the CPU", spec.gpus_per_proc());
-  }
+  if (kind.empty()) kind = cohort::worker::default_communicator(device);
 
   auto comm = cohort::comm::create_communicator(kind, cohort::comm::InitOptions::from_url(flags.init));
   if (!comm.ok()) return comm.status().with_context(fmt::format("joining the job via {}", flags.init));
   // Every rank says it joined and how it ended, so `cohort logs --rank R` shows each rank's part
   // (progress lines come from rank 0 only).
-  spdlog::info("rank {} of {} joined via {} ({} communicator, {} rank(s) on this node)", (*comm)->rank(),
-               (*comm)->size(), flags.init, kind, (*comm)->intra_size());
+  spdlog::info("rank {} of {} joined via {} ({} communicator, {} rank(s) on this node), training on {}",
+               (*comm)->rank(), (*comm)->size(), flags.init, kind, (*comm)->intra_size(), device.str());
   // The ranks on this node share its cores.
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   at::set_num_threads(
@@ -106,6 +109,7 @@ cohort::Status run_worker(WorkerFlags flags) {
   cohort::worker::JobRunnerOptions options;
   options.resume = env_or("COHORT_RESUME", "") == "1";
   options.metrics = reporter.get();
+  options.device = device;
   auto result = cohort::worker::run_job(spec, **comm, options);
   if (!result.ok()) return result.status().with_context(fmt::format("rank {}: training", (*comm)->rank()));
   spdlog::info("rank {} finished after {} step(s)", (*comm)->rank(), result->steps);

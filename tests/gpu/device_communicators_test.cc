@@ -1,5 +1,7 @@
-// Communicators on device buffers. pure_nccl: allreduce (SUM, AVG on bf16) and broadcast through
-// NCCL, ranks as threads with one GPU each. Every host kind (naive, flat, hierarchical,
+// Communicators on device buffers. Every kind also runs check_every_collective: all collectives
+// and point to point on device buffers (and host and device mixed) against the host path.
+// pure_nccl: allreduce (SUM, AVG on bf16) and broadcast through NCCL, ranks as threads with one
+// GPU each. Every host kind (naive, flat, hierarchical,
 // two_dimensional, single_node): device buffers staged through pinned host memory around the host
 // path, four ranks as threads sharing GPU 0 over the loopback transport (two simulated nodes for
 // the two-level kinds where they allow it). hierarchical, two_dimensional and single_node with a
@@ -19,6 +21,7 @@
 
 #include "worker/comm/communicator_factory.h"
 #include "worker/comm/communicators/pure_nccl_communicator.h"
+#include "worker/comm/testing/device_collectives.h"
 #include "worker/comm/testing/loopback_world.h"
 #include "worker/comm/testing/rank_threads.h"
 #include "worker/comm/testing/typed_values.h"
@@ -32,6 +35,45 @@ using testing::loopback_worlds;
 using testing::read_value;
 using testing::run_ranks;
 using testing::write_value;
+
+// cudaMalloc'ed memory of the thread's current device, for check_every_collective.
+class CudaSpace final : public testing::BufferSpace {
+ public:
+  ~CudaSpace() override {
+    for (void* block : blocks_) cudaFree(block);
+  }
+  std::string name() const override { return "CUDA device"; }
+  void* allocate(size_t bytes) override {
+    void* block = nullptr;
+    if (cudaMalloc(&block, bytes == 0 ? 1 : bytes) != cudaSuccess) {
+      ADD_FAILURE() << "cudaMalloc of " << bytes << " bytes failed";
+      return nullptr;
+    }
+    blocks_.push_back(block);
+    return block;
+  }
+  Status upload(void* to, const void* host, size_t bytes) override {
+    return cudaMemcpy(to, host, bytes, cudaMemcpyHostToDevice) == cudaSuccess ? ok_status()
+                                                                              : internal_error("cudaMemcpy to device");
+  }
+  Status download(void* host, const void* from, size_t bytes) override {
+    return cudaMemcpy(host, from, bytes, cudaMemcpyDeviceToHost) == cudaSuccess ? ok_status()
+                                                                                : internal_error("cudaMemcpy to host");
+  }
+
+ private:
+  std::vector<void*> blocks_;
+};
+
+// Every collective and point-to-point form on device buffers (and mixed with host buffers)
+// against the host path, for each dtype.
+Status check_all(Communicator& comm) {
+  CudaSpace space;
+  for (DataType dtype : {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat16, DataType::kInt64}) {
+    COHORT_RETURN_IF_ERROR(testing::check_every_collective(comm, space, dtype));
+  }
+  return ok_status();
+}
 
 // allreduce SUM and AVG, then broadcast from the last rank, all on device buffers; checks values.
 // The default count is odd (uneven shards); two_dimensional's NCCL path needs an even split.
@@ -78,7 +120,8 @@ TEST(DeviceCommunicatorsTest, PureNcclRunsCollectivesThroughNccl) {
     COHORT_ASSIGN_OR_RETURN(auto comm, create_communicator("pure_nccl", worlds[rank]));
     if (dynamic_cast<PureNcclCommunicator*>(comm.get()) == nullptr) return internal_error("not a PureNcclCommunicator");
     COHORT_RETURN_IF_ERROR(exercise(*comm, DataType::kBFloat16));
-    return exercise(*comm, DataType::kFloat32);
+    COHORT_RETURN_IF_ERROR(exercise(*comm, DataType::kFloat32));
+    return check_all(*comm);
   });
   EXPECT_EQ(failures(statuses), "");
 }
@@ -95,7 +138,8 @@ TEST(DeviceCommunicatorsTest, HostKindsStageDeviceBuffers) {
       if (cudaSetDevice(0) != cudaSuccess) return internal_error("cudaSetDevice(0)");
       COHORT_ASSIGN_OR_RETURN(auto comm, create_communicator(kind, worlds[rank]));
       COHORT_RETURN_IF_ERROR(exercise(*comm, DataType::kFloat16));
-      return exercise(*comm, DataType::kInt32);
+      COHORT_RETURN_IF_ERROR(exercise(*comm, DataType::kInt32));
+      return check_all(*comm);
     });
     EXPECT_EQ(failures(statuses), "");
   }
@@ -114,7 +158,8 @@ TEST(DeviceCommunicatorsTest, NodeKindsUseNcclInsideTheNodeWhenEveryRankHasAGpu)
       COHORT_ASSIGN_OR_RETURN(auto comm, create_communicator(kind, worlds[rank]));
       COHORT_RETURN_IF_ERROR(exercise(*comm, DataType::kBFloat16, 1032));
       COHORT_RETURN_IF_ERROR(exercise(*comm, DataType::kFloat32, 1032));
-      return exercise(*comm, DataType::kFloat32);  // odd: two_dimensional stages this one
+      COHORT_RETURN_IF_ERROR(exercise(*comm, DataType::kFloat32));  // odd: two_dimensional stages this one
+      return check_all(*comm);
     });
     EXPECT_EQ(failures(statuses), "");
   }

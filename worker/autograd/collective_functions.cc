@@ -1,5 +1,6 @@
 #include "worker/autograd/collective_functions.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,7 @@ std::vector<int64_t> with_leading(int64_t n, at::IntArrayRef shape) {
 
 at::Tensor run_allreduce(Communicator& comm, const at::Tensor& x, ReduceOp op) {
   at::Tensor y = at::empty_like(x);
+  sync_before_comm(x);
   wait_or_throw(comm.allreduce(x.data_ptr(), y.data_ptr(), count_of(x), to_data_type(x.scalar_type()), op),
                 fmt::format("allreduce ({}) of {} elements", comm::reduce_op_name(op), x.numel()));
   return y;
@@ -62,7 +64,7 @@ struct AllreduceFunction : torch::autograd::Function<AllreduceFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Communicator* comm, int64_t op) {
     save_communicator(ctx, comm);
     ctx->saved_data["op"] = op;
-    at::Tensor xc = contiguous_cpu(x, "allreduce");
+    at::Tensor xc = contiguous_for_comm(x, "allreduce");
     at::Tensor y = run_allreduce(*comm, xc, static_cast<ReduceOp>(op));
     ctx->save_for_backward({xc, y});
     return y;
@@ -74,7 +76,7 @@ struct AllreduceFunction : torch::autograd::Function<AllreduceFunction> {
     auto saved = ctx->get_saved_variables();
     const at::Tensor& x = saved[0];
     const at::Tensor& y = saved[1];
-    at::Tensor grad = grad_outputs[0].contiguous();
+    at::Tensor grad = contiguous_for_comm(grad_outputs[0], "allreduce backward");
     switch (op) {
       case ReduceOp::kSum:
         return grads({run_allreduce(comm, grad, ReduceOp::kSum)});
@@ -93,6 +95,7 @@ struct AllreduceFunction : torch::autograd::Function<AllreduceFunction> {
         // dividing, so zeros in x are handled. One allgather carries values and gradients.
         at::Tensor both = at::stack({x, grad}).contiguous();
         at::Tensor all = at::empty(with_leading(comm.size(), both.sizes()), both.options());
+        sync_before_comm(both);
         wait_or_throw(comm.allgather(both.data_ptr(), all.data_ptr(), count_of(both), to_data_type(both.scalar_type())),
                       "allreduce (prod) backward: allgather");
         at::Tensor grad_sum = all.select(1, 1).sum(0);
@@ -110,13 +113,16 @@ struct AllreduceFunction : torch::autograd::Function<AllreduceFunction> {
 // ---- bcast ----
 
 struct BcastFunction : torch::autograd::Function<BcastFunction> {
-  // `input` is x at root and an anchor (or an undefined tensor) elsewhere.
+  // `input` is x at root and an anchor (or an undefined tensor) elsewhere; off root the result
+  // goes on `device`.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, Communicator* comm, int64_t root,
-                            std::vector<int64_t> shape, at::ScalarType type) {
+                            std::vector<int64_t> shape, at::ScalarType type, at::Device device) {
     save_communicator(ctx, comm);
     ctx->saved_data["root"] = root;
     bool is_root = comm->rank() == root;
-    at::Tensor y = is_root ? contiguous_cpu(input, "bcast").clone() : at::empty(shape, at::TensorOptions(type));
+    at::Tensor y = is_root ? contiguous_for_comm(input, "bcast").clone()
+                           : at::empty(shape, at::TensorOptions(type).device(device));
+    sync_before_comm(y);
     wait_or_throw(comm->broadcast(y.data_ptr(), count_of(y), to_data_type(type), static_cast<int>(root)),
                   fmt::format("bcast from root {}", root));
     if (input.defined()) ctx->save_for_backward({input});
@@ -126,8 +132,9 @@ struct BcastFunction : torch::autograd::Function<BcastFunction> {
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     Communicator& comm = load_communicator(ctx);
     int root = static_cast<int>(ctx->saved_data["root"].toInt());
-    at::Tensor grad = grad_outputs[0].contiguous();
+    at::Tensor grad = contiguous_for_comm(grad_outputs[0], "bcast backward");
     at::Tensor sum = at::empty_like(grad);
+    sync_before_comm(grad);
     wait_or_throw(comm.reduce(grad.data_ptr(), sum.data_ptr(), count_of(grad), to_data_type(grad.scalar_type()),
                               ReduceOp::kSum, root),
                   "bcast backward: reduce to root");
@@ -143,8 +150,9 @@ struct ReduceFunction : torch::autograd::Function<ReduceFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Communicator* comm, int64_t root) {
     save_communicator(ctx, comm);
     ctx->saved_data["root"] = root;
-    at::Tensor xc = contiguous_cpu(x, "reduce");
+    at::Tensor xc = contiguous_for_comm(x, "reduce");
     at::Tensor y = at::empty_like(xc);
+    sync_before_comm(xc);
     wait_or_throw(comm->reduce(xc.data_ptr(), y.data_ptr(), count_of(xc), to_data_type(xc.scalar_type()), ReduceOp::kSum,
                                static_cast<int>(root)),
                   fmt::format("reduce to root {}", root));
@@ -157,7 +165,9 @@ struct ReduceFunction : torch::autograd::Function<ReduceFunction> {
     Communicator& comm = load_communicator(ctx);
     int root = static_cast<int>(ctx->saved_data["root"].toInt());
     at::Tensor x = ctx->get_saved_variables()[0];
-    at::Tensor grad = comm.rank() == root ? grad_outputs[0].contiguous().clone() : at::empty_like(x);
+    at::Tensor grad = comm.rank() == root ? contiguous_for_comm(grad_outputs[0], "reduce backward").clone()
+                                          : at::empty_like(x);
+    sync_before_comm(grad);
     wait_or_throw(comm.broadcast(grad.data_ptr(), count_of(grad), to_data_type(grad.scalar_type()), root),
                   "reduce backward: bcast from root");
     return grads({grad});
@@ -170,9 +180,10 @@ struct GatherFunction : torch::autograd::Function<GatherFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Communicator* comm, int64_t root) {
     save_communicator(ctx, comm);
     ctx->saved_data["root"] = root;
-    at::Tensor xc = contiguous_cpu(x, "gather");
+    at::Tensor xc = contiguous_for_comm(x, "gather");
     bool is_root = comm->rank() == root;
     at::Tensor y = is_root ? at::empty(with_leading(comm->size(), xc.sizes()), xc.options()) : at::Tensor();
+    sync_before_comm(xc);
     wait_or_throw(comm->gather(xc.data_ptr(), is_root ? y.data_ptr() : nullptr, count_of(xc),
                                to_data_type(xc.scalar_type()), static_cast<int>(root)),
                   fmt::format("gather to root {}", root));
@@ -184,8 +195,10 @@ struct GatherFunction : torch::autograd::Function<GatherFunction> {
     Communicator& comm = load_communicator(ctx);
     int root = static_cast<int>(ctx->saved_data["root"].toInt());
     at::Tensor x = ctx->get_saved_variables()[0];
-    at::Tensor grad = comm.rank() == root ? grad_outputs[0].contiguous() : at::Tensor();
+    at::Tensor grad =
+        comm.rank() == root ? contiguous_for_comm(grad_outputs[0], "gather backward") : at::Tensor();
     at::Tensor out = at::empty_like(x);
+    sync_before_comm(out);
     wait_or_throw(comm.scatter(grad.defined() ? grad.data_ptr() : nullptr, out.data_ptr(), count_of(out),
                                to_data_type(out.scalar_type()), root),
                   "gather backward: scatter from root");
@@ -194,15 +207,17 @@ struct GatherFunction : torch::autograd::Function<GatherFunction> {
 };
 
 struct ScatterFunction : torch::autograd::Function<ScatterFunction> {
-  // `input` is xs at root and an anchor (or undefined) elsewhere; `shape` is xs's.
+  // `input` is xs at root and an anchor (or undefined) elsewhere; `shape` is xs's; the result goes
+  // on `device` (xs's at root).
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, Communicator* comm, int64_t root,
-                            std::vector<int64_t> shape, at::ScalarType type) {
+                            std::vector<int64_t> shape, at::ScalarType type, at::Device device) {
     save_communicator(ctx, comm);
     ctx->saved_data["root"] = root;
     ctx->saved_data["shape"] = shape;
     bool is_root = comm->rank() == root;
-    at::Tensor xs = is_root ? contiguous_cpu(input, "scatter") : at::Tensor();
-    at::Tensor y = at::empty(at::IntArrayRef(shape).slice(1), at::TensorOptions(type));
+    at::Tensor xs = is_root ? contiguous_for_comm(input, "scatter") : at::Tensor();
+    at::Tensor y = at::empty(at::IntArrayRef(shape).slice(1), at::TensorOptions(type).device(device));
+    sync_before_comm(is_root ? xs : y);
     wait_or_throw(comm->scatter(is_root ? xs.data_ptr() : nullptr, y.data_ptr(), count_of(y), to_data_type(type),
                                 static_cast<int>(root)),
                   fmt::format("scatter from root {}", root));
@@ -214,8 +229,9 @@ struct ScatterFunction : torch::autograd::Function<ScatterFunction> {
     Communicator& comm = load_communicator(ctx);
     int root = static_cast<int>(ctx->saved_data["root"].toInt());
     bool is_root = comm.rank() == root;
-    at::Tensor grad = grad_outputs[0].contiguous();
+    at::Tensor grad = contiguous_for_comm(grad_outputs[0], "scatter backward");
     at::Tensor all = is_root ? at::empty(ctx->saved_data["shape"].toIntVector(), grad.options()) : at::Tensor();
+    sync_before_comm(grad);
     wait_or_throw(comm.gather(grad.data_ptr(), is_root ? all.data_ptr() : nullptr, count_of(grad),
                               to_data_type(grad.scalar_type()), root),
                   "scatter backward: gather to root");
@@ -229,12 +245,14 @@ struct ScatterFunction : torch::autograd::Function<ScatterFunction> {
 
 at::Tensor run_allgather(Communicator& comm, const at::Tensor& x, const char* what) {
   at::Tensor y = at::empty(with_leading(comm.size(), x.sizes()), x.options());
+  sync_before_comm(x);
   wait_or_throw(comm.allgather(x.data_ptr(), y.data_ptr(), count_of(x), to_data_type(x.scalar_type())), what);
   return y;
 }
 
 at::Tensor run_reduce_scatter(Communicator& comm, const at::Tensor& xs, const char* what) {
   at::Tensor y = at::empty(xs.sizes().slice(1), xs.options());
+  sync_before_comm(xs);
   wait_or_throw(
       comm.reduce_scatter(xs.data_ptr(), y.data_ptr(), count_of(y), to_data_type(xs.scalar_type()), ReduceOp::kSum),
       what);
@@ -243,6 +261,7 @@ at::Tensor run_reduce_scatter(Communicator& comm, const at::Tensor& xs, const ch
 
 at::Tensor run_alltoall(Communicator& comm, const at::Tensor& xs, const char* what) {
   at::Tensor y = at::empty_like(xs);
+  sync_before_comm(xs);
   wait_or_throw(comm.alltoall(xs.data_ptr(), y.data_ptr(), count_of(xs) / comm.size(), to_data_type(xs.scalar_type())),
                 what);
   return y;
@@ -251,10 +270,11 @@ at::Tensor run_alltoall(Communicator& comm, const at::Tensor& xs, const char* wh
 struct AllgatherFunction : torch::autograd::Function<AllgatherFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Communicator* comm) {
     save_communicator(ctx, comm);
-    return run_allgather(*comm, contiguous_cpu(x, "allgather"), "allgather");
+    return run_allgather(*comm, contiguous_for_comm(x, "allgather"), "allgather");
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    return grads({run_reduce_scatter(load_communicator(ctx), grad_outputs[0].contiguous(),
+    return grads({run_reduce_scatter(load_communicator(ctx),
+                                     contiguous_for_comm(grad_outputs[0], "allgather backward"),
                                      "allgather backward: reduce_scatter")});
   }
 };
@@ -262,10 +282,11 @@ struct AllgatherFunction : torch::autograd::Function<AllgatherFunction> {
 struct ReduceScatterFunction : torch::autograd::Function<ReduceScatterFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& xs, Communicator* comm) {
     save_communicator(ctx, comm);
-    return run_reduce_scatter(*comm, contiguous_cpu(xs, "reduce_scatter"), "reduce_scatter");
+    return run_reduce_scatter(*comm, contiguous_for_comm(xs, "reduce_scatter"), "reduce_scatter");
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    return grads({run_allgather(load_communicator(ctx), grad_outputs[0].contiguous(),
+    return grads({run_allgather(load_communicator(ctx),
+                                contiguous_for_comm(grad_outputs[0], "reduce_scatter backward"),
                                 "reduce_scatter backward: allgather")});
   }
 };
@@ -273,10 +294,12 @@ struct ReduceScatterFunction : torch::autograd::Function<ReduceScatterFunction> 
 struct AlltoallFunction : torch::autograd::Function<AlltoallFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& xs, Communicator* comm) {
     save_communicator(ctx, comm);
-    return run_alltoall(*comm, contiguous_cpu(xs, "alltoall"), "alltoall");
+    return run_alltoall(*comm, contiguous_for_comm(xs, "alltoall"), "alltoall");
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    return grads({run_alltoall(load_communicator(ctx), grad_outputs[0].contiguous(), "alltoall backward")});
+    return grads(
+        {run_alltoall(load_communicator(ctx), contiguous_for_comm(grad_outputs[0], "alltoall backward"),
+                      "alltoall backward")});
   }
 };
 
@@ -293,10 +316,20 @@ void exchange_meta(Communicator& comm, const at::Tensor& x, int root, const char
   decode_meta(agreed.value(), type, shape);
 }
 
-// The input of a non-root rank for ops whose backward must run there although it has no data.
-at::Tensor anchor_for(at::ScalarType type) {
-  if (!c10::GradMode::is_enabled() || !is_differentiable(type)) return make_inert_anchor();
-  return make_anchor(at::TensorOptions(type));
+// The input of a non-root rank for ops whose backward must run there although it has no data;
+// on `device`, the result's.
+at::Tensor anchor_for(at::ScalarType type, at::Device device) {
+  if (!c10::GradMode::is_enabled() || !is_differentiable(type)) return make_inert_anchor(device);
+  return make_anchor(at::TensorOptions(type).device(device));
+}
+
+// Where a root-sourced result lands on this rank: x's device at root, else `device` (given),
+// else the device of x when a template is passed, else the CPU.
+at::Device result_device(const Communicator& comm, const at::Tensor& x, int root,
+                         const std::optional<at::Device>& device) {
+  if (comm.rank() == root) return x.device();
+  if (device.has_value()) return *device;
+  return x.defined() ? x.device() : at::Device(at::kCPU);
 }
 
 }  // namespace
@@ -306,14 +339,15 @@ at::Tensor allreduce(Communicator& comm, const at::Tensor& x, ReduceOp op) {
   return AllreduceFunction::apply(x, &comm, static_cast<int64_t>(op));
 }
 
-at::Tensor bcast(Communicator& comm, const at::Tensor& x, int root) {
+at::Tensor bcast(Communicator& comm, const at::Tensor& x, int root, std::optional<at::Device> device) {
   check_root(comm, root, "bcast");
   check_gradient_dtype(x, "bcast");
   at::ScalarType type;
   std::vector<int64_t> shape;
   exchange_meta(comm, x, root, "bcast", &type, &shape);
-  at::Tensor input = comm.rank() == root ? x : anchor_for(type);
-  return BcastFunction::apply(input, &comm, static_cast<int64_t>(root), shape, type);
+  at::Device on = result_device(comm, x, root, device);
+  at::Tensor input = comm.rank() == root ? x : anchor_for(type, on);
+  return BcastFunction::apply(input, &comm, static_cast<int64_t>(root), shape, type, on);
 }
 
 at::Tensor reduce(Communicator& comm, const at::Tensor& x, int root) {
@@ -328,15 +362,16 @@ at::Tensor gather(Communicator& comm, const at::Tensor& x, int root) {
   return GatherFunction::apply(x, &comm, static_cast<int64_t>(root));
 }
 
-at::Tensor scatter(Communicator& comm, const at::Tensor& xs, int root) {
+at::Tensor scatter(Communicator& comm, const at::Tensor& xs, int root, std::optional<at::Device> device) {
   check_root(comm, root, "scatter");
   check_gradient_dtype(xs, "scatter");
   if (comm.rank() == root) check_blocks(comm, xs, "scatter");
   at::ScalarType type;
   std::vector<int64_t> shape;
   exchange_meta(comm, xs, root, "scatter", &type, &shape);
-  at::Tensor input = comm.rank() == root ? xs : anchor_for(type);
-  return ScatterFunction::apply(input, &comm, static_cast<int64_t>(root), shape, type);
+  at::Device on = result_device(comm, xs, root, device);
+  at::Tensor input = comm.rank() == root ? xs : anchor_for(type, on);
+  return ScatterFunction::apply(input, &comm, static_cast<int64_t>(root), shape, type, on);
 }
 
 at::Tensor allgather(Communicator& comm, const at::Tensor& x) {

@@ -10,10 +10,15 @@
 //   auto y = autograd::allreduce(*comm, x, comm::ReduceOp::kAvg);   // same y on every rank
 //   y.mul(w).sum().backward();                                       // x.grad = allreduce(w)/size
 //
-// Tensors: CPU, any layout (made contiguous), dtypes Half/BFloat16/Float/Double (differentiable)
-// and Char/Byte/Int/Long (communicated without gradients). Blocking: each call returns when the
-// collective finished on this rank. Errors throw std::runtime_error with the communicator's text.
-// The communicator must outlive the graphs built over it.
+// Tensors: CPU or CUDA, any layout (made contiguous), dtypes Half/BFloat16/Float/Double
+// (differentiable) and Char/Byte/Int/Long (communicated without gradients). Results, delegates
+// and gradients are on the input's device; ranks may use different devices. Before the
+// communicator touches a CUDA tensor the op waits for the device's queued kernels
+// (sync_before_comm in tensor_comm.h). Blocking: each call returns when the collective finished
+// on this rank. Errors throw std::runtime_error with the communicator's text. The communicator
+// must outlive the graphs built over it.
+
+#include <optional>
 
 #include <ATen/ATen.h>
 
@@ -27,10 +32,12 @@ namespace cohort::autograd {
 // ties; PRODUCT → summed gradient · product of the other ranks' values (exact where x has zeros).
 at::Tensor allreduce(comm::Communicator& comm, const at::Tensor& x, comm::ReduceOp op = comm::ReduceOp::kSum);
 
-// x at root; ignored (may be undefined) elsewhere: the shape and dtype come from root.
+// x at root; elsewhere only its device counts (x may be undefined): the shape and dtype come from
+// root. Off root the result is on `device`, else on x's device when x is defined, else on the CPU.
 // Backward: reduce SUM of the gradients to root. Off root the output requires grad whenever grad
 // mode is on and the dtype is floating, so that rank's backward takes part in the reduce.
-at::Tensor bcast(comm::Communicator& comm, const at::Tensor& x, int root);
+at::Tensor bcast(comm::Communicator& comm, const at::Tensor& x, int root,
+                 std::optional<at::Device> device = std::nullopt);
 
 // SUM of x over ranks at root; a delegate elsewhere. Backward: bcast of root's gradient.
 at::Tensor reduce(comm::Communicator& comm, const at::Tensor& x, int root);
@@ -39,9 +46,10 @@ at::Tensor reduce(comm::Communicator& comm, const at::Tensor& x, int root);
 // every rank. Backward: scatter of root's gradient.
 at::Tensor gather(comm::Communicator& comm, const at::Tensor& x, int root);
 
-// xs at root: [size, ...]; rank r receives xs[r]. Ignored (may be undefined) elsewhere.
-// Backward: gather of the gradients to root.
-at::Tensor scatter(comm::Communicator& comm, const at::Tensor& xs, int root);
+// xs at root: [size, ...]; rank r receives xs[r]. Elsewhere only xs's device counts (it may be
+// undefined): the result's device is chosen as for bcast. Backward: gather of the gradients to root.
+at::Tensor scatter(comm::Communicator& comm, const at::Tensor& xs, int root,
+                   std::optional<at::Device> device = std::nullopt);
 
 // [size, *x.shape] on every rank. Backward: reduce_scatter SUM of the gradient.
 at::Tensor allgather(comm::Communicator& comm, const at::Tensor& x);

@@ -248,6 +248,22 @@ TEST(CollectiveFunctionsTest, WrongBlockCountIsAClearError) {
   EXPECT_EQ(failures, "");
 }
 
+// CPU and CUDA tensors are communicated; a tensor on any other device is refused by name before
+// any communication (the meta device stands in for one here).
+TEST(CollectiveFunctionsTest, TensorsOutsideCpuAndCudaAreAClearError) {
+  std::string failures = run_autograd_ranks(2, [&](int, comm::Communicator& comm) {
+    try {
+      allreduce(comm, at::empty({3}, at::TensorOptions(at::kFloat).device(at::kMeta)));
+      ADD_FAILURE() << "expected an error";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("only CPU and CUDA tensors can be communicated, got one on meta"),
+                std::string::npos)
+          << e.what();
+    }
+  });
+  EXPECT_EQ(failures, "");
+}
+
 // A rank that skips its backward makes the others' backward fail with a named timeout, not hang.
 TEST(CollectiveFunctionsTest, BackwardWhosePeerNeverRunsBackwardTimesOut) {
   std::string failures = run_autograd_ranks(

@@ -21,7 +21,8 @@ struct SendFunction : torch::autograd::Function<SendFunction> {
     ctx->saved_data["peer"] = peer;
     ctx->saved_data["tag"] = tag;
     ctx->saved_data["shape"] = x.sizes().vec();
-    at::Tensor xc = contiguous_cpu(x, "send");
+    at::Tensor xc = contiguous_for_comm(x, "send");
+    sync_before_comm(xc);
     throw_if_error(comm->send(xc.data_ptr(), static_cast<size_t>(xc.numel()), to_data_type(xc.scalar_type()),
                               static_cast<int>(peer), static_cast<uint32_t>(tag)),
                    fmt::format("send to rank {} (tag {})", peer, tag));
@@ -32,7 +33,9 @@ struct SendFunction : torch::autograd::Function<SendFunction> {
     Communicator& comm = load_communicator(ctx);
     auto peer = ctx->saved_data["peer"].toInt();
     auto tag = static_cast<uint32_t>(ctx->saved_data["tag"].toInt());
+    // The gradient of x, on x's device (the delegate's).
     at::Tensor grad = at::empty(ctx->saved_data["shape"].toIntVector(), grad_outputs[0].options());
+    sync_before_comm(grad);
     throw_if_error(comm.recv(grad.data_ptr(), static_cast<size_t>(grad.numel()), to_data_type(grad.scalar_type()),
                              static_cast<int>(peer), tag | kGradientTagBit),
                    fmt::format("send backward: receiving the gradient from rank {} (tag {})", peer, tag));
@@ -42,12 +45,13 @@ struct SendFunction : torch::autograd::Function<SendFunction> {
 
 struct RecvFunction : torch::autograd::Function<RecvFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& anchor, Communicator* comm, int64_t peer,
-                            int64_t tag, std::vector<int64_t> shape, at::ScalarType type) {
+                            int64_t tag, std::vector<int64_t> shape, at::ScalarType type, at::Device device) {
     save_communicator(ctx, comm);
     ctx->saved_data["peer"] = peer;
     ctx->saved_data["tag"] = tag;
     if (anchor.defined()) ctx->save_for_backward({anchor});
-    at::Tensor y = at::empty(shape, at::TensorOptions(type));
+    at::Tensor y = at::empty(shape, at::TensorOptions(type).device(device));
+    sync_before_comm(y);
     throw_if_error(comm->recv(y.data_ptr(), static_cast<size_t>(y.numel()), to_data_type(type),
                               static_cast<int>(peer), static_cast<uint32_t>(tag)),
                    fmt::format("recv from rank {} (tag {})", peer, tag));
@@ -58,13 +62,14 @@ struct RecvFunction : torch::autograd::Function<RecvFunction> {
     Communicator& comm = load_communicator(ctx);
     auto peer = ctx->saved_data["peer"].toInt();
     auto tag = static_cast<uint32_t>(ctx->saved_data["tag"].toInt());
-    at::Tensor grad = grad_outputs[0].contiguous();
+    at::Tensor grad = contiguous_for_comm(grad_outputs[0], "recv backward");
+    sync_before_comm(grad);
     throw_if_error(comm.send(grad.data_ptr(), static_cast<size_t>(grad.numel()), to_data_type(grad.scalar_type()),
                              static_cast<int>(peer), tag | kGradientTagBit),
                    fmt::format("recv backward: sending the gradient to rank {} (tag {})", peer, tag));
     auto saved = ctx->get_saved_variables();
     at::Tensor anchor_grad = saved.empty() ? at::Tensor() : at::zeros_like(saved[0]);
-    return {anchor_grad, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {anchor_grad, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -93,10 +98,11 @@ at::Tensor send(Communicator& comm, const at::Tensor& x, int peer, uint32_t tag)
 }
 
 at::Tensor recv(Communicator& comm, int peer, uint32_t tag, const at::Tensor& delegate,
-                const std::optional<std::vector<int64_t>>& shape, at::ScalarType dtype) {
+                const std::optional<std::vector<int64_t>>& shape, at::ScalarType dtype, at::Device device) {
   check_peer(comm, peer, tag, "recv");
-  at::Tensor anchor = recv_anchor(delegate, shape, dtype, peer, tag, "recv");
-  return RecvFunction::apply(anchor, &comm, static_cast<int64_t>(peer), static_cast<int64_t>(tag), *shape, dtype);
+  at::Tensor anchor = recv_anchor(delegate, shape, dtype, device, peer, tag, "recv");
+  return RecvFunction::apply(anchor, &comm, static_cast<int64_t>(peer), static_cast<int64_t>(tag), *shape,
+                             dtype, device);
 }
 
 std::vector<at::Tensor> pseudo_connect(const at::Tensor& delegate, at::TensorList actuals) {

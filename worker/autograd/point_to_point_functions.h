@@ -29,20 +29,23 @@
 
 namespace cohort::autograd {
 
-// Sends x to `peer`; returns the delegate. Backward: receives dL/dx from `peer`. Sending to
-// oneself is an error.
+// Sends x (CPU or CUDA) to `peer`; returns the delegate, on x's device. Backward: receives
+// dL/dx from `peer`. Sending to oneself is an error.
 at::Tensor send(comm::Communicator& comm, const at::Tensor& x, int peer, uint32_t tag = 0);
 
-// Receives a tensor of `shape` and `dtype` from `peer`. `delegate` (may be undefined) is an
-// earlier delegate / dummy this recv must follow in backward; without one, a fresh anchor keeps
-// the backward alive. Backward: sends dL/dy to `peer`, zero to the delegate. A missing shape
-// is an error (there is no shape exchange).
+// Receives a tensor of `shape` and `dtype` from `peer` into a new tensor on `device` (the
+// sender's device may differ). `delegate` (may be undefined, on any device) is an earlier
+// delegate / dummy this recv must follow in backward; without one, a fresh anchor on `device`
+// keeps the backward alive. Backward: sends dL/dy to `peer`, zero to the delegate. A missing
+// shape is an error (there is no shape exchange).
 at::Tensor recv(comm::Communicator& comm, int peer, uint32_t tag, const at::Tensor& delegate,
-                const std::optional<std::vector<int64_t>>& shape, at::ScalarType dtype = at::kFloat);
+                const std::optional<std::vector<int64_t>>& shape, at::ScalarType dtype = at::kFloat,
+                at::Device device = at::kCPU);
 
 // Returns `actual` unchanged (as new graph nodes) with `delegate` attached: backward passes the
-// gradient of the result to `actual` and a zero gradient to `delegate`, so the delegate's
-// backward (e.g. a send's gradient receive) runs as part of the same backward pass.
+// gradient of the result to `actual` and a zero gradient to `delegate` (on the delegate's
+// device, which may differ from actual's), so the delegate's backward (e.g. a send's gradient
+// receive) runs as part of the same backward pass.
 at::Tensor pseudo_connect(const at::Tensor& delegate, const at::Tensor& actual);
 std::vector<at::Tensor> pseudo_connect(const at::Tensor& delegate, at::TensorList actuals);
 

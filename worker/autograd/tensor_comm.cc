@@ -5,6 +5,7 @@
 
 #include <ATen/core/ivalue.h>
 #include <c10/core/GradMode.h>
+#include <torch/cuda.h>
 
 namespace cohort::autograd {
 namespace {
@@ -45,13 +46,18 @@ void wait_or_throw(const std::shared_ptr<comm::Work>& work, const std::string& c
   throw_if_error(work->wait(), context);
 }
 
-at::Tensor contiguous_cpu(const at::Tensor& x, const char* op) {
+at::Tensor contiguous_for_comm(const at::Tensor& x, const char* op) {
   if (!x.defined()) throw std::runtime_error(fmt::format("cohort autograd: {}: the tensor is undefined", op));
-  if (!x.device().is_cpu()) {
+  if (!x.device().is_cpu() && !x.device().is_cuda()) {
     throw std::runtime_error(
-        fmt::format("cohort autograd: {}: only CPU tensors are supported, got one on {}", op, x.device().str()));
+        fmt::format("cohort autograd: {}: only CPU and CUDA tensors can be communicated, got one on {}", op,
+                    x.device().str()));
   }
   return x.contiguous();
+}
+
+void sync_before_comm(const at::Tensor& t) {
+  if (t.defined() && t.is_cuda()) torch::cuda::synchronize(t.device().index());
 }
 
 bool is_differentiable(at::ScalarType type) { return at::isFloatingType(type); }
@@ -69,7 +75,7 @@ at::Tensor make_anchor(const at::TensorOptions& options) {
   return at::zeros({}, options.requires_grad(false)).set_requires_grad(true);
 }
 
-at::Tensor make_inert_anchor() { return at::zeros({}); }
+at::Tensor make_inert_anchor(at::Device device) { return at::zeros({}, at::TensorOptions(device)); }
 
 void save_communicator(torch::autograd::AutogradContext* ctx, comm::Communicator* comm) {
   ctx->saved_data[kCommunicatorKey] = at::IValue::make_capsule(c10::make_intrusive<CommunicatorRef>(comm));
@@ -98,7 +104,7 @@ void check_peer(const comm::Communicator& comm, int peer, uint32_t tag, const ch
 }
 
 at::Tensor recv_anchor(const at::Tensor& delegate, const std::optional<std::vector<int64_t>>& shape,
-                       at::ScalarType dtype, int peer, uint32_t tag, const char* op) {
+                       at::ScalarType dtype, at::Device device, int peer, uint32_t tag, const char* op) {
   if (!shape.has_value()) {
     throw std::runtime_error(fmt::format(
         "cohort autograd: {} from rank {} (tag {}): no shape given; pass the shape and dtype the peer sends "
@@ -112,11 +118,11 @@ at::Tensor recv_anchor(const at::Tensor& delegate, const std::optional<std::vect
           "cannot take a delegate; join the delegate elsewhere (pseudo_connect)",
           op, peer, tag, c10::toString(dtype)));
     }
-    return make_inert_anchor();
+    return make_inert_anchor(device);
   }
   if (delegate.defined()) return delegate;
-  if (!c10::GradMode::is_enabled()) return make_inert_anchor();
-  return make_anchor(at::TensorOptions(dtype));
+  if (!c10::GradMode::is_enabled()) return make_inert_anchor(device);
+  return make_anchor(at::TensorOptions(dtype).device(device));
 }
 
 std::string encode_meta(at::ScalarType type, at::IntArrayRef shape) {

@@ -35,9 +35,15 @@ void throw_if_error(const Status& status, const std::string& context);
 // Waits for `work` (it completes within its own deadline) and throws on failure.
 void wait_or_throw(const std::shared_ptr<comm::Work>& work, const std::string& context);
 
-// A contiguous CPU tensor with the data of `x` (no copy when it already is one). Throws for
-// undefined or non-CPU tensors.
-at::Tensor contiguous_cpu(const at::Tensor& x, const char* op);
+// A contiguous tensor with the data of `x`, on x's device (no copy when it already is one).
+// CPU and CUDA tensors are accepted; throws for undefined tensors and other devices.
+at::Tensor contiguous_for_comm(const at::Tensor& x, const char* op);
+
+// Call right before the communicator reads or writes `t`'s memory. For a CUDA tensor: waits
+// until every kernel queued on its device has finished, on any stream (torch::cuda::synchronize).
+// The communicator orders its device work after the legacy default stream only, while torch may
+// have produced (or still be reading) `t` on another stream. A no-op for CPU tensors.
+void sync_before_comm(const at::Tensor& t);
 
 // True when gradients can flow through a tensor of this type (floating point).
 bool is_differentiable(at::ScalarType type);
@@ -48,11 +54,13 @@ void check_gradient_dtype(const at::Tensor& x, const char* op);
 
 // A 0-dim tensor of `options` that requires grad: the input that keeps a rank's backward alive
 // when it contributes no differentiable data (non-root bcast/scatter, recv without delegate).
+// Anchors live on the device of the result they stand beside, so graphs never mix devices.
 at::Tensor make_anchor(const at::TensorOptions& options);
 
-// A 0-dim tensor that does not require grad: the input of such a node when no gradient can
-// flow (libtorch's custom functions cannot take undefined tensor inputs), so no graph is built.
-at::Tensor make_inert_anchor();
+// A 0-dim float tensor on `device` that does not require grad: the input of such a node when no
+// gradient can flow (libtorch's custom functions cannot take undefined tensor inputs), so no
+// graph is built.
+at::Tensor make_inert_anchor(at::Device device = at::kCPU);
 
 // Stores / loads the communicator in an autograd context. The communicator must outlive every
 // graph built over it (backward runs communication on it).
@@ -64,10 +72,11 @@ comm::Communicator& load_communicator(torch::autograd::AutogradContext* ctx);
 void check_peer(const comm::Communicator& comm, int peer, uint32_t tag, const char* op);
 
 // The input of a recv/irecv node: `delegate` when defined, else a fresh anchor (when grad mode
-// is on and `dtype` is floating), else an inert anchor. Throws when `shape` is missing, or when an
-// integer receive is given a delegate (no gradient could flow back through it).
+// is on and `dtype` is floating), else an inert anchor; anchors on `device`, the received
+// tensor's. Throws when `shape` is missing, or when an integer receive is given a delegate (no
+// gradient could flow back through it).
 at::Tensor recv_anchor(const at::Tensor& delegate, const std::optional<std::vector<int64_t>>& shape,
-                       at::ScalarType dtype, int peer, uint32_t tag, const char* op);
+                       at::ScalarType dtype, at::Device device, int peer, uint32_t tag, const char* op);
 
 // The dtype and shape of a tensor as a string, and back: for ops whose non-root ranks learn
 // the shape from the root (bcast, scatter) through Communicator::bcast_obj.

@@ -27,8 +27,10 @@ void save_state(AutogradContext* ctx, const c10::intrusive_ptr<TransferState>& s
   ctx->saved_data[kStateKey] = at::IValue::make_capsule(state);
 }
 
-at::Tensor make_dummy(at::ScalarType type) {
-  return at::zeros({}, at::TensorOptions(is_differentiable(type) ? type : at::kFloat));
+// On the transfer's device, like everything else of the transfer.
+at::Tensor make_dummy(const TransferState& state) {
+  return at::zeros(
+      {}, at::TensorOptions(is_differentiable(state.type) ? state.type : at::kFloat).device(state.device));
 }
 
 // Completes the reverse transfer that the Wait's backward posted.
@@ -45,10 +47,11 @@ void finish_reverse(const TransferState& state) {
 struct IsendFunction : torch::autograd::Function<IsendFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, c10::intrusive_ptr<TransferState> state) {
     save_state(ctx, state);
-    state->buffer = contiguous_cpu(x, "isend").clone();
+    state->buffer = contiguous_for_comm(x, "isend").clone();
+    sync_before_comm(state->buffer);
     state->work = state->comm->isend(state->buffer.data_ptr(), static_cast<size_t>(state->buffer.numel()),
                                      to_data_type(state->type), state->peer, state->tag);
-    return make_dummy(state->type);
+    return make_dummy(*state);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list /*grad_outputs*/) {
@@ -66,10 +69,11 @@ struct IrecvFunction : torch::autograd::Function<IrecvFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& anchor, c10::intrusive_ptr<TransferState> state) {
     save_state(ctx, state);
     if (anchor.defined()) ctx->save_for_backward({anchor});
-    state->buffer = at::empty(state->shape, at::TensorOptions(state->type));
+    state->buffer = at::empty(state->shape, at::TensorOptions(state->type).device(state->device));
+    sync_before_comm(state->buffer);
     state->work = state->comm->irecv(state->buffer.data_ptr(), static_cast<size_t>(state->buffer.numel()),
                                      to_data_type(state->type), state->peer, state->tag);
-    return make_dummy(state->type);
+    return make_dummy(*state);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list /*grad_outputs*/) {
@@ -104,11 +108,13 @@ struct WaitFunction : torch::autograd::Function<WaitFunction> {
       // The gradient of what we sent comes back from the peer: post the receive now, complete it
       // in the isend node's backward.
       state->wait_output_grad = grad_outputs[0];
-      state->grad_buffer = at::empty(state->shape, at::TensorOptions(state->type));
+      state->grad_buffer = at::empty(state->shape, at::TensorOptions(state->type).device(state->device));
+      sync_before_comm(state->grad_buffer);
       state->grad_work = comm.irecv(state->grad_buffer.data_ptr(), static_cast<size_t>(state->grad_buffer.numel()),
                                     to_data_type(state->type), state->peer, grad_tag);
     } else {
-      state->grad_buffer = grad_outputs[0].contiguous();
+      state->grad_buffer = contiguous_for_comm(grad_outputs[0], "wait backward");
+      sync_before_comm(state->grad_buffer);
       state->grad_work = comm.isend(state->grad_buffer.data_ptr(), static_cast<size_t>(state->grad_buffer.numel()),
                                     to_data_type(state->type), state->peer, grad_tag);
     }
@@ -117,7 +123,8 @@ struct WaitFunction : torch::autograd::Function<WaitFunction> {
 };
 
 c10::intrusive_ptr<TransferState> make_state(Communicator& comm, bool is_send, int peer, uint32_t tag,
-                                             std::vector<int64_t> shape, at::ScalarType type) {
+                                             std::vector<int64_t> shape, at::ScalarType type,
+                                             at::Device device) {
   auto state = c10::make_intrusive<TransferState>();
   state->comm = &comm;
   state->is_send = is_send;
@@ -125,6 +132,7 @@ c10::intrusive_ptr<TransferState> make_state(Communicator& comm, bool is_send, i
   state->tag = tag;
   state->shape = std::move(shape);
   state->type = type;
+  state->device = device;
   return state;
 }
 
@@ -136,16 +144,17 @@ WaitHandle::WaitHandle(at::Tensor dummy, c10::intrusive_ptr<TransferState> state
 WaitHandle isend(Communicator& comm, const at::Tensor& x, int peer, uint32_t tag) {
   check_peer(comm, peer, tag, "isend");
   check_gradient_dtype(x, "isend");
-  auto state = make_state(comm, /*is_send=*/true, peer, tag, x.sizes().vec(), x.scalar_type());
+  if (!x.defined()) throw std::runtime_error("cohort autograd: isend: the tensor is undefined");
+  auto state = make_state(comm, /*is_send=*/true, peer, tag, x.sizes().vec(), x.scalar_type(), x.device());
   at::Tensor dummy = IsendFunction::apply(x, state);
   return WaitHandle(dummy, state);
 }
 
 WaitHandle irecv(Communicator& comm, int peer, uint32_t tag, const at::Tensor& delegate,
-                 const std::optional<std::vector<int64_t>>& shape, at::ScalarType dtype) {
+                 const std::optional<std::vector<int64_t>>& shape, at::ScalarType dtype, at::Device device) {
   check_peer(comm, peer, tag, "irecv");
-  at::Tensor anchor = recv_anchor(delegate, shape, dtype, peer, tag, "irecv");
-  auto state = make_state(comm, /*is_send=*/false, peer, tag, *shape, dtype);
+  at::Tensor anchor = recv_anchor(delegate, shape, dtype, device, peer, tag, "irecv");
+  auto state = make_state(comm, /*is_send=*/false, peer, tag, *shape, dtype, device);
   at::Tensor dummy = IrecvFunction::apply(anchor, state);
   return WaitHandle(dummy, state);
 }

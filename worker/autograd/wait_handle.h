@@ -30,7 +30,8 @@
 namespace cohort::autograd {
 
 // The shared state of one transfer and its reverse, owned by its handle and its graph nodes.
-// Internal to wait_handle.cc; single-threaded (forward, then backward, on one rank's thread).
+// Internal to wait_handle.cc; used by one thread at a time: forward on the rank's thread, then
+// backward (on the rank's thread for CPU tensors, on autograd's device thread for CUDA ones).
 struct TransferState : torch::CustomClassHolder {
   comm::Communicator* comm = nullptr;
   bool is_send = false;
@@ -38,6 +39,7 @@ struct TransferState : torch::CustomClassHolder {
   uint32_t tag = 0;
   std::vector<int64_t> shape;
   at::ScalarType type = at::kFloat;
+  at::Device device = at::kCPU;            // of the buffers, the dummy and the gradient
   at::Tensor buffer;                       // the forward data until wait() hands it out
   std::shared_ptr<comm::Work> work;        // the forward transfer
   bool waited = false;
@@ -64,14 +66,17 @@ class WaitHandle {
   c10::intrusive_ptr<TransferState> state_;
 };
 
-// Starts sending a copy of x to `peer` (x may be modified right after). Backward of the Wait
-// posts the receive of dL/dx; this node's backward completes it.
+// Starts sending a copy of x (CPU or CUDA) to `peer` (x may be modified right after). Backward
+// of the Wait posts the receive of dL/dx; this node's backward completes it. The dummy, the
+// copy and the gradient are on x's device.
 WaitHandle isend(comm::Communicator& comm, const at::Tensor& x, int peer, uint32_t tag = 0);
 
-// Starts receiving a tensor of `shape` / `dtype` from `peer` (shape required). `delegate` as
-// for recv(). Backward of the Wait posts the send of dL/dy; this node's backward completes it.
+// Starts receiving a tensor of `shape` / `dtype` from `peer` (shape required) into a new tensor
+// on `device` (the dummy goes there too). `delegate` as for recv(). Backward of the Wait posts
+// the send of dL/dy; this node's backward completes it.
 WaitHandle irecv(comm::Communicator& comm, int peer, uint32_t tag, const at::Tensor& delegate,
-                 const std::optional<std::vector<int64_t>>& shape, at::ScalarType dtype = at::kFloat);
+                 const std::optional<std::vector<int64_t>>& shape, at::ScalarType dtype = at::kFloat,
+                 at::Device device = at::kCPU);
 
 // Blocks until the transfer finished (within the communicator's timeout) and returns the sent
 // tensor (isend) or the received one (irecv). Throws on failure. Call once per handle.

@@ -20,10 +20,11 @@ Status AllreducePersistent::operator()() {
     at::Tensor data;
     try {
       dtype = autograd::to_data_type(buffer.scalar_type());
-      data = autograd::contiguous_cpu(buffer, "AllreducePersistent");
+      data = autograd::contiguous_for_comm(buffer, "AllreducePersistent");
     } catch (const std::exception& e) {
       return invalid_argument_error("AllreducePersistent: buffer {}: {}", item.key(), e.what());
     }
+    autograd::sync_before_comm(data);
     COHORT_RETURN_IF_ERROR(comm_
                                .allreduce(nullptr, data.data_ptr(), static_cast<size_t>(data.numel()), dtype,
                                           comm::ReduceOp::kAvg, comm::CallOptions{std::nullopt, true})

@@ -30,7 +30,18 @@ at::Tensor join(const at::Tensor& joined, const at::Tensor& next) {
 
 }  // namespace
 
-MultiNodeChainList::MultiNodeChainList(comm::Communicator& comm) : comm_(comm) {}
+MultiNodeChainList::MultiNodeChainList(comm::Communicator& comm, at::Device device)
+    : comm_(comm), device_(device) {}
+
+void MultiNodeChainList::to(torch::Device device, torch::Dtype dtype, bool non_blocking) {
+  torch::nn::Module::to(device, dtype, non_blocking);
+  device_ = device;
+}
+
+void MultiNodeChainList::to(torch::Device device, bool non_blocking) {
+  torch::nn::Module::to(device, non_blocking);
+  device_ = device;
+}
 
 const at::Tensor& MultiNodeChainList::single_input(const std::vector<at::Tensor>& inputs) {
   if (inputs.size() != 1) {
@@ -86,7 +97,8 @@ at::Tensor MultiNodeChainList::recv_from(int peer, const at::Tensor& delegate,
         fmt::format("MultiNodeChainList: bad header from rank {}: {} dims", peer, header[1]));
   }
   std::vector<int64_t> shape(header.begin() + 2, header.begin() + 2 + header[1]);
-  return autograd::recv(comm_, peer, data_tag(k), delegate, shape, static_cast<at::ScalarType>(header[0]));
+  return autograd::recv(comm_, peer, data_tag(k), delegate, shape, static_cast<at::ScalarType>(header[0]),
+                        device_);
 }
 
 at::Tensor MultiNodeChainList::forward(const at::Tensor& x) {

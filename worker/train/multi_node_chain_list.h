@@ -56,8 +56,16 @@ using LinkFunction = std::function<at::Tensor(const std::vector<at::Tensor>& inp
 
 class MultiNodeChainList : public torch::nn::Module {
  public:
-  // `comm` must outlive this object and every graph its forward builds. Local.
-  explicit MultiNodeChainList(comm::Communicator& comm);
+  // `comm` must outlive this object and every graph its forward builds. Received tensors are
+  // allocated on `device` (CPU or CUDA), which to(device) updates. Local.
+  explicit MultiNodeChainList(comm::Communicator& comm, at::Device device = at::kCPU);
+
+  // Module::to, which also makes `device` the device of received tensors (so chain->to(cuda)
+  // moves the links and the activations they receive).
+  using torch::nn::Module::to;
+  void to(torch::Device device, torch::Dtype dtype, bool non_blocking = false) override;
+  void to(torch::Device device, bool non_blocking = false) override;
+  at::Device device() const { return device_; }
 
   // Appends a link running `fn`; `module` (may be null) holds its parameters and is registered
   // as a submodule "link<i>" so parameters(), to() and state dicts see it. Throws for a rank out
@@ -106,6 +114,7 @@ class MultiNodeChainList : public torch::nn::Module {
   at::Tensor recv_from(int peer, const at::Tensor& delegate, std::map<int, uint32_t>& received);
 
   comm::Communicator& comm_;
+  at::Device device_;
   std::vector<Link> links_;
 };
 

@@ -68,6 +68,84 @@ Status write_atomically(const std::string& path, const std::string& data) {
   return status;
 }
 
+// True when every parameter and buffer of `module` (and its submodules) is on the CPU (or undefined).
+bool all_on_cpu(const torch::nn::Module& module) {
+  for (const at::Tensor& t : module.parameters()) {
+    if (t.defined() && !t.is_cpu()) return false;
+  }
+  for (const at::Tensor& t : module.buffers()) {
+    if (t.defined() && !t.is_cpu()) return false;
+  }
+  return true;
+}
+
+// `t` itself when it is on the CPU; else a host copy (a leaf, with t's requires_grad), so files
+// written from a GPU run hold host tensors and load into a model on any device.
+at::Tensor host_tensor(const at::Tensor& t) {
+  if (!t.defined() || t.is_cpu()) return t;
+  at::Tensor copy = t.detach().cpu();
+  if (t.requires_grad()) copy.requires_grad_(true);
+  return copy;
+}
+
+// Module::save's layout (parameters, buffers, then one nested archive per serializable child)
+// with host copies of device tensors.
+void save_module_on_host(const torch::nn::Module& module, torch::serialize::OutputArchive& archive) {
+  for (const auto& item : module.named_parameters(/*recurse=*/false)) {
+    archive.write(item.key(), host_tensor(item.value()));
+  }
+  for (const auto& item : module.named_buffers(/*recurse=*/false)) {
+    archive.write(item.key(), host_tensor(item.value()), /*is_buffer=*/true);
+  }
+  for (const auto& child : module.named_children()) {
+    if (!child.value()->is_serializable()) continue;
+    torch::serialize::OutputArchive child_archive(archive.compilation_unit());
+    save_module_on_host(*child.value(), child_archive);
+    archive.write(child.key(), child_archive);
+  }
+}
+
+// Module::load's counterpart of save_module_on_host: every value lands on the device of the
+// registered tensor it replaces (Module::load would move the tensor to the file's device).
+void load_module_onto_devices(torch::nn::Module& module, torch::serialize::InputArchive& archive) {
+  torch::NoGradGuard no_grad;
+  auto read_into = [&archive](const std::string& key, at::Tensor& target, bool is_buffer) {
+    if (!target.defined() || target.is_cpu()) {
+      archive.read(key, target, is_buffer);
+      return;
+    }
+    at::Tensor value;
+    archive.read(key, value, is_buffer);
+    target.set_(value.to(target.device()));
+  };
+  for (auto& item : module.named_parameters(/*recurse=*/false)) read_into(item.key(), item.value(), false);
+  for (auto& item : module.named_buffers(/*recurse=*/false)) read_into(item.key(), item.value(), true);
+  for (const auto& child : module.named_children()) {
+    if (!child.value()->is_serializable()) continue;
+    torch::serialize::InputArchive child_archive;
+    archive.read(child.key(), child_archive);
+    load_module_onto_devices(*child.value(), child_archive);
+  }
+}
+
+// A model entirely on the CPU goes through the module's own save/load; one with tensors on a
+// GPU is written as host tensors and loaded back onto its tensors' devices.
+void save_module(const torch::nn::Module& module, torch::serialize::OutputArchive& archive) {
+  if (all_on_cpu(module)) {
+    module.save(archive);
+  } else {
+    save_module_on_host(module, archive);
+  }
+}
+
+void load_module(torch::nn::Module& module, torch::serialize::InputArchive& archive) {
+  if (all_on_cpu(module)) {
+    module.load(archive);
+  } else {
+    load_module_onto_devices(module, archive);
+  }
+}
+
 std::string join(const std::vector<int64_t>& values) {
   std::string out;
   for (int64_t v : values) out += (out.empty() ? "" : ",") + std::to_string(v);
@@ -93,9 +171,9 @@ MultiNodeCheckpointer::MultiNodeCheckpointer(std::string name, comm::Communicato
 }
 
 void MultiNodeCheckpointer::add_module(const std::string& key, torch::nn::Module& module) {
-  entries_.push_back(
-      std::make_shared<Entry>(Entry{"module." + key, [&module](auto& archive) { module.save(archive); },
-                                    [&module](auto& archive) { module.load(archive); }}));
+  entries_.push_back(std::make_shared<Entry>(
+      Entry{"module." + key, [&module](auto& archive) { save_module(module, archive); },
+            [&module](auto& archive) { load_module(module, archive); }}));
 }
 
 void MultiNodeCheckpointer::add_optimizer(const std::string& key, torch::optim::Optimizer& optimizer) {
@@ -110,7 +188,7 @@ void MultiNodeCheckpointer::add_tensors(const std::string& key, std::vector<at::
       Entry{"tensors." + key,
             [shared](torch::serialize::OutputArchive& archive) {
               for (size_t i = 0; i < shared->size(); ++i)
-                archive.write(std::to_string(i), (*shared)[i].detach());
+                archive.write(std::to_string(i), (*shared)[i].detach().cpu());
             },
             [shared, key](torch::serialize::InputArchive& archive) {
               torch::NoGradGuard no_grad;
@@ -124,7 +202,7 @@ void MultiNodeCheckpointer::add_tensors(const std::string& key, std::vector<at::
                           << " but the registered tensor has " << target.sizes();
                   throw std::runtime_error(message.str());
                 }
-                target.copy_(value);
+                target.copy_(value);  // onto the registered tensor's device
               }
             }}));
 }

@@ -22,6 +22,11 @@
 // only after every rank has reported its save complete, so the generation that resume() would
 // pick is never lost.
 //
+// Devices: module parameters and buffers, and registered tensors, on a CUDA device are written as
+// host copies (the file loads into a CPU or a GPU model) and loaded back onto the device of the
+// registered tensor. Optimizer state is written by the optimizer's own serializer: state on a GPU
+// keeps its device in the file, so such a file needs a CUDA libtorch to load.
+//
 // Thread-safety: one training thread uses a checkpointer. Registered objects must outlive it.
 
 #include <cstdint>

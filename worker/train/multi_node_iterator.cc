@@ -17,6 +17,8 @@ const comm::CallOptions kBlocking{std::nullopt, true};
 // The meta string of a batch that ends the epoch (encode_meta never yields it).
 constexpr char kEndOfEpoch[] = "end";
 
+bool is_host_or_cuda(const at::Tensor& t) { return t.device().is_cpu() || t.device().is_cuda(); }
+
 Status broadcast_tensor(at::Tensor& tensor, comm::DataType dtype, comm::Communicator& comm, int root) {
   return comm.broadcast(tensor.data_ptr(), static_cast<size_t>(tensor.numel()), dtype, root, kBlocking)
       ->wait();
@@ -78,16 +80,20 @@ StatusOr<std::optional<TensorDataset>> MultiNodeIterator::next() {
   // Step 1: the root describes the batch ("end", or both tensors' meta, or an error text that
   // every rank returns), so the others can allocate.
   std::string meta;
-  TensorDataset batch;
+  TensorDataset batch;     // what travels: host tensors
+  TensorDataset returned;  // at the root: its batch on its own device(s)
   if (comm_.rank() == root_) {
     std::optional<TensorDataset> drawn = source_ ? source_() : std::nullopt;
     if (!drawn.has_value()) {
       meta = kEndOfEpoch;
-    } else if (!drawn->inputs.defined() || !drawn->targets.defined() || !drawn->inputs.device().is_cpu() ||
-               !drawn->targets.device().is_cpu()) {
-      meta = "!the root's batch has undefined or non-CPU tensors";
+    } else if (!drawn->inputs.defined() || !drawn->targets.defined() || !is_host_or_cuda(drawn->inputs) ||
+               !is_host_or_cuda(drawn->targets)) {
+      meta = "!the root's batch has undefined tensors or tensors on a device other than CPU and CUDA";
     } else {
-      batch = TensorDataset{drawn->inputs.contiguous(), drawn->targets.contiguous()};
+      returned = TensorDataset{drawn->inputs.contiguous(), drawn->targets.contiguous()};
+      // CUDA batches travel through host memory (a copy, which also waits for the kernels that
+      // produced them); the root keeps its device tensors.
+      batch = TensorDataset{returned.inputs.cpu(), returned.targets.cpu()};
       try {
         autograd::to_data_type(batch.inputs.scalar_type());
         autograd::to_data_type(batch.targets.scalar_type());
@@ -119,6 +125,7 @@ StatusOr<std::optional<TensorDataset>> MultiNodeIterator::next() {
   } catch (const std::exception& e) {
     return internal_error("multi-node iterator: bad batch description '{}': {}", meta, e.what());
   }
+  if (comm_.rank() == root_) batch = std::move(returned);
   return std::optional<TensorDataset>(std::move(batch));
 }
 

@@ -73,6 +73,9 @@ uint64_t epoch_seed(uint64_t seed, int64_t epoch);
 
 // The root draws each batch from its source and broadcasts it; every rank gets the same batch
 // (dtypes, shapes and values), or nullopt on every rank when the root's source returns nullopt.
+// The root's batch may be on the CPU or on a CUDA device: it travels through host memory and the
+// root gets it back on its own device; the other ranks receive CPU tensors (move them to their
+// device, as for any batch).
 class MultiNodeIterator {
  public:
   using BatchSource = std::function<std::optional<TensorDataset>()>;
@@ -81,9 +84,9 @@ class MultiNodeIterator {
   MultiNodeIterator(BatchSource source, comm::Communicator& comm, int root = 0);
 
   // Collective and blocking: one bcast_obj of the batch's dtypes and shapes, then one broadcast
-  // each of inputs and targets. Errors: the root's batch is not CPU, its tensors are undefined
-  // or of a dtype the communicator cannot carry (INVALID_ARGUMENT on every rank); the
-  // communicator's status otherwise.
+  // each of inputs and targets. Errors: the root's batch is neither on the CPU nor on CUDA, its
+  // tensors are undefined or of a dtype the communicator cannot carry (INVALID_ARGUMENT on every
+  // rank); the communicator's status otherwise.
   StatusOr<std::optional<TensorDataset>> next();
 
  private:

@@ -60,6 +60,8 @@ struct MultiNodeOptimizer::State {
     std::vector<Bucket>& buckets = filling();
     while (next_launch < buckets.size() && buckets[next_launch].pending == 0) {
       Bucket& b = buckets[next_launch++];
+      // The gradients were copied in on torch's streams (CUDA); see sync_before_comm.
+      autograd::sync_before_comm(b.flat);
       b.work = comm->allreduce(b.flat.data_ptr(), b.flat.data_ptr(), static_cast<size_t>(b.flat.numel()),
                                b.dtype, comm::ReduceOp::kAvg, call());
     }
@@ -212,6 +214,7 @@ struct MultiNodeOptimizer::State {
       }
       comm::CallOptions blocking = call();
       blocking.blocking = true;
+      autograd::sync_before_comm(staging);
       autograd::wait_or_throw(
           comm->broadcast(staging.data_ptr(), static_cast<size_t>(staging.numel()),
                           autograd::to_data_type(staging.scalar_type()), 0, blocking),

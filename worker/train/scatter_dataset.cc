@@ -167,9 +167,13 @@ StatusOr<TensorDataset> scatter_dataset(const TensorDataset& dataset, comm::Comm
   TensorDataset rows;  // at the root: every rank's samples, in rank order, contiguous
   if (comm.rank() == root) {
     std::vector<int64_t> shares = all_shares(total, comm.size(), shuffle, seed, force_equal_length);
+    // A dataset on a CUDA device is selected there and travels through host memory (.cpu() is
+    // a no-op for a CPU dataset); every rank's shard is a CPU dataset.
     at::Tensor index = at::tensor(shares, at::kLong);
-    rows = TensorDataset{dataset.inputs.index_select(0, index).contiguous(),
-                         dataset.targets.index_select(0, index).contiguous()};
+    auto rows_of = [&index](const at::Tensor& t) {
+      return t.index_select(0, index.to(t.device())).contiguous().cpu();
+    };
+    rows = TensorDataset{rows_of(dataset.inputs), rows_of(dataset.targets)};
   }
   COHORT_ASSIGN_OR_RETURN(at::Tensor inputs, scatter_rows(rows.inputs, layout.input_type, layout.input_shape,
                                                           counts, comm, root, "inputs"));

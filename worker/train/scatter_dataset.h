@@ -42,7 +42,8 @@ StatusOr<std::vector<int64_t>> scatter_index(int64_t n, comm::Communicator& comm
                                              bool force_equal_length = true);
 
 // This rank's part of `dataset`, copied (inputs and targets keep their dtypes and per-sample
-// shapes). `dataset` is read at the root only; other ranks may pass an empty one. Collective
+// shapes). `dataset` is read at the root only; other ranks may pass an empty one. The root's
+// dataset may live on the CPU or on a CUDA device; every rank's part is on the CPU. Collective
 // over `comm`; blocking. Errors (INVALID_ARGUMENT on every rank at once): a bad root; undefined
 // root tensors or inputs and targets of different lengths; dtypes the communicator cannot carry.
 // Communication failures come back as the communicator's status.
