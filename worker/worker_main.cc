@@ -93,7 +93,11 @@ cohort::Status run_worker(WorkerFlags flags) {
   if (kind.empty()) kind = spec.communicator();
   if (kind.empty()) kind = cohort::worker::default_communicator(device);
 
-  auto comm = cohort::comm::create_communicator(kind, cohort::comm::InitOptions::from_url(flags.init));
+  // NCCL and staging use the GPU the rank trains on, whichever thread runs the operation.
+  cohort::comm::CommunicatorOptions comm_options;
+  if (device.is_cuda()) comm_options.cuda_device = device.index();
+  auto comm =
+      cohort::comm::create_communicator(kind, cohort::comm::InitOptions::from_url(flags.init), comm_options);
   if (!comm.ok()) return comm.status().with_context(fmt::format("joining the job via {}", flags.init));
   // Every rank says it joined and how it ended, so `cohort logs --rank R` shows each rank's part
   // (progress lines come from rank 0 only).

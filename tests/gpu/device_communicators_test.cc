@@ -53,24 +53,44 @@ class CudaSpace final : public testing::BufferSpace {
     return block;
   }
   Status upload(void* to, const void* host, size_t bytes) override {
-    return cudaMemcpy(to, host, bytes, cudaMemcpyHostToDevice) == cudaSuccess ? ok_status()
-                                                                              : internal_error("cudaMemcpy to device");
+    return cudaMemcpy(to, host, bytes, cudaMemcpyHostToDevice) == cudaSuccess
+               ? ok_status()
+               : internal_error("cudaMemcpy to device");
   }
   Status download(void* host, const void* from, size_t bytes) override {
-    return cudaMemcpy(host, from, bytes, cudaMemcpyDeviceToHost) == cudaSuccess ? ok_status()
-                                                                                : internal_error("cudaMemcpy to host");
+    return cudaMemcpy(host, from, bytes, cudaMemcpyDeviceToHost) == cudaSuccess
+               ? ok_status()
+               : internal_error("cudaMemcpy to host");
   }
 
  private:
   std::vector<void*> blocks_;
 };
 
-// Every collective and point-to-point form on device buffers (and mixed with host buffers)
-// against the host path, for each dtype.
-Status check_all(Communicator& comm) {
+// Every collective and point-to-point form on device buffers against the host path, for each
+// dtype; `mixed`: also host and device buffers in one call (the staging kinds accept that, the
+// NCCL kinds refuse it).
+Status check_all(Communicator& comm, bool mixed) {
   CudaSpace space;
+  testing::CheckOptions options;
+  options.mixed = mixed;
   for (DataType dtype : {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat16, DataType::kInt64}) {
-    COHORT_RETURN_IF_ERROR(testing::check_every_collective(comm, space, dtype));
+    COHORT_RETURN_IF_ERROR(testing::check_every_collective(comm, space, dtype, options));
+  }
+  return ok_status();
+}
+
+// An NCCL kind refuses a call that mixes host and device buffers, on every rank, naming the
+// host buffer (each rank decides alone, so none may fall back to staging).
+Status expect_mixed_refused(Communicator& comm) {
+  CudaSpace space;
+  std::vector<float> host(16, 1.0f);
+  void* device = space.allocate(16 * sizeof(float));
+  Status status = comm.allreduce(host.data(), device, 16, DataType::kFloat32, ReduceOp::kSum)->wait();
+  if (status.code() != StatusCode::kInvalidArgument ||
+      status.message().find("host memory") == std::string::npos) {
+    return internal_error("{}: a mixed allreduce gave '{}', expected INVALID_ARGUMENT naming host memory",
+                          comm.kind(), status.to_string());
   }
   return ok_status();
 }
@@ -87,15 +107,15 @@ Status exercise(Communicator& comm, DataType dtype, size_t count = 1031) {
   const double sum = size * (size + 1) / 2.0;
   for (size_t i = 0; i < count; ++i) {
     if (read_value(got.data(), dtype, i) != sum) {
-      return internal_error("{} allreduce sum on rank {}: element {} is {}, expected {}", comm.kind(), rank, i,
-                            read_value(got.data(), dtype, i), sum);
+      return internal_error("{} allreduce sum on rank {}: element {} is {}, expected {}", comm.kind(), rank,
+                            i, read_value(got.data(), dtype, i), sum);
     }
   }
   COHORT_RETURN_IF_ERROR(comm.allreduce(buf.data(), buf.data(), count, dtype, ReduceOp::kAvg)->wait());
   got = buf.download();
   if (read_value(got.data(), dtype, 0) != sum / size && dtype != DataType::kInt32) {
-    return internal_error("{} allreduce avg on rank {}: {} != {}", comm.kind(), rank, read_value(got.data(), dtype, 0),
-                          sum / size);
+    return internal_error("{} allreduce avg on rank {}: {} != {}", comm.kind(), rank,
+                          read_value(got.data(), dtype, 0), sum / size);
   }
   for (size_t i = 0; i < count; ++i) write_value(host.data(), dtype, i, rank == size - 1 ? 42.0 : -1.0);
   buf.upload(host);
@@ -118,10 +138,12 @@ TEST(DeviceCommunicatorsTest, PureNcclRunsCollectivesThroughNccl) {
     // pure_nccl takes the thread's current device (no LOCAL_RANK in a test).
     if (cudaSetDevice(rank) != cudaSuccess) return internal_error("cudaSetDevice({})", rank);
     COHORT_ASSIGN_OR_RETURN(auto comm, create_communicator("pure_nccl", worlds[rank]));
-    if (dynamic_cast<PureNcclCommunicator*>(comm.get()) == nullptr) return internal_error("not a PureNcclCommunicator");
+    if (dynamic_cast<PureNcclCommunicator*>(comm.get()) == nullptr)
+      return internal_error("not a PureNcclCommunicator");
     COHORT_RETURN_IF_ERROR(exercise(*comm, DataType::kBFloat16));
     COHORT_RETURN_IF_ERROR(exercise(*comm, DataType::kFloat32));
-    return check_all(*comm);
+    COHORT_RETURN_IF_ERROR(check_all(*comm, /*mixed=*/false));
+    return expect_mixed_refused(*comm);
   });
   EXPECT_EQ(failures(statuses), "");
 }
@@ -133,13 +155,14 @@ TEST(DeviceCommunicatorsTest, HostKindsStageDeviceBuffers) {
     if (kind == "pure_nccl") continue;
     SCOPED_TRACE(kind);
     // Two simulated nodes of two ranks, except single_node, which refuses to span nodes.
-    auto worlds = loopback_worlds(kRanks, kind == "single_node" ? testing::nodes_of(kRanks) : testing::nodes_of(2));
+    auto worlds =
+        loopback_worlds(kRanks, kind == "single_node" ? testing::nodes_of(kRanks) : testing::nodes_of(2));
     auto statuses = run_ranks(kRanks, [&](int rank) -> Status {
       if (cudaSetDevice(0) != cudaSuccess) return internal_error("cudaSetDevice(0)");
       COHORT_ASSIGN_OR_RETURN(auto comm, create_communicator(kind, worlds[rank]));
       COHORT_RETURN_IF_ERROR(exercise(*comm, DataType::kFloat16));
       COHORT_RETURN_IF_ERROR(exercise(*comm, DataType::kInt32));
-      return check_all(*comm);
+      return check_all(*comm, /*mixed=*/true);
     });
     EXPECT_EQ(failures(statuses), "");
   }
@@ -159,7 +182,9 @@ TEST(DeviceCommunicatorsTest, NodeKindsUseNcclInsideTheNodeWhenEveryRankHasAGpu)
       COHORT_RETURN_IF_ERROR(exercise(*comm, DataType::kBFloat16, 1032));
       COHORT_RETURN_IF_ERROR(exercise(*comm, DataType::kFloat32, 1032));
       COHORT_RETURN_IF_ERROR(exercise(*comm, DataType::kFloat32));  // odd: two_dimensional stages this one
-      return check_all(*comm);
+      // single_node runs every collective on NCCL here; the two-level kinds only allreduce (the
+      // rest is staged), but their allreduce refuses mixed buffers too.
+      return check_all(*comm, /*mixed=*/false);
     });
     EXPECT_EQ(failures(statuses), "");
   }

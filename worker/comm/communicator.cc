@@ -21,7 +21,9 @@ constexpr const char* kContextCounterKey = "cohort/comm/next_context_id";
 // Fixed size of a collective's signature in COHORT_DEBUG=detail cross-checks.
 constexpr size_t kSignatureBytes = 160;
 
-std::string describe(DataType dtype, size_t count) { return fmt::format("{} x {}", data_type_name(dtype), count); }
+std::string describe(DataType dtype, size_t count) {
+  return fmt::format("{} x {}", data_type_name(dtype), count);
+}
 
 bool env_debug_detail() {
   const char* value = std::getenv("COHORT_DEBUG");
@@ -29,14 +31,17 @@ bool env_debug_detail() {
 }
 
 Status check_buffer(const void* buf, size_t count, const char* name) {
-  if (count > 0 && buf == nullptr) return invalid_argument_error("{} buffer is null but count is {}", name, count);
+  if (count > 0 && buf == nullptr)
+    return invalid_argument_error("{} buffer is null but count is {}", name, count);
   return ok_status();
 }
 
-// True when a buffer of the call is device memory (a few microseconds per buffer in a CUDA build,
-// nothing in a CPU-only one). Empty calls never take the device path.
-bool any_device(const void* send, const void* recv, size_t bytes) {
-  return bytes > 0 && (is_device_memory(send) || is_device_memory(recv));
+// True when a buffer the call passes is device memory (a few microseconds per buffer in a CUDA
+// build, nothing in a CPU-only one). Decided from the pointers, not this rank's byte counts, so a
+// rank with an empty block takes the same path as its peers. Callers skip calls that are empty
+// on every rank.
+bool any_device(const void* send, const void* recv) {
+  return is_device_memory(send) || is_device_memory(recv);
 }
 
 // Copies into / out of host staging memory from a buffer that may be device or host memory.
@@ -85,11 +90,13 @@ class FailedTransferWork final : public TransportWork {
 class StagedTransferWork final : public TransportWork {
  public:
   // `device` is the receive's destination; null for a send.
-  StagedTransferWork(std::shared_ptr<TransportWork> inner, std::unique_ptr<std::vector<uint8_t>> host, void* device)
+  StagedTransferWork(std::shared_ptr<TransportWork> inner, std::unique_ptr<std::vector<uint8_t>> host,
+                     void* device)
       : inner_(std::move(inner)), host_(std::move(host)), device_(device) {}
   // Dropped unfinished: the transport must let go of the host copy before it is freed.
   ~StagedTransferWork() override {
-    if (!inner_->is_completed()) inner_->cancel(cancelled_error("staged transfer dropped before it completed"));
+    if (!inner_->is_completed())
+      inner_->cancel(cancelled_error("staged transfer dropped before it completed"));
   }
 
   using Work::wait;
@@ -143,8 +150,9 @@ class P2PWork final : public Work {
     Status status = inner_->wait(std::min(timeout, deadline_.remaining()));
     if (status.code() == StatusCode::kDeadlineExceeded && bounded_by_deadline) {
       inner_->cancel(status);
-      return deadline_exceeded_error("{}: timed out after {}; is the peer alive and issuing the matching call?",
-                                     what_, format_duration(deadline_.budget()));
+      return deadline_exceeded_error(
+          "{}: timed out after {}; is the peer alive and issuing the matching call?", what_,
+          format_duration(deadline_.budget()));
     }
     return status.ok() ? status : status.with_context(what_);
   }
@@ -173,7 +181,9 @@ Communicator::Communicator(std::string kind, std::shared_ptr<CommWorld> world, s
       algorithm_(options.algorithm),
       debug_checks_(options.debug_checks || env_debug_detail()),
       recorder_(options.flight_recorder_size) {
-  description_ = fmt::format("{} communicator (context {}, rank {} of {})", kind_, context_id_, rank_, size());
+  cuda_device_ = options.cuda_device >= 0 ? options.cuda_device : current_cuda_device();
+  description_ =
+      fmt::format("{} communicator (context {}, rank {} of {})", kind_, context_id_, rank_, size());
   // Nodes in order of their lowest rank; ranks within a node in rank order.
   std::vector<std::string> nodes;
   const std::string& my_node = world_->node_ids[global_ranks_[rank_]];
@@ -190,7 +200,9 @@ Communicator::Communicator(std::string kind, std::shared_ptr<CommWorld> world, s
   inter_rank_ = static_cast<int>(std::find(nodes.begin(), nodes.end(), my_node) - nodes.begin());
 }
 
-Communicator::~Communicator() {
+Communicator::~Communicator() { stop_executor(); }
+
+void Communicator::stop_executor() {
   {
     std::lock_guard<std::mutex> lock(queue_mutex_);
     stopping_ = true;
@@ -219,14 +231,16 @@ uint8_t* Communicator::staging(size_t bytes) {
 
 Status Communicator::check_root(int root) const {
   if (root < 0 || root >= size()) {
-    return invalid_argument_error("root {} is out of range for {} (valid: 0..{})", root, description(), size() - 1);
+    return invalid_argument_error("root {} is out of range for {} (valid: 0..{})", root, description(),
+                                  size() - 1);
   }
   return ok_status();
 }
 
 Status Communicator::check_counts(const std::vector<size_t>& counts, const char* what) const {
   if (static_cast<int>(counts.size()) != size()) {
-    return invalid_argument_error("{} has {} entries but {} has {} ranks", what, counts.size(), description(), size());
+    return invalid_argument_error("{} has {} entries but {} has {} ranks", what, counts.size(), description(),
+                                  size());
   }
   return ok_status();
 }
@@ -287,7 +301,8 @@ void Communicator::executor_loop() {
 }
 
 template <typename Body>
-Status Communicator::run_recorded(uint64_t sequence_hint, const OpInfo& info, Deadline deadline, const Body& body) {
+Status Communicator::run_recorded(uint64_t sequence_hint, const OpInfo& info, Deadline deadline,
+                                  const Body& body) {
   uint64_t id = recorder_.start(sequence_hint, info);
   Status status;
   if (debug_checks_) status = cross_check(info.signature(), deadline);
@@ -303,7 +318,8 @@ Status Communicator::run_recorded(uint64_t sequence_hint, const OpInfo& info, De
                   description(), dump);
     suffix += "\nlast operations of this communicator:\n" + dump;
   }
-  return status.with_context(fmt::format("{} #{} ({}) on {}", info.op, sequence_hint, info.detail(), description()))
+  return status
+      .with_context(fmt::format("{} #{} ({}) on {}", info.op, sequence_hint, info.detail(), description()))
       .with_suffix(suffix);
 }
 
@@ -319,7 +335,6 @@ std::string Communicator::failed_peers() const {
   return dead.empty() ? "" : fmt::format(" [ranks known to have failed: {}]", dead);
 }
 
-
 Status Communicator::cross_check(const std::string& signature, Deadline deadline) {
   std::vector<char> mine(kSignatureBytes, '\0');
   std::memcpy(mine.data(), signature.data(), std::min(signature.size(), kSignatureBytes - 1));
@@ -332,7 +347,8 @@ Status Communicator::cross_check(const std::string& signature, Deadline deadline
     std::string theirs(all.data() + r * kSignatureBytes);
     if (theirs != mine.data()) {
       return invalid_argument_error(
-          "collective mismatch at sequence {}: rank {} called {} but rank {} called {} (every rank must issue the "
+          "collective mismatch at sequence {}: rank {} called {} but rank {} called {} (every rank must "
+          "issue the "
           "same collectives in the same order)",
           sequence, rank_, mine.data(), r, theirs);
     }
@@ -343,7 +359,8 @@ Status Communicator::cross_check(const std::string& signature, Deadline deadline
 // ---------------------------------------------------------------------------------------------
 // Collectives.
 
-Status Communicator::allreduce_sum_like(void* buf, size_t count, DataType dtype, ReduceOp op, Deadline deadline) {
+Status Communicator::allreduce_sum_like(void* buf, size_t count, DataType dtype, ReduceOp op,
+                                        Deadline deadline) {
   return run_collective("allreduce", deadline, [&](CollectiveContext& ctx) {
     return run_allreduce(ctx, buf, count, dtype, op, algorithm_for(Collective::kAllreduce));
   });
@@ -353,6 +370,16 @@ bool DeviceCall::all_device() const {
   bool send_ok = in_place() || send_bytes == 0 || is_device_memory(send);
   bool recv_ok = recv_bytes == 0 || is_device_memory(recv);
   return send_ok && recv_ok;
+}
+
+Status DeviceCall::check_all_device(const std::string& who) const {
+  if (all_device()) return ok_status();
+  bool send_on_host = !in_place() && send_bytes > 0 && !is_device_memory(send);
+  return invalid_argument_error(
+      "{} on {}: the {} buffer is host memory while the call has device buffers; this kind runs device calls "
+      "on "
+      "NCCL, which needs every buffer in device memory (copy it to the GPU, or pass host buffers only)",
+      collective_name(collective), who, send_on_host ? "send" : "receive");
 }
 
 Status Communicator::device_collective(const DeviceCall& call, Deadline deadline, const HostBody& host) {
@@ -367,19 +394,21 @@ Status Communicator::device_collective(const DeviceCall& call, Deadline deadline
   if (in_place || !call.recv_is_output) {
     COHORT_RETURN_IF_ERROR(stage_in(host_recv, call.recv, call.recv_bytes).with_context("staging to host"));
   }
-  if (send_bytes > 0) COHORT_RETURN_IF_ERROR(stage_in(host_send, call.send, send_bytes).with_context("staging to host"));
+  if (send_bytes > 0)
+    COHORT_RETURN_IF_ERROR(stage_in(host_send, call.send, send_bytes).with_context("staging to host"));
   COHORT_RETURN_IF_ERROR(host(in_place ? nullptr : host_send, host_recv));
   if (!call.recv_is_output) return ok_status();
   return stage_out(call.recv, host_recv, call.recv_bytes).with_context("staging back to the device");
 }
 
-std::shared_ptr<TransportWork> Communicator::device_transfer(bool is_send, int peer, uint64_t wire_tag, void* buf,
-                                                             size_t bytes) {
+std::shared_ptr<TransportWork> Communicator::device_transfer(bool is_send, int peer, uint64_t wire_tag,
+                                                             void* buf, size_t bytes) {
   auto host = std::make_unique<std::vector<uint8_t>>(bytes);
   if (is_send) {
     // The send is posted with the device buffer's values as of now, like a host send.
     Status staged = copy_to_host(host->data(), buf, bytes);
-    if (!staged.ok()) return std::make_shared<FailedTransferWork>(staged.with_context("staging a send to host"));
+    if (!staged.ok())
+      return std::make_shared<FailedTransferWork>(staged.with_context("staging a send to host"));
     auto inner = world_->transport->isend(global_ranks_[peer], wire_tag, host->data(), bytes);
     return std::make_shared<StagedTransferWork>(std::move(inner), std::move(host), nullptr);
   }
@@ -387,8 +416,8 @@ std::shared_ptr<TransportWork> Communicator::device_transfer(bool is_send, int p
   return std::make_shared<StagedTransferWork>(std::move(inner), std::move(host), buf);
 }
 
-std::shared_ptr<Work> Communicator::allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
-                                              const CallOptions& call) {
+std::shared_ptr<Work> Communicator::allreduce(const void* send, void* recv, size_t count, DataType dtype,
+                                              ReduceOp op, const CallOptions& call) {
   Status valid = check_reduce_op(dtype, op);
   if (valid.ok()) valid = check_buffer(recv, count, "allreduce receive");
   if (!valid.ok()) return completed_work(valid.with_context("allreduce on " + description()));
@@ -402,14 +431,15 @@ std::shared_ptr<Work> Communicator::allreduce(const void* send, void* recv, size
                     if (op == ReduceOp::kAvg) scale_for_average(r, count, dtype, size());
                     return ok_status();
                   };
-                  if (!any_device(send, recv, bytes)) return host(send, recv);
-                  DeviceCall device{Collective::kAllreduce, send, recv, count, {}, {}, dtype, op, -1, bytes, bytes};
+                  if (bytes == 0 || !any_device(send, recv)) return host(send, recv);
+                  DeviceCall device{
+                      Collective::kAllreduce, send, recv, count, {}, {}, dtype, op, -1, bytes, bytes};
                   return device_collective(device, deadline, host);
                 });
 }
 
-std::shared_ptr<Work> Communicator::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
-                                           int root, const CallOptions& call) {
+std::shared_ptr<Work> Communicator::reduce(const void* send, void* recv, size_t count, DataType dtype,
+                                           ReduceOp op, int root, const CallOptions& call) {
   Status valid = check_reduce_op(dtype, op);
   if (valid.ok()) valid = check_root(root);
   if (valid.ok() && rank_ == root) valid = check_buffer(recv, count, "reduce receive");
@@ -427,15 +457,25 @@ std::shared_ptr<Work> Communicator::reduce(const void* send, void* recv, size_t 
                     if (in != buf && bytes > 0) std::memcpy(buf, in, bytes);
                     ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
                     COHORT_RETURN_IF_ERROR(run_collective("reduce", deadline, [&](CollectiveContext& ctx) {
-                      return run_reduce(ctx, buf, count, dtype, base, root, algorithm_for(Collective::kReduce));
+                      return run_reduce(ctx, buf, count, dtype, base, root,
+                                        algorithm_for(Collective::kReduce));
                     }));
                     if (op == ReduceOp::kAvg && rank_ == root) scale_for_average(r, count, dtype, size());
                     return ok_status();
                   };
                   void* out = rank_ == root ? recv : nullptr;
-                  if (!any_device(input, out, bytes)) return host(send, recv);
-                  DeviceCall device{Collective::kReduce, input == recv ? nullptr : input, recv, count, {}, {},
-                                    dtype, op, root, bytes, rank_ == root || input == recv ? bytes : 0};
+                  if (bytes == 0 || !any_device(input, out)) return host(send, recv);
+                  DeviceCall device{Collective::kReduce,
+                                    input == recv ? nullptr : input,
+                                    recv,
+                                    count,
+                                    {},
+                                    {},
+                                    dtype,
+                                    op,
+                                    root,
+                                    bytes,
+                                    rank_ == root || input == recv ? bytes : 0};
                   return device_collective(device, deadline, host);
                 });
 }
@@ -453,10 +493,20 @@ std::shared_ptr<Work> Communicator::broadcast(void* buf, size_t count, DataType 
                       return run_broadcast(ctx, r, bytes, root, algorithm_for(Collective::kBroadcast));
                     });
                   };
-                  if (!any_device(nullptr, buf, bytes)) return host(nullptr, buf);
+                  if (bytes == 0 || !any_device(nullptr, buf)) return host(nullptr, buf);
                   // The root's buffer is input only; the others' output only.
-                  DeviceCall device{Collective::kBroadcast, rank_ == root ? nullptr : kNoInput, buf, count, {}, {},
-                                    dtype, ReduceOp::kSum, root, 0, bytes, rank_ != root};
+                  DeviceCall device{Collective::kBroadcast,
+                                    rank_ == root ? nullptr : kNoInput,
+                                    buf,
+                                    count,
+                                    {},
+                                    {},
+                                    dtype,
+                                    ReduceOp::kSum,
+                                    root,
+                                    0,
+                                    bytes,
+                                    rank_ != root};
                   return device_collective(device, deadline, host);
                 });
 }
@@ -466,8 +516,11 @@ std::shared_ptr<Work> Communicator::allgather(const void* send, void* recv, size
   return allgatherv(send, recv, std::vector<size_t>(size(), count), dtype, call);
 }
 
-std::shared_ptr<Work> Communicator::allgatherv(const void* send, void* recv, const std::vector<size_t>& recv_counts,
-                                               DataType dtype, const CallOptions& call) {
+std::shared_ptr<Work> Communicator::allgatherv(const void* send, void* recv,
+                                               const std::vector<size_t>& recv_counts, DataType dtype,
+                                               const CallOptions& call) {
+  // send == recv is the in-place form (this rank's block of recv is the input), as null send.
+  if (send == recv) send = nullptr;
   Status valid = check_counts(recv_counts, "allgatherv recv_counts");
   size_t total = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0});
   if (valid.ok()) valid = check_buffer(recv, total, "allgather receive");
@@ -475,29 +528,32 @@ std::shared_ptr<Work> Communicator::allgatherv(const void* send, void* recv, con
   size_t esize = element_size(dtype);
   std::vector<size_t> bytes = to_bytes(recv_counts, esize);
   size_t offset = std::accumulate(bytes.begin(), bytes.begin() + rank_, size_t{0});
-  return submit(OpInfo{"allgather", static_cast<int>(dtype), total, " total", -1, -1}, call,
-                [=](Deadline deadline) -> Status {
-                  auto host = [&](const void* s, void* r) {
-                    // In place: this rank's block of recv is the input.
-                    const void* in = s != nullptr ? s : static_cast<const uint8_t*>(r) + offset;
-                    return run_collective("allgather", deadline, [&](CollectiveContext& ctx) {
-                      return run_allgatherv(ctx, in, r, bytes, algorithm_for(Collective::kAllgather));
-                    });
-                  };
-                  if (!any_device(send, recv, total * esize)) return host(send, recv);
-                  DeviceCall device{Collective::kAllgather, send, recv, 0, {}, recv_counts, dtype,
-                                    ReduceOp::kSum, -1, bytes[rank_], total * esize};
-                  return device_collective(device, deadline, host);
-                });
+  return submit(
+      OpInfo{"allgather", static_cast<int>(dtype), total, " total", -1, -1}, call,
+      [=](Deadline deadline) -> Status {
+        auto host = [&](const void* s, void* r) {
+          // In place: this rank's block of recv is the input.
+          const void* in = s != nullptr ? s : static_cast<const uint8_t*>(r) + offset;
+          return run_collective("allgather", deadline, [&](CollectiveContext& ctx) {
+            return run_allgatherv(ctx, in, r, bytes, algorithm_for(Collective::kAllgather));
+          });
+        };
+        if (total == 0 || !any_device(send, recv)) return host(send, recv);
+        DeviceCall device{
+            Collective::kAllgather, send,         recv, 0, {}, recv_counts, dtype, ReduceOp::kSum, -1,
+            bytes[rank_],           total * esize};
+        return device_collective(device, deadline, host);
+      });
 }
 
-std::shared_ptr<Work> Communicator::gather(const void* send, void* recv, size_t count, DataType dtype, int root,
-                                           const CallOptions& call) {
+std::shared_ptr<Work> Communicator::gather(const void* send, void* recv, size_t count, DataType dtype,
+                                           int root, const CallOptions& call) {
   return gatherv(send, recv, std::vector<size_t>(size(), count), dtype, root, call);
 }
 
-std::shared_ptr<Work> Communicator::gatherv(const void* send, void* recv, const std::vector<size_t>& recv_counts,
-                                            DataType dtype, int root, const CallOptions& call) {
+std::shared_ptr<Work> Communicator::gatherv(const void* send, void* recv,
+                                            const std::vector<size_t>& recv_counts, DataType dtype, int root,
+                                            const CallOptions& call) {
   Status valid = check_root(root);
   if (valid.ok()) valid = check_counts(recv_counts, "gatherv recv_counts");
   if (!valid.ok()) return completed_work(valid.with_context("gather on " + description()));
@@ -515,22 +571,22 @@ std::shared_ptr<Work> Communicator::gatherv(const void* send, void* recv, const 
                       return run_gatherv(ctx, s, r, bytes, root, algorithm_for(Collective::kGather));
                     });
                   };
-                  if (!any_device(send, rank_ == root ? recv : nullptr, std::max(bytes[rank_], recv_bytes))) {
+                  if (total == 0 || !any_device(send, rank_ == root ? recv : nullptr))
                     return host(send, recv);
-                  }
-                  DeviceCall device{Collective::kGather, send, recv, 0, {}, recv_counts, dtype, ReduceOp::kSum,
-                                    root, bytes[rank_], recv_bytes};
+                  DeviceCall device{Collective::kGather, send,  recv,           0,    {},
+                                    recv_counts,         dtype, ReduceOp::kSum, root, bytes[rank_],
+                                    recv_bytes};
                   return device_collective(device, deadline, host);
                 });
 }
 
-std::shared_ptr<Work> Communicator::scatter(const void* send, void* recv, size_t count, DataType dtype, int root,
-                                            const CallOptions& call) {
+std::shared_ptr<Work> Communicator::scatter(const void* send, void* recv, size_t count, DataType dtype,
+                                            int root, const CallOptions& call) {
   return scatterv(send, std::vector<size_t>(size(), count), recv, dtype, root, call);
 }
 
-std::shared_ptr<Work> Communicator::scatterv(const void* send, const std::vector<size_t>& send_counts, void* recv,
-                                             DataType dtype, int root, const CallOptions& call) {
+std::shared_ptr<Work> Communicator::scatterv(const void* send, const std::vector<size_t>& send_counts,
+                                             void* recv, DataType dtype, int root, const CallOptions& call) {
   Status valid = check_root(root);
   if (valid.ok()) valid = check_counts(send_counts, "scatterv send_counts");
   if (!valid.ok()) return completed_work(valid.with_context("scatter on " + description()));
@@ -548,24 +604,25 @@ std::shared_ptr<Work> Communicator::scatterv(const void* send, const std::vector
                       return run_scatterv(ctx, s, r, bytes, root, algorithm_for(Collective::kScatter));
                     });
                   };
-                  if (!any_device(rank_ == root ? send : nullptr, recv, std::max(send_bytes, bytes[rank_]))) {
+                  if (total == 0 || !any_device(rank_ == root ? send : nullptr, recv))
                     return host(send, recv);
-                  }
                   // Off the root there is no input: a non-null placeholder keeps the call out of place.
                   const void* input = rank_ == root ? send : kNoInput;
-                  DeviceCall device{Collective::kScatter, input, recv, 0, send_counts, {}, dtype, ReduceOp::kSum,
-                                    root, send_bytes, bytes[rank_]};
+                  DeviceCall device{
+                      Collective::kScatter, input, recv,       0,           send_counts, {}, dtype,
+                      ReduceOp::kSum,       root,  send_bytes, bytes[rank_]};
                   return device_collective(device, deadline, host);
                 });
 }
 
-std::shared_ptr<Work> Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DataType dtype,
-                                                   ReduceOp op, const CallOptions& call) {
+std::shared_ptr<Work> Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count,
+                                                   DataType dtype, ReduceOp op, const CallOptions& call) {
   return reduce_scatterv(send, recv, std::vector<size_t>(size(), recv_count), dtype, op, call);
 }
 
-std::shared_ptr<Work> Communicator::reduce_scatterv(const void* send, void* recv, const std::vector<size_t>& recv_counts,
-                                                    DataType dtype, ReduceOp op, const CallOptions& call) {
+std::shared_ptr<Work> Communicator::reduce_scatterv(const void* send, void* recv,
+                                                    const std::vector<size_t>& recv_counts, DataType dtype,
+                                                    ReduceOp op, const CallOptions& call) {
   Status valid = check_reduce_op(dtype, op);
   if (valid.ok()) valid = check_counts(recv_counts, "reduce_scatter recv_counts");
   if (!valid.ok()) return completed_work(valid.with_context("reduce_scatter on " + description()));
@@ -574,26 +631,36 @@ std::shared_ptr<Work> Communicator::reduce_scatterv(const void* send, void* recv
   if (valid.ok()) valid = check_buffer(recv, recv_counts[rank_], "reduce_scatter receive");
   if (!valid.ok()) return completed_work(valid.with_context("reduce_scatter on " + description()));
   size_t esize = element_size(dtype);
-  return submit(OpInfo{"reduce_scatter", static_cast<int>(dtype), total, " total", static_cast<int>(op), -1}, call,
-                [=](Deadline deadline) -> Status {
-                  auto host = [&](const void* s, void* r) -> Status {
-                    // The algorithm reduces in place over its input; work on a copy.
-                    uint8_t* buf = staging(total * esize);
-                    if (total > 0) std::memcpy(buf, s != nullptr ? s : r, total * esize);
-                    ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
-                    COHORT_RETURN_IF_ERROR(run_collective("reduce_scatter", deadline, [&](CollectiveContext& ctx) {
-                      return run_reduce_scatter(ctx, buf, r, recv_counts, dtype, base,
-                                                algorithm_for(Collective::kReduceScatter));
-                    }));
-                    if (op == ReduceOp::kAvg) scale_for_average(r, recv_counts[rank_], dtype, size());
-                    return ok_status();
-                  };
-                  if (!any_device(send, recv, total * esize)) return host(send, recv);
-                  // send == recv: recv holds the whole input, so it is staged whole.
-                  DeviceCall device{Collective::kReduceScatter, send, recv, 0, {}, recv_counts, dtype, op, -1,
-                                    total * esize, (send == recv ? total : recv_counts[rank_]) * esize};
-                  return device_collective(device, deadline, host);
-                });
+  return submit(
+      OpInfo{"reduce_scatter", static_cast<int>(dtype), total, " total", static_cast<int>(op), -1}, call,
+      [=](Deadline deadline) -> Status {
+        auto host = [&](const void* s, void* r) -> Status {
+          // The algorithm reduces in place over its input; work on a copy.
+          uint8_t* buf = staging(total * esize);
+          if (total > 0) std::memcpy(buf, s != nullptr ? s : r, total * esize);
+          ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+          COHORT_RETURN_IF_ERROR(run_collective("reduce_scatter", deadline, [&](CollectiveContext& ctx) {
+            return run_reduce_scatter(ctx, buf, r, recv_counts, dtype, base,
+                                      algorithm_for(Collective::kReduceScatter));
+          }));
+          if (op == ReduceOp::kAvg) scale_for_average(r, recv_counts[rank_], dtype, size());
+          return ok_status();
+        };
+        if (total == 0 || !any_device(send, recv)) return host(send, recv);
+        // send == recv: recv holds the whole input, so it is staged whole.
+        DeviceCall device{Collective::kReduceScatter,
+                          send,
+                          recv,
+                          0,
+                          {},
+                          recv_counts,
+                          dtype,
+                          op,
+                          -1,
+                          total * esize,
+                          (send == recv ? total : recv_counts[rank_]) * esize};
+        return device_collective(device, deadline, host);
+      });
 }
 
 std::shared_ptr<Work> Communicator::alltoall(const void* send, void* recv, size_t count, DataType dtype,
@@ -602,9 +669,9 @@ std::shared_ptr<Work> Communicator::alltoall(const void* send, void* recv, size_
   return alltoallv(send, counts, recv, counts, dtype, call);
 }
 
-std::shared_ptr<Work> Communicator::alltoallv(const void* send, const std::vector<size_t>& send_counts, void* recv,
-                                              const std::vector<size_t>& recv_counts, DataType dtype,
-                                              const CallOptions& call) {
+std::shared_ptr<Work> Communicator::alltoallv(const void* send, const std::vector<size_t>& send_counts,
+                                              void* recv, const std::vector<size_t>& recv_counts,
+                                              DataType dtype, const CallOptions& call) {
   Status valid = check_counts(send_counts, "alltoallv send_counts");
   if (valid.ok()) valid = check_counts(recv_counts, "alltoallv recv_counts");
   size_t send_total = std::accumulate(send_counts.begin(), send_counts.end(), size_t{0});
@@ -625,9 +692,10 @@ std::shared_ptr<Work> Communicator::alltoallv(const void* send, const std::vecto
                       return run_alltoallv(ctx, s, sbytes, r, rbytes, algorithm_for(Collective::kAlltoall));
                     });
                   };
-                  if (!any_device(send, recv, std::max(send_total, recv_total) * esize)) return host(send, recv);
-                  DeviceCall device{Collective::kAlltoall, send, recv, 0, send_counts, recv_counts, dtype,
-                                    ReduceOp::kSum, -1, send_total * esize, recv_total * esize};
+                  if (!any_device(send, recv)) return host(send, recv);
+                  DeviceCall device{Collective::kAlltoall, send,  recv,           0,  send_counts,
+                                    recv_counts,           dtype, ReduceOp::kSum, -1, send_total * esize,
+                                    recv_total * esize};
                   return device_collective(device, deadline, host);
                 });
 }
@@ -645,11 +713,12 @@ std::shared_ptr<Work> Communicator::p2p(bool is_send, void* buf, size_t count, D
                                         uint32_t tag, const CallOptions& call) {
   const char* verb = is_send ? "send to" : "receive from";
   if (peer < 0 || peer >= size() || peer == rank_) {
-    return completed_work(invalid_argument_error("{} rank {} on {}: the peer must be another rank in 0..{}", verb,
-                                                 peer, description(), size() - 1));
+    return completed_work(invalid_argument_error("{} rank {} on {}: the peer must be another rank in 0..{}",
+                                                 verb, peer, description(), size() - 1));
   }
   if (tag > kMaxUserTag) {
-    return completed_work(invalid_argument_error("{} rank {}: tag {} exceeds the maximum {}", verb, peer, tag, kMaxUserTag));
+    return completed_work(
+        invalid_argument_error("{} rank {}: tag {} exceeds the maximum {}", verb, peer, tag, kMaxUserTag));
   }
   Status valid = check_buffer(buf, count, is_send ? "send" : "receive");
   if (!valid.ok()) return completed_work(valid);
@@ -657,7 +726,7 @@ std::shared_ptr<Work> Communicator::p2p(bool is_send, void* buf, size_t count, D
   uint64_t wire_tag = p2p_tag(context_id_, tag);
   int global_peer = global_ranks_[peer];
   std::shared_ptr<TransportWork> inner;
-  if (any_device(buf, nullptr, bytes)) {
+  if (bytes > 0 && any_device(buf, nullptr)) {
     inner = device_transfer(is_send, peer, wire_tag, buf, bytes);
   } else {
     inner = is_send ? world_->transport->isend(global_peer, wire_tag, buf, bytes)
@@ -668,8 +737,8 @@ std::shared_ptr<Work> Communicator::p2p(bool is_send, void* buf, size_t count, D
       fmt::format("{} rank {} ({}, tag {}) on {}", verb, peer, describe(dtype, count), tag, description()));
 }
 
-std::shared_ptr<Work> Communicator::isend(const void* buf, size_t count, DataType dtype, int peer, uint32_t tag,
-                                          const CallOptions& call) {
+std::shared_ptr<Work> Communicator::isend(const void* buf, size_t count, DataType dtype, int peer,
+                                          uint32_t tag, const CallOptions& call) {
   return p2p(true, const_cast<void*>(buf), count, dtype, peer, tag, call);
 }
 
@@ -683,7 +752,8 @@ Status Communicator::send(const void* buf, size_t count, DataType dtype, int pee
   return isend(buf, count, dtype, peer, tag, call)->wait();
 }
 
-Status Communicator::recv(void* buf, size_t count, DataType dtype, int peer, uint32_t tag, const CallOptions& call) {
+Status Communicator::recv(void* buf, size_t count, DataType dtype, int peer, uint32_t tag,
+                          const CallOptions& call) {
   return irecv(buf, count, dtype, peer, tag, call)->wait();
 }
 
@@ -722,8 +792,10 @@ StatusOr<std::vector<std::string>> Communicator::gather_obj(const std::string& v
   std::vector<int64_t> lengths(size());
   COHORT_RETURN_IF_ERROR(gather(&length, lengths.data(), 1, DataType::kInt64, root, blocking)->wait());
   std::vector<size_t> counts(size(), 0);
-  if (rank_ == root) counts.assign(lengths.begin(), lengths.end());
-  else counts[rank_] = value.size();
+  if (rank_ == root)
+    counts.assign(lengths.begin(), lengths.end());
+  else
+    counts[rank_] = value.size();
   std::string all(rank_ == root ? std::accumulate(counts.begin(), counts.end(), size_t{0}) : 0, '\0');
   // Non-roots only need their own count right; the root's counts are authoritative.
   COHORT_RETURN_IF_ERROR(gatherv(value.data(), all.data(), counts, DataType::kUInt8, root, blocking)->wait());
@@ -745,7 +817,9 @@ StatusOr<double> Communicator::allreduce_obj(double value, ReduceOp op) {
 // ---------------------------------------------------------------------------------------------
 // Groups.
 
-StatusOr<std::unique_ptr<Communicator>> Communicator::split(int color, int key) { return split_as(color, key, kind_); }
+StatusOr<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
+  return split_as(color, key, kind_);
+}
 
 StatusOr<std::unique_ptr<Communicator>> Communicator::split_as(int color, int key, const std::string& kind) {
   if (color < 0 && color != kUndefinedColor) {
@@ -755,7 +829,8 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::split_as(int color, int ke
   // 1. Every rank learns every (color, key).
   int64_t mine[2] = {color, key};
   std::vector<int64_t> all(2 * size());
-  COHORT_RETURN_IF_ERROR(allgather(mine, all.data(), 2, DataType::kInt64, blocking)->wait().with_context("split"));
+  COHORT_RETURN_IF_ERROR(
+      allgather(mine, all.data(), 2, DataType::kInt64, blocking)->wait().with_context("split"));
   std::vector<int64_t> colors;
   for (int r = 0; r < size(); ++r) {
     if (all[2 * r] != kUndefinedColor) colors.push_back(all[2 * r]);
@@ -765,7 +840,8 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::split_as(int color, int ke
   // 2. Rank 0 reserves one context id per color from the job-wide counter; everyone learns the base.
   int64_t base = 0;
   if (rank_ == 0 && !colors.empty()) {
-    COHORT_ASSIGN_OR_RETURN(int64_t last, world_->store->add(kContextCounterKey, static_cast<int64_t>(colors.size())));
+    COHORT_ASSIGN_OR_RETURN(int64_t last,
+                            world_->store->add(kContextCounterKey, static_cast<int64_t>(colors.size())));
     base = last - static_cast<int64_t>(colors.size()) + 1;
   }
   COHORT_RETURN_IF_ERROR(broadcast(&base, 1, DataType::kInt64, 0, blocking)->wait().with_context("split"));
@@ -775,17 +851,19 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::split_as(int color, int ke
   for (int r = 0; r < size(); ++r) {
     if (all[2 * r] == color) members.push_back(r);
   }
-  std::stable_sort(members.begin(), members.end(), [&](int a, int b) { return all[2 * a + 1] < all[2 * b + 1]; });
+  std::stable_sort(members.begin(), members.end(),
+                   [&](int a, int b) { return all[2 * a + 1] < all[2 * b + 1]; });
   std::vector<int> global;
   int new_rank = 0;
   for (size_t i = 0; i < members.size(); ++i) {
     global.push_back(global_ranks_[members[i]]);
     if (members[i] == rank_) new_rank = static_cast<int>(i);
   }
-  uint64_t context = static_cast<uint64_t>(base) +
-                     (std::lower_bound(colors.begin(), colors.end(), color) - colors.begin());
+  uint64_t context =
+      static_cast<uint64_t>(base) + (std::lower_bound(colors.begin(), colors.end(), color) - colors.begin());
   if (context > kMaxContextId) {
-    return resource_exhausted_error("too many communicators: context id {} exceeds {}", context, kMaxContextId);
+    return resource_exhausted_error("too many communicators: context id {} exceeds {}", context,
+                                    kMaxContextId);
   }
   return make_communicator(kind, world_, std::move(global), new_rank, context, options_);
 }
@@ -797,7 +875,8 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::new_group(const std::vecto
     return invalid_argument_error("new_group ranks contain duplicates");
   }
   if (!sorted.empty() && (sorted.front() < 0 || sorted.back() >= size())) {
-    return invalid_argument_error("new_group rank out of range for {} (valid: 0..{})", description(), size() - 1);
+    return invalid_argument_error("new_group rank out of range for {} (valid: 0..{})", description(),
+                                  size() - 1);
   }
   auto position = std::find(ranks.begin(), ranks.end(), rank_);
   bool member = position != ranks.end();

@@ -18,11 +18,15 @@
 // Thread-safety: all public methods are thread-safe. Buffers passed to an asynchronous call must
 // stay valid until its Work completes.
 //
-// Device (CUDA) buffers: every collective and point-to-point call accepts them, host and device
-// buffers mixed too. pure_nccl (and single_node when each rank has its own GPU) runs them as NCCL
-// calls; the other kinds stage them through pinned host memory around their host path (see
-// device_collective). Device work already issued on the CUDA legacy default stream is ordered
-// before the operation; callers using other streams synchronize them first.
+// Device (CUDA) buffers: every collective and point-to-point call accepts them. pure_nccl (and
+// single_node when each rank has its own GPU) runs collectives as NCCL calls; the other kinds
+// stage them through pinned host memory around their host path (see device_collective); point to
+// point is staged over the world transport on every kind, so tags keep their meaning. A call
+// takes the device path on a rank when any buffer it passes is device memory, and every rank must
+// take the same path: pass device buffers on every rank or on none. The staging kinds also accept
+// host and device buffers mixed within one call; the NCCL kinds refuse that with
+// INVALID_ARGUMENT. Device work already issued on the buffer's GPU's legacy default stream is
+// ordered before the operation; callers using other streams synchronize them first.
 
 #include <atomic>
 #include <condition_variable>
@@ -56,20 +60,23 @@ struct DeviceCall {
   Collective collective = Collective::kAllreduce;
   const void* send = nullptr;  // the input; null or == recv: in place (recv holds the input)
   void* recv = nullptr;
-  size_t count = 0;                  // allreduce, reduce, broadcast: elements
-  std::vector<size_t> send_counts;   // scatter, alltoall: elements per rank
-  std::vector<size_t> recv_counts;   // allgather, gather, reduce_scatter, alltoall: elements per rank
+  size_t count = 0;                 // allreduce, reduce, broadcast: elements
+  std::vector<size_t> send_counts;  // scatter, alltoall: elements per rank
+  std::vector<size_t> recv_counts;  // allgather, gather, reduce_scatter, alltoall: elements per rank
   DataType dtype = DataType::kUInt8;
-  ReduceOp op = ReduceOp::kSum;      // may be kAvg
+  ReduceOp op = ReduceOp::kSum;  // may be kAvg
   int root = -1;
-  size_t send_bytes = 0;             // bytes this rank reads from send (0 when in place)
-  size_t recv_bytes = 0;             // bytes of recv this rank reads or writes
-  bool recv_is_output = true;        // false where recv is input only (broadcast at its root)
+  size_t send_bytes = 0;       // bytes this rank reads from send (0 when in place)
+  size_t recv_bytes = 0;       // bytes of recv this rank reads or writes
+  bool recv_is_output = true;  // false where recv is input only (broadcast at its root)
 
   bool in_place() const { return send == nullptr || send == recv; }
   // True when every buffer the call touches on this rank is device memory (NCCL can run it);
-  // false when host and device buffers are mixed (then it is staged).
+  // false when host and device buffers are mixed.
   bool all_device() const;
+  // OK when all_device(); else INVALID_ARGUMENT naming the host buffer, for kinds that run device
+  // calls on NCCL: every rank must take the NCCL path, so a rank cannot fall back to staging.
+  Status check_all_device(const std::string& who) const;
 };
 // The host path of one collective over (send, recv) host buffers, for staging.
 using HostBody = std::function<Status(const void* send, void* recv)>;
@@ -83,10 +90,11 @@ struct CommWorld {
 };
 
 struct CommunicatorOptions {
-  Duration timeout = kDefaultCollectiveTimeout;   // per operation, unless a call overrides it
-  Algorithm algorithm = Algorithm::kAuto;  // forced where it implements the op (env COHORT_ALGO: same)
+  Duration timeout = kDefaultCollectiveTimeout;  // per operation, unless a call overrides it
+  Algorithm algorithm = Algorithm::kAuto;        // forced where it implements the op (env COHORT_ALGO: same)
   size_t flight_recorder_size = kDefaultFlightRecorderSize;  // operations remembered for dumps
   bool debug_checks = false;  // cross-check every collective's signature (also COHORT_DEBUG=detail)
+  int cuda_device = -1;       // this rank's GPU (NCCL, device ids); -1: the creating thread's current device
 };
 
 struct CallOptions {
@@ -120,6 +128,9 @@ class Communicator {
   uint64_t context_id() const { return context_id_; }
   const std::vector<int>& global_ranks() const { return global_ranks_; }
   const CommunicatorOptions& options() const { return options_; }
+  // This rank's CUDA device (options.cuda_device, else the creating thread's current device);
+  // -1 in a CPU-only build or without a GPU. NCCL and the node's GPU identity use it.
+  int cuda_device() const { return cuda_device_; }
   // "hierarchical communicator (context 3, rank 1 of 4)": for error messages.
   const std::string& description() const;
 
@@ -127,9 +138,10 @@ class Communicator {
   std::shared_ptr<Work> allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                                   const CallOptions& call = {});
   // recv is significant at `root` only.
-  std::shared_ptr<Work> reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root,
-                               const CallOptions& call = {});
-  std::shared_ptr<Work> broadcast(void* buf, size_t count, DataType dtype, int root, const CallOptions& call = {});
+  std::shared_ptr<Work> reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                               int root, const CallOptions& call = {});
+  std::shared_ptr<Work> broadcast(void* buf, size_t count, DataType dtype, int root,
+                                  const CallOptions& call = {});
   // recv holds size() blocks of `count` elements, in rank order.
   std::shared_ptr<Work> allgather(const void* send, void* recv, size_t count, DataType dtype,
                                   const CallOptions& call = {});
@@ -164,8 +176,10 @@ class Communicator {
                               const CallOptions& call = {});
   std::shared_ptr<Work> irecv(void* buf, size_t count, DataType dtype, int peer, uint32_t tag = 0,
                               const CallOptions& call = {});
-  Status send(const void* buf, size_t count, DataType dtype, int peer, uint32_t tag = 0, const CallOptions& call = {});
-  Status recv(void* buf, size_t count, DataType dtype, int peer, uint32_t tag = 0, const CallOptions& call = {});
+  Status send(const void* buf, size_t count, DataType dtype, int peer, uint32_t tag = 0,
+              const CallOptions& call = {});
+  Status recv(void* buf, size_t count, DataType dtype, int peer, uint32_t tag = 0,
+              const CallOptions& call = {});
 
   // ---- Objects (ChainerMN's *_obj): small serialized values, blocking ----
   StatusOr<std::string> bcast_obj(const std::string& value, int root);
@@ -218,6 +232,10 @@ class Communicator {
   // Staging memory for kinds that need a copy of the input (distinct from the algorithms' scratch).
   uint8_t* staging(size_t bytes);
 
+  // Drains the queue and joins the executor. Kinds whose operations use their own members (NCCL,
+  // sub-communicators) call it first in their destructors, before those members go.
+  void stop_executor();
+
   // The process's transport, store and node map (kinds bootstrap NCCL through the store).
   const std::shared_ptr<CommWorld>& world() const { return world_; }
 
@@ -257,6 +275,7 @@ class Communicator {
   const CommunicatorOptions options_;
   const Algorithm algorithm_;
   bool debug_checks_;
+  int cuda_device_ = -1;
   int intra_rank_ = 0, intra_size_ = 1, inter_rank_ = 0, inter_size_ = 1;
   std::string description_;  // made once: errors name the communicator on every path
 

@@ -93,7 +93,8 @@ TEST(DeviceStagingTest, StagingCopiesOnlyWhatEachRankReadsAndWrites) {
     for (size_t i = 0; i < kCount; ++i) send[i] = static_cast<float>(rank);
     COHORT_RETURN_IF_ERROR(comms[rank]->allgather(send, recv, kCount, DataType::kFloat32)->wait());
     for (int r = 0; r < kRanks; ++r) {
-      if (recv[r * kCount] != static_cast<float>(r)) return internal_error("block {} holds {}", r, recv[r * kCount]);
+      if (recv[r * kCount] != static_cast<float>(r))
+        return internal_error("block {} holds {}", r, recv[r * kCount]);
     }
     return ok_status();
   });
@@ -154,6 +155,31 @@ TEST(DeviceStagingTest, AStagedReceiveIsCopiedToTheDeviceWhenPolledComplete) {
   EXPECT_EQ(failures(statuses), "");
   EXPECT_EQ(fake.bytes_to_host(), 4 * sizeof(int32_t));
   EXPECT_EQ(fake.bytes_to_device(), 4 * sizeof(int32_t));
+}
+
+// allgather(recv, recv): this rank's block of recv is the input (the in-place form), on host and
+// on device buffers alike.
+TEST(DeviceStagingTest, AllgatherWithSendEqualToRecvIsInPlace) {
+  FakeDeviceMemory fake;
+  constexpr int kRanks = 3;
+  constexpr size_t kCount = 5;
+  auto worlds = loopback_worlds(kRanks);
+  auto statuses = run_ranks(kRanks, [&](int rank) -> Status {
+    COHORT_ASSIGN_OR_RETURN(auto comm, create_communicator("flat", worlds[rank]));
+    std::vector<int32_t> host(kRanks * kCount, -1);
+    auto* device = static_cast<int32_t*>(fake.allocate(host.size() * sizeof(int32_t)));
+    for (size_t i = 0; i < kCount; ++i) host[rank * kCount + i] = device[rank * kCount + i] = rank * 10 + 1;
+    for (int32_t* buf : {host.data(), device}) {
+      COHORT_RETURN_IF_ERROR(comm->allgather(buf, buf, kCount, DataType::kInt32)->wait());
+      for (int r = 0; r < kRanks; ++r) {
+        if (buf[r * kCount + kCount - 1] != r * 10 + 1) {
+          return internal_error("{} block {} holds {}", buf == device ? "device" : "host", r, buf[r * kCount]);
+        }
+      }
+    }
+    return ok_status();
+  });
+  EXPECT_EQ(failures(statuses), "");
 }
 
 }  // namespace

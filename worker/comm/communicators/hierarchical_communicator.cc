@@ -17,35 +17,42 @@ CallOptions within(Deadline deadline) { return CallOptions{deadline.remaining(),
 
 // The node's NCCL communicator of a two-level kind, decided once (at the first device call) from
 // the GPUs of `intra`'s ranks: null when they do not each have their own (then staging).
-StatusOr<NcclTransport*> lazy_node_nccl(bool& decided, std::shared_ptr<NcclTransport>& nccl, Communicator& intra,
-                                        Store& store, const std::string& key_prefix, const std::string& who,
+StatusOr<NcclTransport*> lazy_node_nccl(bool& decided, std::shared_ptr<NcclTransport>& nccl,
+                                        Communicator& intra, Store& store, int device,
+                                        const std::string& key_prefix, const std::string& who,
                                         Deadline deadline) {
   if (decided) return nccl.get();
   decided = true;
   if (!cuda_build()) return nullptr;
   // Every rank of the node reaches the same decision from the same records.
-  COHORT_ASSIGN_OR_RETURN(std::vector<std::string> ids, intra.allgather_obj(device_id_record()));
-  COHORT_ASSIGN_OR_RETURN(nccl, make_node_nccl(ids, store, intra.rank(), key_prefix, who, deadline));
+  COHORT_ASSIGN_OR_RETURN(std::vector<std::string> ids, intra.allgather_obj(device_id_record(device)));
+  COHORT_ASSIGN_OR_RETURN(nccl, make_node_nccl(ids, store, intra.rank(), device, key_prefix, who, deadline));
   return nccl.get();
 }
 
 }  // namespace
 
-HierarchicalCommunicator::HierarchicalCommunicator(std::shared_ptr<CommWorld> world, std::vector<int> global_ranks,
-                                                   int rank, uint64_t context_id, CommunicatorOptions options)
+HierarchicalCommunicator::HierarchicalCommunicator(std::shared_ptr<CommWorld> world,
+                                                   std::vector<int> global_ranks, int rank,
+                                                   uint64_t context_id, CommunicatorOptions options)
     : Communicator("hierarchical", std::move(world), std::move(global_ranks), rank, context_id, options) {}
 
-HierarchicalCommunicator::~HierarchicalCommunicator() = default;
+HierarchicalCommunicator::~HierarchicalCommunicator() { stop_executor(); }
 
 StatusOr<NcclTransport*> HierarchicalCommunicator::intra_nccl(Deadline deadline) {
-  return lazy_node_nccl(intra_nccl_decided_, intra_nccl_, *intra_, *world()->store,
-                        fmt::format("cohort/nccl/{}/node{}", context_id(), inter_rank()), description(), deadline);
+  return lazy_node_nccl(intra_nccl_decided_, intra_nccl_, *intra_, *world()->store, cuda_device(),
+                        fmt::format("cohort/nccl/{}/node{}", context_id(), inter_rank()), description(),
+                        deadline);
 }
 
-Status HierarchicalCommunicator::device_collective(const DeviceCall& call, Deadline deadline, const HostBody& host_path) {
-  if (call.collective != Collective::kAllreduce) return Communicator::device_collective(call, deadline, host_path);
-  COHORT_ASSIGN_OR_RETURN(NcclTransport* nccl, intra_nccl(deadline));
-  if (nccl == nullptr || !call.all_device()) return Communicator::device_collective(call, deadline, host_path);
+Status HierarchicalCommunicator::device_collective(const DeviceCall& call, Deadline deadline,
+                                                   const HostBody& host_path) {
+  if (call.collective != Collective::kAllreduce)
+    return Communicator::device_collective(call, deadline, host_path);
+  COHORT_ASSIGN_OR_RETURN(NcclTransport * nccl, intra_nccl(deadline));
+  if (nccl == nullptr) return Communicator::device_collective(call, deadline, host_path);
+  // The node's other ranks run this allreduce on NCCL: no falling back to staging here.
+  COHORT_RETURN_IF_ERROR(call.check_all_device(description()));
 #if COHORT_CUDA
   const void* send = call.send;
   void* recv = call.recv;
@@ -75,32 +82,35 @@ Status HierarchicalCommunicator::device_collective(const DeviceCall& call, Deadl
 }
 
 StatusOr<std::unique_ptr<Communicator>> HierarchicalCommunicator::create(std::shared_ptr<CommWorld> world,
-                                                                         std::vector<int> global_ranks, int rank,
-                                                                         uint64_t context_id,
+                                                                         std::vector<int> global_ranks,
+                                                                         int rank, uint64_t context_id,
                                                                          CommunicatorOptions options) {
-  auto comm = std::make_unique<HierarchicalCommunicator>(std::move(world), std::move(global_ranks), rank, context_id,
-                                                         options);
+  auto comm = std::make_unique<HierarchicalCommunicator>(std::move(world), std::move(global_ranks), rank,
+                                                         context_id, options);
   COHORT_ASSIGN_OR_RETURN(comm->intra_, comm->split_as(comm->inter_rank(), comm->rank(), "flat"));
-  COHORT_ASSIGN_OR_RETURN(comm->leaders_,
-                          comm->split_as(comm->intra_rank() == 0 ? 0 : kUndefinedColor, comm->rank(), "flat"));
+  COHORT_ASSIGN_OR_RETURN(
+      comm->leaders_, comm->split_as(comm->intra_rank() == 0 ? 0 : kUndefinedColor, comm->rank(), "flat"));
   return std::unique_ptr<Communicator>(std::move(comm));
 }
 
 Status HierarchicalCommunicator::allreduce_sum_like(void* buf, size_t count, DataType dtype, ReduceOp op,
                                                     Deadline deadline) {
-  COHORT_RETURN_IF_ERROR(
-      intra_->reduce(buf, buf, count, dtype, op, 0, within(deadline))->wait().with_context("intra-node reduce"));
+  COHORT_RETURN_IF_ERROR(intra_->reduce(buf, buf, count, dtype, op, 0, within(deadline))
+                             ->wait()
+                             .with_context("intra-node reduce"));
   if (leaders_ != nullptr) {
     COHORT_RETURN_IF_ERROR(leaders_->allreduce(buf, buf, count, dtype, op, within(deadline))
                                ->wait()
                                .with_context("inter-node allreduce among node leaders"));
   }
-  return intra_->broadcast(buf, count, dtype, 0, within(deadline))->wait().with_context("intra-node broadcast");
+  return intra_->broadcast(buf, count, dtype, 0, within(deadline))
+      ->wait()
+      .with_context("intra-node broadcast");
 }
 
 StatusOr<std::unique_ptr<Communicator>> TwoDimensionalCommunicator::create(std::shared_ptr<CommWorld> world,
-                                                                           std::vector<int> global_ranks, int rank,
-                                                                           uint64_t context_id,
+                                                                           std::vector<int> global_ranks,
+                                                                           int rank, uint64_t context_id,
                                                                            CommunicatorOptions options) {
   // Every node must hold the same number of ranks, or the per-shard groups would miss nodes.
   std::map<std::string, int> per_node;
@@ -109,7 +119,8 @@ StatusOr<std::unique_ptr<Communicator>> TwoDimensionalCommunicator::create(std::
   for (const auto& [node, count] : per_node) {
     if (count != expected) {
       return failed_precondition_error(
-          "two_dimensional communicator needs the same number of ranks on every node, but node '{}' has {} and node "
+          "two_dimensional communicator needs the same number of ranks on every node, but node '{}' has {} "
+          "and node "
           "'{}' has {}; use hierarchical instead",
           per_node.begin()->first, expected, node, count);
     }
@@ -137,26 +148,33 @@ Status TwoDimensionalCommunicator::allreduce_sum_like(void* buf, size_t count, D
   COHORT_RETURN_IF_ERROR(inter_->allreduce(shard, shard, counts[intra_->rank()], dtype, op, within(deadline))
                              ->wait()
                              .with_context("inter-node allreduce of this shard"));
-  return intra_->allgatherv(shard, buf, counts, dtype, within(deadline))->wait().with_context("intra-node allgather");
+  return intra_->allgatherv(shard, buf, counts, dtype, within(deadline))
+      ->wait()
+      .with_context("intra-node allgather");
 }
 
-TwoDimensionalCommunicator::TwoDimensionalCommunicator(std::shared_ptr<CommWorld> world, std::vector<int> global_ranks,
-                                                       int rank, uint64_t context_id, CommunicatorOptions options)
+TwoDimensionalCommunicator::TwoDimensionalCommunicator(std::shared_ptr<CommWorld> world,
+                                                       std::vector<int> global_ranks, int rank,
+                                                       uint64_t context_id, CommunicatorOptions options)
     : Communicator("two_dimensional", std::move(world), std::move(global_ranks), rank, context_id, options) {}
 
-TwoDimensionalCommunicator::~TwoDimensionalCommunicator() = default;
+TwoDimensionalCommunicator::~TwoDimensionalCommunicator() { stop_executor(); }
 
 Status TwoDimensionalCommunicator::device_collective(const DeviceCall& call, Deadline deadline,
                                                      const HostBody& host_path) {
-  if (call.collective != Collective::kAllreduce) return Communicator::device_collective(call, deadline, host_path);
+  if (call.collective != Collective::kAllreduce)
+    return Communicator::device_collective(call, deadline, host_path);
   NcclTransport* nccl = nullptr;
   // NCCL's reduce-scatter takes equal shards: other counts are staged whole.
   if (call.count % static_cast<size_t>(intra_->size()) == 0) {
-    COHORT_ASSIGN_OR_RETURN(nccl, lazy_node_nccl(intra_nccl_decided_, intra_nccl_, *intra_, *world()->store,
-                                                 fmt::format("cohort/nccl/{}/node{}", context_id(), inter_rank()),
-                                                 description(), deadline));
+    COHORT_ASSIGN_OR_RETURN(
+        nccl, lazy_node_nccl(intra_nccl_decided_, intra_nccl_, *intra_, *world()->store, cuda_device(),
+                             fmt::format("cohort/nccl/{}/node{}", context_id(), inter_rank()), description(),
+                             deadline));
   }
-  if (nccl == nullptr || !call.all_device()) return Communicator::device_collective(call, deadline, host_path);
+  if (nccl == nullptr) return Communicator::device_collective(call, deadline, host_path);
+  // The node's other ranks run this allreduce on NCCL: no falling back to staging here.
+  COHORT_RETURN_IF_ERROR(call.check_all_device(description()));
 #if COHORT_CUDA
   const void* send = call.send;
   void* recv = call.recv;

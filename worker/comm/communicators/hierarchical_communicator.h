@@ -22,8 +22,9 @@ class NcclTransport;
 // staged like every host kind's.
 class HierarchicalCommunicator final : public Communicator {
  public:
-  static StatusOr<std::unique_ptr<Communicator>> create(std::shared_ptr<CommWorld> world, std::vector<int> global_ranks,
-                                                        int rank, uint64_t context_id, CommunicatorOptions options);
+  static StatusOr<std::unique_ptr<Communicator>> create(std::shared_ptr<CommWorld> world,
+                                                        std::vector<int> global_ranks, int rank,
+                                                        uint64_t context_id, CommunicatorOptions options);
   HierarchicalCommunicator(std::shared_ptr<CommWorld> world, std::vector<int> global_ranks, int rank,
                            uint64_t context_id, CommunicatorOptions options);
   ~HierarchicalCommunicator() override;
@@ -40,7 +41,7 @@ class HierarchicalCommunicator final : public Communicator {
   std::unique_ptr<Communicator> intra_;    // the ranks of this node
   std::unique_ptr<Communicator> leaders_;  // intra rank 0 of every node; null elsewhere
   bool intra_nccl_decided_ = false;
-  std::shared_ptr<NcclTransport> intra_nccl_;  // shared_ptr: NcclTransport is incomplete here
+  std::shared_ptr<NcclTransport> intra_nccl_;     // shared_ptr: NcclTransport is incomplete here
   std::unique_ptr<PinnedBuffer> leader_staging_;  // the leader's host copy for the inter-node step
 };
 
@@ -54,8 +55,9 @@ class HierarchicalCommunicator final : public Communicator {
 // every other collective) is staged through host memory.
 class TwoDimensionalCommunicator final : public Communicator {
  public:
-  static StatusOr<std::unique_ptr<Communicator>> create(std::shared_ptr<CommWorld> world, std::vector<int> global_ranks,
-                                                        int rank, uint64_t context_id, CommunicatorOptions options);
+  static StatusOr<std::unique_ptr<Communicator>> create(std::shared_ptr<CommWorld> world,
+                                                        std::vector<int> global_ranks, int rank,
+                                                        uint64_t context_id, CommunicatorOptions options);
   TwoDimensionalCommunicator(std::shared_ptr<CommWorld> world, std::vector<int> global_ranks, int rank,
                              uint64_t context_id, CommunicatorOptions options);
   ~TwoDimensionalCommunicator() override;

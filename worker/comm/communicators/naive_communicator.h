@@ -8,8 +8,8 @@ namespace cohort::comm {
 // broadcast). Slow at scale; a reference that every other kind must agree with.
 class NaiveCommunicator final : public Communicator {
  public:
-  NaiveCommunicator(std::shared_ptr<CommWorld> world, std::vector<int> global_ranks, int rank, uint64_t context_id,
-                    CommunicatorOptions options)
+  NaiveCommunicator(std::shared_ptr<CommWorld> world, std::vector<int> global_ranks, int rank,
+                    uint64_t context_id, CommunicatorOptions options)
       : Communicator("naive", std::move(world), std::move(global_ranks), rank, context_id, options) {}
 
  protected:

@@ -17,17 +17,18 @@ namespace cohort::comm {
 
 class NcclTransport;
 
-// A fixed-size record of the calling thread's GPU (its PCI bus id; all zero bytes without one),
-// for the node's ranks to allgather.
+// A fixed-size record of CUDA device `device` (its PCI bus id; all zero bytes for -1 or without
+// one), for the node's ranks to allgather.
 inline constexpr size_t kDeviceIdBytes = 32;
-std::string device_id_record();
+std::string device_id_record(int device);
 
 // Given every node rank's device_id_record() (in node-rank order), makes the node's NCCL
-// communicator when the GPUs are distinct, else returns nullptr. Collective over the node's ranks
-// (each reaches the same decision from the same records). `key_prefix` must be unique per node
-// and communicator. Blocking, until `deadline`.
-StatusOr<std::shared_ptr<NcclTransport>> make_node_nccl(const std::vector<std::string>& device_ids, Store& store,
-                                                        int node_rank, const std::string& key_prefix,
-                                                        const std::string& who, Deadline deadline);
+// communicator on `device` (this rank's GPU) when the GPUs are distinct, else returns nullptr.
+// Collective over the node's ranks (each reaches the same decision from the same records).
+// `key_prefix` must be unique per node and communicator. Blocking, until `deadline`.
+StatusOr<std::shared_ptr<NcclTransport>> make_node_nccl(const std::vector<std::string>& device_ids,
+                                                        Store& store, int node_rank, int device,
+                                                        const std::string& key_prefix, const std::string& who,
+                                                        Deadline deadline);
 
 }  // namespace cohort::comm

@@ -4,6 +4,7 @@
 #include <functional>
 
 #if COHORT_CUDA
+#include "worker/comm/transport/nccl/device_memory.h"
 #include "worker/comm/transport/nccl/nccl_transport.h"
 #endif
 
@@ -11,18 +12,13 @@ namespace cohort::comm {
 
 #if COHORT_CUDA
 
-PureNcclCommunicator::PureNcclCommunicator(std::shared_ptr<CommWorld> world, std::vector<int> global_ranks, int rank,
-                                           uint64_t context_id, CommunicatorOptions options,
+PureNcclCommunicator::PureNcclCommunicator(std::shared_ptr<CommWorld> world, std::vector<int> global_ranks,
+                                           int rank, uint64_t context_id, CommunicatorOptions options,
                                            std::unique_ptr<NcclTransport> nccl)
     : Communicator("pure_nccl", std::move(world), std::move(global_ranks), rank, context_id, options),
       nccl_(std::move(nccl)) {}
 
-PureNcclCommunicator::~PureNcclCommunicator() = default;
-
-bool runs_on_nccl(const DeviceCall& call) {
-  if (call.collective == Collective::kReduceScatter && call.send == call.recv) return false;
-  return call.all_device();
-}
+PureNcclCommunicator::~PureNcclCommunicator() { stop_executor(); }
 
 namespace {
 bool equal_counts(const std::vector<size_t>& counts) {
@@ -30,7 +26,12 @@ bool equal_counts(const std::vector<size_t>& counts) {
 }
 }  // namespace
 
-Status run_on_nccl(NcclTransport& nccl, const DeviceCall& call, Deadline deadline) {
+Status run_on_nccl(NcclTransport& nccl, const DeviceCall& call, const std::string& who, Deadline deadline) {
+  COHORT_RETURN_IF_ERROR(call.check_all_device(who));
+  if (call.collective == Collective::kReduceScatter && call.send == call.recv) {
+    return invalid_argument_error(
+        "reduce_scatter on {}: NCCL cannot run it with send == recv; pass distinct buffers", who);
+  }
   switch (call.collective) {
     case Collective::kAllreduce:
       return nccl.allreduce(call.send, call.recv, call.count, call.dtype, call.op, deadline);
@@ -60,14 +61,9 @@ Status run_on_nccl(NcclTransport& nccl, const DeviceCall& call, Deadline deadlin
   return internal_error("NCCL has no device form of {}", collective_name(call.collective));
 }
 
-Status PureNcclCommunicator::device_collective(const DeviceCall& call, Deadline deadline, const HostBody& host) {
-  if (!runs_on_nccl(call)) return Communicator::device_collective(call, deadline, host);
-  return run_on_nccl(*nccl_, call, deadline);
-}
-
-std::shared_ptr<TransportWork> PureNcclCommunicator::device_transfer(bool is_send, int peer, uint64_t wire_tag,
-                                                                     void* buf, size_t bytes) {
-  return is_send ? nccl_->isend(peer, wire_tag, buf, bytes) : nccl_->irecv(peer, wire_tag, buf, bytes);
+Status PureNcclCommunicator::device_collective(const DeviceCall& call, Deadline deadline,
+                                               const HostBody& /*host*/) {
+  return run_on_nccl(*nccl_, call, description(), deadline);
 }
 
 StatusOr<std::unique_ptr<Communicator>> create_pure_nccl_communicator(std::shared_ptr<CommWorld> world,
@@ -78,11 +74,13 @@ StatusOr<std::unique_ptr<Communicator>> create_pure_nccl_communicator(std::share
   // One unique id per communicator: the world is context 0, every split gets its own context.
   nccl_options.key_prefix = fmt::format("cohort/nccl/{}", context_id);
   nccl_options.init_timeout = options.timeout;
+  // This rank's GPU, fixed now on the creating thread (operations run on the executor's).
+  nccl_options.device = options.cuda_device >= 0 ? options.cuda_device : current_cuda_device();
   StatusOr<std::unique_ptr<NcclTransport>> nccl =
       NcclTransport::create(*world->store, rank, static_cast<int>(global_ranks.size()), nccl_options);
   if (!nccl.ok()) {
-    return nccl.status().with_context(fmt::format("pure_nccl communicator (context {}, rank {} of {})", context_id,
-                                                  rank, global_ranks.size()));
+    return nccl.status().with_context(fmt::format("pure_nccl communicator (context {}, rank {} of {})",
+                                                  context_id, rank, global_ranks.size()));
   }
   return std::unique_ptr<Communicator>(std::make_unique<PureNcclCommunicator>(
       std::move(world), std::move(global_ranks), rank, context_id, options, std::move(*nccl)));
@@ -91,11 +89,12 @@ StatusOr<std::unique_ptr<Communicator>> create_pure_nccl_communicator(std::share
 #else  // CPU-only build
 
 StatusOr<std::unique_ptr<Communicator>> create_pure_nccl_communicator(std::shared_ptr<CommWorld> /*world*/,
-                                                                      std::vector<int> /*global_ranks*/, int /*rank*/,
-                                                                      uint64_t /*context_id*/,
+                                                                      std::vector<int> /*global_ranks*/,
+                                                                      int /*rank*/, uint64_t /*context_id*/,
                                                                       CommunicatorOptions /*options*/) {
   return failed_precondition_error(
-      "pure_nccl needs a CUDA build: bazel build --config=cuda ... (on a machine with the CUDA toolkit and NCCL); "
+      "pure_nccl needs a CUDA build: bazel build --config=cuda ... (on a machine with the CUDA toolkit and "
+      "NCCL); "
       "this binary is CPU-only. Choose naive, flat, hierarchical, two_dimensional or single_node instead");
 }
 

@@ -29,7 +29,8 @@ TEST(CommunicatorKindsTest, EveryHostKindRunsAnAllreduce) {
       COHORT_ASSIGN_OR_RETURN(auto comm, create_communicator(kind, worlds[rank]));
       std::vector<int32_t> values = {rank + 1, 10 * (rank + 1)};
       COHORT_RETURN_IF_ERROR(
-          comm->allreduce(values.data(), values.data(), values.size(), DataType::kInt32, ReduceOp::kSum)->wait());
+          comm->allreduce(values.data(), values.data(), values.size(), DataType::kInt32, ReduceOp::kSum)
+              ->wait());
       if (values != std::vector<int32_t>{6, 60}) {
         return internal_error("rank {}: got {} {}, expected 6 60", rank, values[0], values[1]);
       }

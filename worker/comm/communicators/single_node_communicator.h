@@ -14,8 +14,9 @@ class NcclTransport;
 // through host memory. Point-to-point transfers of device buffers are staged.
 class SingleNodeCommunicator final : public Communicator {
  public:
-  static StatusOr<std::unique_ptr<Communicator>> create(std::shared_ptr<CommWorld> world, std::vector<int> global_ranks,
-                                                        int rank, uint64_t context_id, CommunicatorOptions options);
+  static StatusOr<std::unique_ptr<Communicator>> create(std::shared_ptr<CommWorld> world,
+                                                        std::vector<int> global_ranks, int rank,
+                                                        uint64_t context_id, CommunicatorOptions options);
   SingleNodeCommunicator(std::shared_ptr<CommWorld> world, std::vector<int> global_ranks, int rank,
                          uint64_t context_id, CommunicatorOptions options);
   ~SingleNodeCommunicator() override;

@@ -27,7 +27,8 @@ bool is_float(DataType dtype) {
 std::vector<uint8_t> pattern(DataType dtype, size_t elements, int rank, size_t salt) {
   std::vector<uint8_t> bytes(std::max<size_t>(elements, 1) * element_size(dtype));
   for (size_t i = 0; i < elements; ++i) {
-    write_value(bytes.data(), dtype, i, static_cast<double>((static_cast<size_t>(rank) * 7 + i * 3 + salt) % 11));
+    write_value(bytes.data(), dtype, i,
+                static_cast<double>((static_cast<size_t>(rank) * 7 + i * 3 + salt) % 11));
   }
   return bytes;
 }
@@ -71,39 +72,30 @@ std::vector<Case> cases(const Communicator& comm, DataType dtype, size_t n, bool
   add("reduce min to rank 0 in place", 0, n, true, [=](Communicator& c, const void*, void* r) {
     return wait(c.reduce(nullptr, r, n, dtype, ReduceOp::kMin, 0));
   });
-  add("broadcast from the last rank", 0, n, true, [=](Communicator& c, const void*, void* r) {
-    return wait(c.broadcast(r, n, dtype, p - 1));
-  });
-  add("allgather", n, total, false, [=](Communicator& c, const void* s, void* r) {
-    return wait(c.allgather(s, r, n, dtype));
-  });
-  add("allgather in place", 0, total, true, [=](Communicator& c, const void*, void* r) {
-    return wait(c.allgather(nullptr, r, n, dtype));
-  });
-  add("allgatherv", uneven[me], uneven_total, false, [=](Communicator& c, const void* s, void* r) {
-    return wait(c.allgatherv(s, r, uneven, dtype));
-  });
-  add("gather to rank 0", n, total, false, [=](Communicator& c, const void* s, void* r) {
-    return wait(c.gather(s, r, n, dtype, 0));
-  });
-  add("gatherv to the last rank", uneven[me], uneven_total, false, [=](Communicator& c, const void* s, void* r) {
-    return wait(c.gatherv(s, r, uneven, dtype, p - 1));
-  });
-  add("scatter from rank 0", total, n, false, [=](Communicator& c, const void* s, void* r) {
-    return wait(c.scatter(s, r, n, dtype, 0));
-  });
-  add("scatterv from the last rank", uneven_total, uneven[me], false, [=](Communicator& c, const void* s, void* r) {
-    return wait(c.scatterv(s, uneven, r, dtype, p - 1));
-  });
+  add("broadcast from the last rank", 0, n, true,
+      [=](Communicator& c, const void*, void* r) { return wait(c.broadcast(r, n, dtype, p - 1)); });
+  add("allgather", n, total, false,
+      [=](Communicator& c, const void* s, void* r) { return wait(c.allgather(s, r, n, dtype)); });
+  add("allgather in place", 0, total, true,
+      [=](Communicator& c, const void*, void* r) { return wait(c.allgather(nullptr, r, n, dtype)); });
+  add("allgatherv", uneven[me], uneven_total, false,
+      [=](Communicator& c, const void* s, void* r) { return wait(c.allgatherv(s, r, uneven, dtype)); });
+  add("gather to rank 0", n, total, false,
+      [=](Communicator& c, const void* s, void* r) { return wait(c.gather(s, r, n, dtype, 0)); });
+  add("gatherv to the last rank", uneven[me], uneven_total, false,
+      [=](Communicator& c, const void* s, void* r) { return wait(c.gatherv(s, r, uneven, dtype, p - 1)); });
+  add("scatter from rank 0", total, n, false,
+      [=](Communicator& c, const void* s, void* r) { return wait(c.scatter(s, r, n, dtype, 0)); });
+  add("scatterv from the last rank", uneven_total, uneven[me], false,
+      [=](Communicator& c, const void* s, void* r) { return wait(c.scatterv(s, uneven, r, dtype, p - 1)); });
   add("reduce_scatter sum", total, n, false, [=](Communicator& c, const void* s, void* r) {
     return wait(c.reduce_scatter(s, r, n, dtype, ReduceOp::kSum));
   });
   add("reduce_scatterv max", uneven_total, uneven[me], false, [=](Communicator& c, const void* s, void* r) {
     return wait(c.reduce_scatterv(s, r, uneven, dtype, ReduceOp::kMax));
   });
-  add("alltoall", total, total, false, [=](Communicator& c, const void* s, void* r) {
-    return wait(c.alltoall(s, r, n, dtype));
-  });
+  add("alltoall", total, total, false,
+      [=](Communicator& c, const void* s, void* r) { return wait(c.alltoall(s, r, n, dtype)); });
   add("alltoallv", pair_total, pair_total, false, [=](Communicator& c, const void* s, void* r) {
     return wait(c.alltoallv(s, pair_counts, r, pair_counts, dtype));
   });
@@ -135,8 +127,8 @@ const char* placement_name(Placement placement) {
 }
 
 // The first differing element of two equally sized buffers, or "".
-std::string first_difference(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want, DataType dtype,
-                             size_t elements) {
+std::string first_difference(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want,
+                             DataType dtype, size_t elements) {
   if (std::memcmp(got.data(), want.data(), elements * element_size(dtype)) == 0) return "";
   for (size_t i = 0; i < elements; ++i) {
     if (std::memcmp(got.data() + i * element_size(dtype), want.data() + i * element_size(dtype),
@@ -165,7 +157,8 @@ Status HostSpace::download(void* host, const void* from, size_t bytes) {
   return ok_status();
 }
 
-Status check_every_collective(Communicator& comm, BufferSpace& space, DataType dtype, const CheckOptions& options) {
+Status check_every_collective(Communicator& comm, BufferSpace& space, DataType dtype,
+                              const CheckOptions& options) {
   const size_t esize = element_size(dtype);
   HostSpace host_space;
   std::vector<Case> list = cases(comm, dtype, options.count, options.point_to_point);

@@ -40,8 +40,8 @@ class HostSpace final : public BufferSpace {
 };
 
 struct CheckOptions {
-  size_t count = 37;        // elements per rank block (uneven forms add up to size() - 1)
-  bool mixed = true;        // also run with one buffer in host memory and the other in the space
+  size_t count = 37;           // elements per rank block (uneven forms add up to size() - 1)
+  bool mixed = true;           // also run with one buffer in host memory and the other in the space
   bool point_to_point = true;  // also a ring of isend/irecv
 };
 
@@ -51,6 +51,7 @@ struct CheckOptions {
 // input (nothing may clobber it). Inputs are small integers, so every sum is exact whatever the
 // order of summation (NCCL's differs from the host algorithms'). Collective: every rank of `comm`
 // calls it. The first difference is returned as an error naming the call, rank and element.
-Status check_every_collective(Communicator& comm, BufferSpace& space, DataType dtype, const CheckOptions& options = {});
+Status check_every_collective(Communicator& comm, BufferSpace& space, DataType dtype,
+                              const CheckOptions& options = {});
 
 }  // namespace cohort::comm::testing

@@ -124,25 +124,67 @@ int cuda_device_count() {
   return count;
 }
 
-std::string current_device_id() {
+int current_cuda_device() {
+  if (cuda_device_count() <= 0) return -1;
   int device = -1;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return device;
+}
+
+std::string device_id(int device) {
   char bus_id[64] = {};
-  if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device) != cudaSuccess) {
+  if (device < 0 || cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device) != cudaSuccess) {
     cudaGetLastError();
     return "";
   }
   return bus_id;
 }
 
+namespace {
+
+// Makes the GPU that owns `ptr` current for the scope: cudaMemcpy orders itself after the legacy
+// default stream of the *current* device only, and staging runs on executor threads whose current
+// device is whatever they started with.
+class PointerDeviceGuard {
+ public:
+  explicit PointerDeviceGuard(const void* ptr) {
+    cudaPointerAttributes attributes{};
+    if (cudaPointerGetAttributes(&attributes, ptr) != cudaSuccess) {
+      cudaGetLastError();
+      return;
+    }
+    if (attributes.device < 0 || cudaGetDevice(&previous_) != cudaSuccess || previous_ == attributes.device) {
+      previous_ = -1;
+      return;
+    }
+    if (cudaSetDevice(attributes.device) != cudaSuccess) previous_ = -1;
+  }
+  ~PointerDeviceGuard() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+  PointerDeviceGuard(const PointerDeviceGuard&) = delete;
+  PointerDeviceGuard& operator=(const PointerDeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+}  // namespace
+
 Status copy_to_host(void* host, const void* device, size_t bytes) {
   if (fake_active()) return fake_copy(host, device, bytes, fake().to_host);
   if (bytes == 0) return ok_status();
+  PointerDeviceGuard guard(device);
   return COHORT_CUDA_CHECK(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost));
 }
 
 Status copy_to_device(void* device, const void* host, size_t bytes) {
   if (fake_active()) return fake_copy(device, host, bytes, fake().to_device);
   if (bytes == 0) return ok_status();
+  PointerDeviceGuard guard(device);
   return COHORT_CUDA_CHECK(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice));
 }
 
@@ -158,7 +200,8 @@ Status needs_cuda_build(const char* what) {
 bool cuda_build() { return false; }
 bool is_device_memory(const void* ptr) { return ptr != nullptr && fake_active() && fake_contains(ptr); }
 int cuda_device_count() { return 0; }
-std::string current_device_id() { return ""; }
+int current_cuda_device() { return -1; }
+std::string device_id(int) { return ""; }
 Status copy_to_host(void* host, const void* device, size_t bytes) {
   if (fake_active()) return fake_copy(host, device, bytes, fake().to_host);
   return needs_cuda_build("copying device memory");

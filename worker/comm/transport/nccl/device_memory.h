@@ -26,14 +26,19 @@ bool is_device_memory(const void* ptr);
 // without a driver, or without a GPU. Never fails.
 int cuda_device_count();
 
-// An identity of the current CUDA device that is the same in every process using that GPU,
-// whatever CUDA_VISIBLE_DEVICES renumbers it to (its PCI bus id, "0000:3b:00.0"); "" in a
-// CPU-only build or without a device. Used to tell whether the ranks of a node have a GPU each.
-std::string current_device_id();
+// The calling thread's current CUDA device, or -1 in a CPU-only build or without a device.
+int current_cuda_device();
+
+// An identity of CUDA device `device` (this process's numbering) that is the same in every
+// process using that GPU, whatever CUDA_VISIBLE_DEVICES renumbers it to (its PCI bus id,
+// "0000:3b:00.0"); "" in a CPU-only build, for device < 0, or without a device. Used to tell
+// whether the ranks of a node have a GPU each.
+std::string device_id(int device);
 
 // Synchronous copies between device and host memory (either side may be pinned or pageable).
-// They run on the CUDA legacy default stream, so they wait for work already issued there (torch's
-// default stream). FAILED_PRECONDITION in a CPU-only build.
+// They run on the legacy default stream of the device buffer's own GPU (whichever device the
+// calling thread has current), so they wait for work already issued there (torch's default
+// stream). FAILED_PRECONDITION in a CPU-only build.
 Status copy_to_host(void* host, const void* device, size_t bytes);
 Status copy_to_device(void* device, const void* host, size_t bytes);
 

@@ -136,8 +136,8 @@ struct NcclTransport::Core {
   cudaStream_t stream = nullptr;
   cudaEvent_t default_stream_mark = nullptr;  // recorded on the legacy default stream per launch
 
-  std::mutex mutex;                                // guards everything below and every NCCL call
-  std::optional<Status> aborted;                   // set once the communicator is aborted
+  std::mutex mutex;                                    // guards everything below and every NCCL call
+  std::optional<Status> aborted;                       // set once the communicator is aborted
   std::deque<std::weak_ptr<NcclTransferWork>> queued;  // posted, not launched, in posting order
 
   ~Core();
@@ -158,19 +158,27 @@ struct NcclTransport::Core {
   // (an asynchronous NCCL error aborts the communicator first).
   std::optional<Status> poll(const LaunchedGroup& group);
   // Waits for `group` until `deadline`; on expiry aborts the communicator when `abort_on_timeout`.
-  Status wait_group(const LaunchedGroup& group, Deadline deadline, const std::string& what, bool abort_on_timeout);
+  Status wait_group(const LaunchedGroup& group, Deadline deadline, const std::string& what,
+                    bool abort_on_timeout);
   // Validates a device buffer argument, and a counts argument (one entry per rank).
   Status check_device(const void* ptr, size_t bytes, const char* what) const;
   Status check_counts(const std::vector<size_t>& counts, const char* what) const;
-  // Runs `enqueue` (NCCL/kernels on the stream) under the mutex, then waits for it.
+  // Runs `enqueue` (NCCL calls on the stream) under the mutex, waits until NCCL has settled
+  // them (a non-blocking communicator may return ncclInProgress before anything is on the
+  // stream), runs `after` (our kernels that follow NCCL's on the stream), then waits for all.
+  template <typename Enqueue, typename After>
+  Status run(const std::string& what, Deadline deadline, Enqueue&& enqueue, After&& after);
   template <typename Enqueue>
-  Status run(const std::string& what, Deadline deadline, Enqueue&& enqueue);
+  Status run(const std::string& what, Deadline deadline, Enqueue&& enqueue) {
+    return run(what, deadline, std::forward<Enqueue>(enqueue), [] { return ok_status(); });
+  }
 };
 
 // One isend/irecv. Queued → launched (with the group's event) → completed.
 class NcclTransferWork final : public TransportWork, public std::enable_shared_from_this<NcclTransferWork> {
  public:
-  NcclTransferWork(std::shared_ptr<NcclTransport::Core> core, bool is_send, int peer, void* data, size_t bytes)
+  NcclTransferWork(std::shared_ptr<NcclTransport::Core> core, bool is_send, int peer, void* data,
+                   size_t bytes)
       : core_(std::move(core)), is_send_(is_send), peer_(peer), data_(data), bytes_(bytes) {}
 
   using Work::wait;
@@ -317,7 +325,8 @@ Status NcclTransport::Core::settle_locked(const char* what, Deadline deadline) {
     if (state == ncclSuccess) return ok_status();
     if (state != ncclInProgress) return nccl_call_status(state, what, __FILE__, __LINE__, comm);
     if (deadline.expired()) {
-      return deadline_exceeded_error("{}: NCCL still in progress after {}", what, format_duration(deadline.budget()));
+      return deadline_exceeded_error("{}: NCCL still in progress after {}", what,
+                                     format_duration(deadline.budget()));
     }
     if (Clock::now() < spin_until) {
       std::this_thread::yield();
@@ -355,7 +364,8 @@ Status NcclTransport::Core::flush_locked() {
   Status end = COHORT_NCCL_CHECK(ncclGroupEnd());
   if (status.ok()) status = end;
   if (status.ok()) status = settle_locked("ncclGroupEnd (send/recv)", deadline);
-  StatusOr<std::shared_ptr<LaunchedGroup>> group = status.ok() ? record_locked() : StatusOr<std::shared_ptr<LaunchedGroup>>(status);
+  StatusOr<std::shared_ptr<LaunchedGroup>> group =
+      status.ok() ? record_locked() : StatusOr<std::shared_ptr<LaunchedGroup>>(status);
   if (!group.ok()) {
     // A failed launch leaves NCCL's state unknown: abort so no peer waits on a half-posted group.
     abort_locked(group.status());
@@ -403,8 +413,8 @@ Status NcclTransport::Core::wait_group(const LaunchedGroup& group, Deadline dead
     if (std::optional<Status> status = poll(group); status.has_value()) return *status;
     if (deadline.expired()) {
       Status timeout = deadline_exceeded_error(
-          "{}: timed out after {} on NCCL rank {} of {}; is every rank alive and issuing the matching call?", what,
-          format_duration(deadline.budget()), rank, size);
+          "{}: timed out after {} on NCCL rank {} of {}; is every rank alive and issuing the matching call?",
+          what, format_duration(deadline.budget()), rank, size);
       if (abort_on_timeout) {
         std::lock_guard<std::mutex> lock(mutex);
         abort_locked(timeout);
@@ -424,19 +434,22 @@ Status NcclTransport::Core::check_device(const void* ptr, size_t bytes, const ch
   if (ptr == nullptr) return invalid_argument_error("{} buffer is null but holds {} bytes", what, bytes);
   if (!is_device_memory(ptr)) {
     return invalid_argument_error(
-        "{} buffer {} is host memory; NCCL needs CUDA device memory (use a host communicator kind, or stage it)", what,
-        ptr);
+        "{} buffer {} is host memory; NCCL needs CUDA device memory (use a host communicator kind, or stage "
+        "it)",
+        what, ptr);
   }
   return ok_status();
 }
 
 Status NcclTransport::Core::check_counts(const std::vector<size_t>& counts, const char* what) const {
   if (static_cast<int>(counts.size()) == size) return ok_status();
-  return invalid_argument_error("{}: {} counts for {} ranks; pass one count per rank", what, counts.size(), size);
+  return invalid_argument_error("{}: {} counts for {} ranks; pass one count per rank", what, counts.size(),
+                                size);
 }
 
-template <typename Enqueue>
-Status NcclTransport::Core::run(const std::string& what, Deadline deadline, Enqueue&& enqueue) {
+template <typename Enqueue, typename After>
+Status NcclTransport::Core::run(const std::string& what, Deadline deadline, Enqueue&& enqueue,
+                                After&& after) {
   std::shared_ptr<LaunchedGroup> group;
   {
     std::lock_guard<std::mutex> lock(mutex);
@@ -447,6 +460,7 @@ Status NcclTransport::Core::run(const std::string& what, Deadline deadline, Enqu
     Status status = follow_default_stream_locked();
     if (status.ok()) status = enqueue();
     if (status.ok()) status = settle_locked(what.c_str(), deadline);
+    if (status.ok()) status = after();
     if (!status.ok()) {
       abort_locked(status);
       return status.with_context(what);
@@ -469,14 +483,16 @@ NcclTransport::NcclTransport(std::shared_ptr<Core> core) : core_(std::move(core)
 
 NcclTransport::~NcclTransport() = default;  // Core finalizes when the last Work lets go
 
-StatusOr<std::unique_ptr<NcclTransport>> NcclTransport::create(Store& store, int rank, int size, NcclOptions options) {
+StatusOr<std::unique_ptr<NcclTransport>> NcclTransport::create(Store& store, int rank, int size,
+                                                               NcclOptions options) {
   if (size < 1 || rank < 0 || rank >= size) {
     return invalid_argument_error("NcclTransport: rank {} of {} is not a valid rank", rank, size);
   }
   int devices = cuda_device_count();
   if (devices <= 0) {
     return failed_precondition_error(
-        "NcclTransport: no CUDA device is visible to rank {} (CUDA_VISIBLE_DEVICES='{}'); NCCL needs a GPU per rank",
+        "NcclTransport: no CUDA device is visible to rank {} (CUDA_VISIBLE_DEVICES='{}'); NCCL needs a GPU "
+        "per rank",
         rank, std::getenv("CUDA_VISIBLE_DEVICES") != nullptr ? std::getenv("CUDA_VISIBLE_DEVICES") : "");
   }
   Deadline deadline = Deadline::after(options.init_timeout);
@@ -485,8 +501,8 @@ StatusOr<std::unique_ptr<NcclTransport>> NcclTransport::create(Store& store, int
   core->size = size;
   core->device = default_device(options.device);
   if (core->device >= devices) {
-    return failed_precondition_error("NcclTransport: rank {} asked for CUDA device {} but sees {} device(s)", rank,
-                                     core->device, devices);
+    return failed_precondition_error("NcclTransport: rank {} asked for CUDA device {} but sees {} device(s)",
+                                     rank, core->device, devices);
   }
 
   // The unique id: made by rank 0, read by everyone else through the store.
@@ -494,16 +510,17 @@ StatusOr<std::unique_ptr<NcclTransport>> NcclTransport::create(Store& store, int
   ncclUniqueId id;
   if (rank == 0) {
     COHORT_NCCL_RETURN_IF_ERROR(ncclGetUniqueId(&id));
-    COHORT_RETURN_IF_ERROR(
-        store.set(key, std::string_view(reinterpret_cast<const char*>(&id), sizeof(id))).with_context("NCCL bootstrap"));
+    COHORT_RETURN_IF_ERROR(store.set(key, std::string_view(reinterpret_cast<const char*>(&id), sizeof(id)))
+                               .with_context("NCCL bootstrap"));
   } else {
     StatusOr<std::string> value = store.get(key, deadline.remaining());
     if (!value.ok()) {
-      return value.status().with_context(fmt::format("NCCL bootstrap: rank {} waiting for rank 0's unique id", rank));
+      return value.status().with_context(
+          fmt::format("NCCL bootstrap: rank {} waiting for rank 0's unique id", rank));
     }
     if (value->size() != sizeof(id)) {
-      return data_loss_error("NCCL bootstrap: store key {} holds {} bytes, expected an ncclUniqueId of {}", key,
-                             value->size(), sizeof(id));
+      return data_loss_error("NCCL bootstrap: store key {} holds {} bytes, expected an ncclUniqueId of {}",
+                             key, value->size(), sizeof(id));
     }
     std::memcpy(&id, value->data(), sizeof(id));
   }
@@ -521,8 +538,8 @@ StatusOr<std::unique_ptr<NcclTransport>> NcclTransport::create(Store& store, int
       ncclCommAbort(core->comm);
       core->comm = nullptr;
     }
-    return status.with_context(fmt::format("NCCL communicator of {} ranks (rank {}, device {})", size, rank,
-                                           core->device));
+    return status.with_context(
+        fmt::format("NCCL communicator of {} ranks (rank {}, device {})", size, rank, core->device));
   }
   spdlog::debug("NCCL rank {} of {} ready on device {}", rank, size, core->device);
   return std::unique_ptr<NcclTransport>(new NcclTransport(std::move(core)));
@@ -541,12 +558,13 @@ std::shared_ptr<TransportWork> NcclTransport::irecv(int peer, uint64_t tag, void
   return enqueue(/*send=*/false, peer, tag, data, bytes);
 }
 
-std::shared_ptr<TransportWork> NcclTransport::enqueue(bool send, int peer, uint64_t tag, void* data, size_t bytes) {
+std::shared_ptr<TransportWork> NcclTransport::enqueue(bool send, int peer, uint64_t tag, void* data,
+                                                      size_t bytes) {
   auto work = std::make_shared<NcclTransferWork>(core_, send, peer, data, bytes);
   const char* what = send ? "NCCL send" : "NCCL receive";
   Status valid = peer < 0 || peer >= size() ? invalid_argument_error("{}: peer {} out of range", what, peer)
-                 : tag > kTransportTagMask ? invalid_argument_error("{}: tag {} too large", what, tag)
-                                           : core_->check_device(data, bytes, what);
+                 : tag > kTransportTagMask  ? invalid_argument_error("{}: tag {} too large", what, tag)
+                                            : core_->check_device(data, bytes, what);
   std::lock_guard<std::mutex> lock(core_->mutex);
   if (valid.ok() && core_->aborted.has_value()) valid = *core_->aborted;
   if (!valid.ok() || bytes == 0) {
@@ -574,18 +592,21 @@ Status NcclTransport::allreduce(const void* send, void* recv, size_t count, Data
   COHORT_RETURN_IF_ERROR(core_->check_device(recv, bytes, "NCCL allreduce receive"));
   COHORT_RETURN_IF_ERROR(core_->check_device(send, bytes, "NCCL allreduce send"));
   if (count == 0) return ok_status();
-  return core_->run(fmt::format("NCCL allreduce ({} x {}, {})", data_type_name(dtype), count, reduce_op_name(op)),
-                    deadline, [&]() -> Status {
-                      COHORT_NCCL_RETURN_IF_ERROR(ncclAllReduce(send, recv, count,
-                                                                static_cast<ncclDataType_t>(nccl_data_type(dtype)),
-                                                                nccl_op(op), core_->comm, core_->stream));
-                      if (op != ReduceOp::kAvg) return ok_status();
-                      return device_scale_for_average(recv, count, dtype, core_->size, core_->stream);
-                    });
+  return core_->run(
+      fmt::format("NCCL allreduce ({} x {}, {})", data_type_name(dtype), count, reduce_op_name(op)), deadline,
+      [&]() -> Status {
+        return COHORT_NCCL_CHECK(ncclAllReduce(send, recv, count,
+                                               static_cast<ncclDataType_t>(nccl_data_type(dtype)),
+                                               nccl_op(op), core_->comm, core_->stream));
+      },
+      [&]() -> Status {
+        if (op != ReduceOp::kAvg) return ok_status();
+        return device_scale_for_average(recv, count, dtype, core_->size, core_->stream);
+      });
 }
 
-Status NcclTransport::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root,
-                             Deadline deadline) {
+Status NcclTransport::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                             int root, Deadline deadline) {
   if (root < 0 || root >= size()) return invalid_argument_error("NCCL reduce: root {} out of range", root);
   const size_t bytes = count * element_size(dtype);
   if (send == nullptr) send = recv;
@@ -593,30 +614,35 @@ Status NcclTransport::reduce(const void* send, void* recv, size_t count, DataTyp
   if (rank() == root) COHORT_RETURN_IF_ERROR(core_->check_device(recv, bytes, "NCCL reduce receive"));
   if (count == 0) return ok_status();
   const bool is_root = rank() == root;
-  return core_->run(fmt::format("NCCL reduce ({} x {}, {}, root {})", data_type_name(dtype), count,
-                                reduce_op_name(op), root),
-                    deadline, [&]() -> Status {
-                      COHORT_NCCL_RETURN_IF_ERROR(ncclReduce(send, recv, count,
-                                                             static_cast<ncclDataType_t>(nccl_data_type(dtype)),
-                                                             nccl_op(op), root, core_->comm, core_->stream));
-                      if (op != ReduceOp::kAvg || !is_root) return ok_status();
-                      return device_scale_for_average(recv, count, dtype, core_->size, core_->stream);
-                    });
+  return core_->run(
+      fmt::format("NCCL reduce ({} x {}, {}, root {})", data_type_name(dtype), count, reduce_op_name(op),
+                  root),
+      deadline,
+      [&]() -> Status {
+        return COHORT_NCCL_CHECK(ncclReduce(send, recv, count,
+                                            static_cast<ncclDataType_t>(nccl_data_type(dtype)), nccl_op(op),
+                                            root, core_->comm, core_->stream));
+      },
+      [&]() -> Status {
+        if (op != ReduceOp::kAvg || !is_root) return ok_status();
+        return device_scale_for_average(recv, count, dtype, core_->size, core_->stream);
+      });
 }
 
 Status NcclTransport::broadcast(void* buf, size_t count, DataType dtype, int root, Deadline deadline) {
   if (root < 0 || root >= size()) return invalid_argument_error("NCCL broadcast: root {} out of range", root);
   COHORT_RETURN_IF_ERROR(core_->check_device(buf, count * element_size(dtype), "NCCL broadcast"));
   if (count == 0) return ok_status();
-  return core_->run(fmt::format("NCCL broadcast ({} x {}, root {})", data_type_name(dtype), count, root), deadline,
-                    [&]() -> Status {
-                      return COHORT_NCCL_CHECK(ncclBroadcast(buf, buf, count,
-                                                             static_cast<ncclDataType_t>(nccl_data_type(dtype)), root,
-                                                             core_->comm, core_->stream));
+  return core_->run(fmt::format("NCCL broadcast ({} x {}, root {})", data_type_name(dtype), count, root),
+                    deadline, [&]() -> Status {
+                      return COHORT_NCCL_CHECK(
+                          ncclBroadcast(buf, buf, count, static_cast<ncclDataType_t>(nccl_data_type(dtype)),
+                                        root, core_->comm, core_->stream));
                     });
 }
 
-Status NcclTransport::allgather(const void* send, void* recv, size_t count, DataType dtype, Deadline deadline) {
+Status NcclTransport::allgather(const void* send, void* recv, size_t count, DataType dtype,
+                                Deadline deadline) {
   const size_t bytes = count * element_size(dtype);
   // In place: this rank's block of recv.
   if (send == nullptr) send = static_cast<const uint8_t*>(recv) + bytes * rank();
@@ -625,27 +651,31 @@ Status NcclTransport::allgather(const void* send, void* recv, size_t count, Data
   if (count == 0) return ok_status();
   return core_->run(fmt::format("NCCL allgather ({} x {} per rank)", data_type_name(dtype), count), deadline,
                     [&]() -> Status {
-                      return COHORT_NCCL_CHECK(ncclAllGather(send, recv, count,
-                                                             static_cast<ncclDataType_t>(nccl_data_type(dtype)),
-                                                             core_->comm, core_->stream));
+                      return COHORT_NCCL_CHECK(
+                          ncclAllGather(send, recv, count, static_cast<ncclDataType_t>(nccl_data_type(dtype)),
+                                        core_->comm, core_->stream));
                     });
 }
 
-Status NcclTransport::reduce_scatter(const void* send, void* recv, size_t recv_count, DataType dtype, ReduceOp op,
-                                     Deadline deadline) {
+Status NcclTransport::reduce_scatter(const void* send, void* recv, size_t recv_count, DataType dtype,
+                                     ReduceOp op, Deadline deadline) {
   const size_t bytes = recv_count * element_size(dtype);
   COHORT_RETURN_IF_ERROR(core_->check_device(send, bytes * size(), "NCCL reduce_scatter send"));
   COHORT_RETURN_IF_ERROR(core_->check_device(recv, bytes, "NCCL reduce_scatter receive"));
   if (recv_count == 0) return ok_status();
-  return core_->run(fmt::format("NCCL reduce_scatter ({} x {} per rank, {})", data_type_name(dtype), recv_count,
-                                reduce_op_name(op)),
-                    deadline, [&]() -> Status {
-                      COHORT_NCCL_RETURN_IF_ERROR(ncclReduceScatter(
-                          send, recv, recv_count, static_cast<ncclDataType_t>(nccl_data_type(dtype)), nccl_op(op),
-                          core_->comm, core_->stream));
-                      if (op != ReduceOp::kAvg) return ok_status();
-                      return device_scale_for_average(recv, recv_count, dtype, core_->size, core_->stream);
-                    });
+  return core_->run(
+      fmt::format("NCCL reduce_scatter ({} x {} per rank, {})", data_type_name(dtype), recv_count,
+                  reduce_op_name(op)),
+      deadline,
+      [&]() -> Status {
+        return COHORT_NCCL_CHECK(ncclReduceScatter(send, recv, recv_count,
+                                                   static_cast<ncclDataType_t>(nccl_data_type(dtype)),
+                                                   nccl_op(op), core_->comm, core_->stream));
+      },
+      [&]() -> Status {
+        if (op != ReduceOp::kAvg) return ok_status();
+        return device_scale_for_average(recv, recv_count, dtype, core_->size, core_->stream);
+      });
 }
 
 Status NcclTransport::allgatherv(const void* send, void* recv, const std::vector<size_t>& recv_counts,
@@ -658,19 +688,20 @@ Status NcclTransport::allgatherv(const void* send, void* recv, const std::vector
   COHORT_RETURN_IF_ERROR(core_->check_device(send, recv_counts[rank()] * esize, "NCCL allgatherv send"));
   COHORT_RETURN_IF_ERROR(core_->check_device(recv, offset.back(), "NCCL allgatherv receive"));
   if (offset.back() == 0) return ok_status();
-  return core_->run(fmt::format("NCCL allgatherv ({} x {} total)", data_type_name(dtype), offset.back() / esize),
-                    deadline, [&]() {
-                      return nccl_group([&]() -> Status {
-                        // Every rank broadcasts its block into everyone's recv.
-                        for (int r = 0; r < size(); ++r) {
-                          if (recv_counts[r] == 0) continue;
-                          const void* from = r == rank() ? send : out + offset[r];
-                          COHORT_NCCL_RETURN_IF_ERROR(ncclBroadcast(from, out + offset[r], recv_counts[r] * esize,
-                                                                    ncclUint8, r, core_->comm, core_->stream));
-                        }
-                        return ok_status();
-                      });
-                    });
+  return core_->run(
+      fmt::format("NCCL allgatherv ({} x {} total)", data_type_name(dtype), offset.back() / esize), deadline,
+      [&]() {
+        return nccl_group([&]() -> Status {
+          // Every rank broadcasts its block into everyone's recv.
+          for (int r = 0; r < size(); ++r) {
+            if (recv_counts[r] == 0) continue;
+            const void* from = r == rank() ? send : out + offset[r];
+            COHORT_NCCL_RETURN_IF_ERROR(ncclBroadcast(from, out + offset[r], recv_counts[r] * esize,
+                                                      ncclUint8, r, core_->comm, core_->stream));
+          }
+          return ok_status();
+        });
+      });
 }
 
 Status NcclTransport::reduce_scatterv(const void* send, void* recv, const std::vector<size_t>& recv_counts,
@@ -679,27 +710,31 @@ Status NcclTransport::reduce_scatterv(const void* send, void* recv, const std::v
   const size_t esize = element_size(dtype);
   const std::vector<size_t> offset = byte_offsets(recv_counts, esize);
   COHORT_RETURN_IF_ERROR(core_->check_device(send, offset.back(), "NCCL reduce_scatterv send"));
-  COHORT_RETURN_IF_ERROR(core_->check_device(recv, recv_counts[rank()] * esize, "NCCL reduce_scatterv receive"));
+  COHORT_RETURN_IF_ERROR(
+      core_->check_device(recv, recv_counts[rank()] * esize, "NCCL reduce_scatterv receive"));
   if (offset.back() == 0) return ok_status();
   const uint8_t* in = static_cast<const uint8_t*>(send);
   const size_t mine = recv_counts[rank()];
-  return core_->run(fmt::format("NCCL reduce_scatterv ({} x {} total, {})", data_type_name(dtype),
-                                offset.back() / esize, reduce_op_name(op)),
-                    deadline, [&]() -> Status {
-                      // Block r is reduced to rank r; recv is read at the root only.
-                      COHORT_RETURN_IF_ERROR(nccl_group([&]() -> Status {
-                        for (int r = 0; r < size(); ++r) {
-                          if (recv_counts[r] == 0) continue;
-                          COHORT_NCCL_RETURN_IF_ERROR(
-                              ncclReduce(in + offset[r], recv, recv_counts[r],
-                                         static_cast<ncclDataType_t>(nccl_data_type(dtype)), nccl_op(op), r,
-                                         core_->comm, core_->stream));
-                        }
-                        return ok_status();
-                      }));
-                      if (op != ReduceOp::kAvg || mine == 0) return ok_status();
-                      return device_scale_for_average(recv, mine, dtype, core_->size, core_->stream);
-                    });
+  return core_->run(
+      fmt::format("NCCL reduce_scatterv ({} x {} total, {})", data_type_name(dtype), offset.back() / esize,
+                  reduce_op_name(op)),
+      deadline,
+      [&]() {
+        // Block r is reduced to rank r; recv is written at the root only.
+        return nccl_group([&]() -> Status {
+          for (int r = 0; r < size(); ++r) {
+            if (recv_counts[r] == 0) continue;
+            COHORT_NCCL_RETURN_IF_ERROR(ncclReduce(in + offset[r], recv, recv_counts[r],
+                                                   static_cast<ncclDataType_t>(nccl_data_type(dtype)),
+                                                   nccl_op(op), r, core_->comm, core_->stream));
+          }
+          return ok_status();
+        });
+      },
+      [&]() -> Status {
+        if (op != ReduceOp::kAvg || mine == 0) return ok_status();
+        return device_scale_for_average(recv, mine, dtype, core_->size, core_->stream);
+      });
 }
 
 Status NcclTransport::gatherv(const void* send, void* recv, const std::vector<size_t>& counts, DataType dtype,
@@ -728,16 +763,16 @@ Status NcclTransport::gatherv(const void* send, void* recv, const std::vector<si
                         }
                         for (int r = 0; r < size(); ++r) {
                           if (r == root || counts[r] == 0) continue;
-                          COHORT_NCCL_RETURN_IF_ERROR(ncclRecv(out + offset[r], counts[r] * esize, ncclUint8, r,
-                                                               core_->comm, core_->stream));
+                          COHORT_NCCL_RETURN_IF_ERROR(ncclRecv(out + offset[r], counts[r] * esize, ncclUint8,
+                                                               r, core_->comm, core_->stream));
                         }
                         return ok_status();
                       });
                     });
 }
 
-Status NcclTransport::scatterv(const void* send, const std::vector<size_t>& counts, void* recv, DataType dtype,
-                               int root, Deadline deadline) {
+Status NcclTransport::scatterv(const void* send, const std::vector<size_t>& counts, void* recv,
+                               DataType dtype, int root, Deadline deadline) {
   if (root < 0 || root >= size()) return invalid_argument_error("NCCL scatterv: root {} out of range", root);
   COHORT_RETURN_IF_ERROR(core_->check_counts(counts, "NCCL scatterv"));
   const size_t esize = element_size(dtype);
@@ -762,8 +797,8 @@ Status NcclTransport::scatterv(const void* send, const std::vector<size_t>& coun
                         }
                         for (int r = 0; r < size(); ++r) {
                           if (r == root || counts[r] == 0) continue;
-                          COHORT_NCCL_RETURN_IF_ERROR(ncclSend(in + offset[r], counts[r] * esize, ncclUint8, r,
-                                                               core_->comm, core_->stream));
+                          COHORT_NCCL_RETURN_IF_ERROR(ncclSend(in + offset[r], counts[r] * esize, ncclUint8,
+                                                               r, core_->comm, core_->stream));
                         }
                         return ok_status();
                       });
@@ -786,25 +821,26 @@ Status NcclTransport::alltoallv(const void* send, const std::vector<size_t>& sen
   if (soffset.back() == 0 && roffset.back() == 0) return ok_status();
   const uint8_t* in = static_cast<const uint8_t*>(send);
   uint8_t* out = static_cast<uint8_t*>(recv);
-  return core_->run(fmt::format("NCCL alltoallv ({} x {} sent)", data_type_name(dtype), soffset.back() / esize),
-                    deadline, [&]() -> Status {
-                      COHORT_RETURN_IF_ERROR(copy_own_block(out + roffset[rank()], in + soffset[rank()],
-                                                            recv_counts[rank()] * esize, core_->stream));
-                      return nccl_group([&]() -> Status {
-                        for (int r = 0; r < size(); ++r) {
-                          if (r == rank()) continue;
-                          if (send_counts[r] > 0) {
-                            COHORT_NCCL_RETURN_IF_ERROR(ncclSend(in + soffset[r], send_counts[r] * esize, ncclUint8,
-                                                                 r, core_->comm, core_->stream));
-                          }
-                          if (recv_counts[r] > 0) {
-                            COHORT_NCCL_RETURN_IF_ERROR(ncclRecv(out + roffset[r], recv_counts[r] * esize,
-                                                                 ncclUint8, r, core_->comm, core_->stream));
-                          }
-                        }
-                        return ok_status();
-                      });
-                    });
+  return core_->run(
+      fmt::format("NCCL alltoallv ({} x {} sent)", data_type_name(dtype), soffset.back() / esize), deadline,
+      [&]() -> Status {
+        COHORT_RETURN_IF_ERROR(copy_own_block(out + roffset[rank()], in + soffset[rank()],
+                                              recv_counts[rank()] * esize, core_->stream));
+        return nccl_group([&]() -> Status {
+          for (int r = 0; r < size(); ++r) {
+            if (r == rank()) continue;
+            if (send_counts[r] > 0) {
+              COHORT_NCCL_RETURN_IF_ERROR(ncclSend(in + soffset[r], send_counts[r] * esize, ncclUint8, r,
+                                                   core_->comm, core_->stream));
+            }
+            if (recv_counts[r] > 0) {
+              COHORT_NCCL_RETURN_IF_ERROR(ncclRecv(out + roffset[r], recv_counts[r] * esize, ncclUint8, r,
+                                                   core_->comm, core_->stream));
+            }
+          }
+          return ok_status();
+        });
+      });
 }
 
 }  // namespace cohort::comm

@@ -78,7 +78,8 @@ class NcclTransport final : public Transport {
  public:
   // Creates the communicator of `size` ranks. Collective: every rank calls it with the same store,
   // size and key_prefix. Blocking, at most options.init_timeout.
-  static StatusOr<std::unique_ptr<NcclTransport>> create(Store& store, int rank, int size, NcclOptions options = {});
+  static StatusOr<std::unique_ptr<NcclTransport>> create(Store& store, int rank, int size,
+                                                         NcclOptions options = {});
 
   // Finalizes the communicator (at most kNcclFinalizeTimeout, then aborts it). Pending transfers
   // must have completed or been cancelled.
@@ -104,7 +105,8 @@ class NcclTransport final : public Transport {
   // ---- Collectives on device buffers, blocking until done or `deadline` (then aborting). ----
   // `send == recv` (or null send) runs in place. AVG reduces as SUM, then divides on the device
   // with the host kernels' rounding, so results match the host path bit for bit in the divide.
-  Status allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, Deadline deadline);
+  Status allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                   Deadline deadline);
   Status reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root,
                 Deadline deadline);
   Status broadcast(void* buf, size_t count, DataType dtype, int root, Deadline deadline);
