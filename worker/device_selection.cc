@@ -6,6 +6,8 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/cuda.h>
 
+#include "worker/comm/transport/nccl/device_memory.h"
+
 namespace cohort::worker {
 namespace {
 
@@ -24,6 +26,7 @@ DeviceEnvironment DeviceEnvironment::current() {
   environment.cuda_built = c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA);
   environment.cuda_device_count =
       environment.cuda_built ? static_cast<int64_t>(torch::cuda::device_count()) : 0;
+  environment.comm_cuda_built = comm::cuda_build();
   environment.cuda_visible_devices = env("CUDA_VISIBLE_DEVICES");
   environment.local_rank = env("LOCAL_RANK");
   return environment;
@@ -34,10 +37,17 @@ StatusOr<c10::Device> select_device(int64_t gpus_per_proc, const DeviceEnvironme
   if (!environment.cuda_built) {
     return failed_precondition_error(
         "the job asks for {} GPU(s) per rank but this cohort-worker's libtorch has no CUDA; rebuild "
-        "cohort-worker "
-        "with `bazel build --repo_env=COHORT_LIBTORCH=<a CUDA libtorch> --config=cuda "
-        "//worker:cohort-worker`, "
-        "or set `gpus_per_proc: 0` in the job spec to train on the CPU",
+        "cohort-worker with "
+        "`bazel build --repo_env=COHORT_LIBTORCH=<a CUDA libtorch> --config=cuda //worker:cohort-worker`, or "
+        "set "
+        "`gpus_per_proc: 0` in the job spec to train on the CPU",
+        gpus_per_proc);
+  }
+  if (!environment.comm_cuda_built) {
+    return failed_precondition_error(
+        "the job asks for {} GPU(s) per rank but this cohort-worker was built without --config=cuda, so its "
+        "communicators cannot read GPU memory; rebuild with `bazel build --repo_env=COHORT_LIBTORCH=<a CUDA "
+        "libtorch> --config=cuda //worker:cohort-worker`, or set `gpus_per_proc: 0` in the job spec",
         gpus_per_proc);
   }
   if (environment.cuda_device_count < 1) {
@@ -45,8 +55,8 @@ StatusOr<c10::Device> select_device(int64_t gpus_per_proc, const DeviceEnvironme
         "the job asks for {} GPU(s) per rank but no GPU is visible to this cohort-worker "
         "(CUDA_VISIBLE_DEVICES={}); "
         "check the node's GPUs and driver (nvidia-smi), or set `gpus_per_proc: 0` in the job spec to train "
-        "on "
-        "the CPU",
+        "on the "
+        "CPU",
         gpus_per_proc, environment.cuda_visible_devices.value_or("<unset>"));
   }
   if (environment.cuda_visible_devices.has_value()) return c10::Device(c10::kCUDA, 0);

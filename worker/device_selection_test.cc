@@ -2,12 +2,15 @@
 
 #include <gtest/gtest.h>
 
+#include "worker/comm/transport/nccl/device_memory.h"
+
 namespace cohort::worker {
 namespace {
 
 DeviceEnvironment gpus(int64_t count) {
   DeviceEnvironment environment;
   environment.cuda_built = true;
+  environment.comm_cuda_built = true;
   environment.cuda_device_count = count;
   return environment;
 }
@@ -32,6 +35,16 @@ TEST(SelectDevice, GpusWithACpuOnlyLibtorchNameTheFix) {
   EXPECT_NE(text.find("--repo_env=COHORT_LIBTORCH=<a CUDA libtorch> --config=cuda"), std::string::npos)
       << text;
   EXPECT_NE(text.find("gpus_per_proc: 0"), std::string::npos) << text;
+}
+
+TEST(SelectDevice, GpusWithACpuOnlyCohortBuildNameTheFix) {
+  DeviceEnvironment environment = gpus(1);
+  environment.comm_cuda_built = false;
+  StatusOr<c10::Device> device = select_device(1, environment);
+  ASSERT_FALSE(device.ok());
+  EXPECT_EQ(device.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(device.status().to_string().find("built without --config=cuda"), std::string::npos)
+      << device.status().to_string();
 }
 
 TEST(SelectDevice, GpusWithNoneVisibleIsAnError) {
@@ -61,6 +74,7 @@ TEST(SelectDevice, ThisBuildsEnvironmentIsConsistent) {
   if (!environment.cuda_built) {
     EXPECT_EQ(environment.cuda_device_count, 0);
   }
+  EXPECT_EQ(environment.comm_cuda_built, comm::cuda_build());
   EXPECT_GE(environment.cuda_device_count, 0);
 }
 

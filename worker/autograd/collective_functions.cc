@@ -1,5 +1,6 @@
 #include "worker/autograd/collective_functions.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,10 +13,10 @@
 namespace cohort::autograd {
 namespace {
 
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
 using comm::Communicator;
 using comm::ReduceOp;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
 
 // Custom functions must return one entry per forward argument; the trailing non-tensor
 // arguments (communicator, root, ...) get undefined gradients, and extra undefined entries are
@@ -38,9 +39,10 @@ void check_root(const Communicator& comm, int root, const char* op) {
 // xs must be [size, ...]: one block per rank.
 void check_blocks(const Communicator& comm, const at::Tensor& xs, const char* op) {
   if (xs.dim() == 0 || xs.size(0) != comm.size()) {
-    throw std::runtime_error(fmt::format("cohort autograd: {}: expected a tensor of shape [{}, ...] (one block per "
-                                         "rank), got {}",
-                                         op, comm.size(), c10::str(xs.sizes())));
+    throw std::runtime_error(
+        fmt::format("cohort autograd: {}: expected a tensor of shape [{}, ...] (one block per "
+                    "rank), got {}",
+                    op, comm.size(), c10::str(xs.sizes())));
   }
 }
 
@@ -96,8 +98,9 @@ struct AllreduceFunction : torch::autograd::Function<AllreduceFunction> {
         at::Tensor both = at::stack({x, grad}).contiguous();
         at::Tensor all = at::empty(with_leading(comm.size(), both.sizes()), both.options());
         sync_before_comm(both);
-        wait_or_throw(comm.allgather(both.data_ptr(), all.data_ptr(), count_of(both), to_data_type(both.scalar_type())),
-                      "allreduce (prod) backward: allgather");
+        wait_or_throw(
+            comm.allgather(both.data_ptr(), all.data_ptr(), count_of(both), to_data_type(both.scalar_type())),
+            "allreduce (prod) backward: allgather");
         at::Tensor grad_sum = all.select(1, 1).sum(0);
         at::Tensor others = at::ones_like(x);
         for (int r = 0; r < comm.size(); ++r) {
@@ -135,8 +138,8 @@ struct BcastFunction : torch::autograd::Function<BcastFunction> {
     at::Tensor grad = contiguous_for_comm(grad_outputs[0], "bcast backward");
     at::Tensor sum = at::empty_like(grad);
     sync_before_comm(grad);
-    wait_or_throw(comm.reduce(grad.data_ptr(), sum.data_ptr(), count_of(grad), to_data_type(grad.scalar_type()),
-                              ReduceOp::kSum, root),
+    wait_or_throw(comm.reduce(grad.data_ptr(), sum.data_ptr(), count_of(grad),
+                              to_data_type(grad.scalar_type()), ReduceOp::kSum, root),
                   "bcast backward: reduce to root");
     if (comm.rank() == root) return grads({sum});
     auto saved = ctx->get_saved_variables();
@@ -153,8 +156,8 @@ struct ReduceFunction : torch::autograd::Function<ReduceFunction> {
     at::Tensor xc = contiguous_for_comm(x, "reduce");
     at::Tensor y = at::empty_like(xc);
     sync_before_comm(xc);
-    wait_or_throw(comm->reduce(xc.data_ptr(), y.data_ptr(), count_of(xc), to_data_type(xc.scalar_type()), ReduceOp::kSum,
-                               static_cast<int>(root)),
+    wait_or_throw(comm->reduce(xc.data_ptr(), y.data_ptr(), count_of(xc), to_data_type(xc.scalar_type()),
+                               ReduceOp::kSum, static_cast<int>(root)),
                   fmt::format("reduce to root {}", root));
     ctx->save_for_backward({xc});
     if (comm->rank() == root) return y;
@@ -218,8 +221,8 @@ struct ScatterFunction : torch::autograd::Function<ScatterFunction> {
     at::Tensor xs = is_root ? contiguous_for_comm(input, "scatter") : at::Tensor();
     at::Tensor y = at::empty(at::IntArrayRef(shape).slice(1), at::TensorOptions(type).device(device));
     sync_before_comm(is_root ? xs : y);
-    wait_or_throw(comm->scatter(is_root ? xs.data_ptr() : nullptr, y.data_ptr(), count_of(y), to_data_type(type),
-                                static_cast<int>(root)),
+    wait_or_throw(comm->scatter(is_root ? xs.data_ptr() : nullptr, y.data_ptr(), count_of(y),
+                                to_data_type(type), static_cast<int>(root)),
                   fmt::format("scatter from root {}", root));
     if (input.defined()) ctx->save_for_backward({input});
     return y;
@@ -230,7 +233,8 @@ struct ScatterFunction : torch::autograd::Function<ScatterFunction> {
     int root = static_cast<int>(ctx->saved_data["root"].toInt());
     bool is_root = comm.rank() == root;
     at::Tensor grad = contiguous_for_comm(grad_outputs[0], "scatter backward");
-    at::Tensor all = is_root ? at::empty(ctx->saved_data["shape"].toIntVector(), grad.options()) : at::Tensor();
+    at::Tensor all =
+        is_root ? at::empty(ctx->saved_data["shape"].toIntVector(), grad.options()) : at::Tensor();
     sync_before_comm(grad);
     wait_or_throw(comm.gather(grad.data_ptr(), is_root ? all.data_ptr() : nullptr, count_of(grad),
                               to_data_type(grad.scalar_type()), root),
@@ -253,17 +257,18 @@ at::Tensor run_allgather(Communicator& comm, const at::Tensor& x, const char* wh
 at::Tensor run_reduce_scatter(Communicator& comm, const at::Tensor& xs, const char* what) {
   at::Tensor y = at::empty(xs.sizes().slice(1), xs.options());
   sync_before_comm(xs);
-  wait_or_throw(
-      comm.reduce_scatter(xs.data_ptr(), y.data_ptr(), count_of(y), to_data_type(xs.scalar_type()), ReduceOp::kSum),
-      what);
+  wait_or_throw(comm.reduce_scatter(xs.data_ptr(), y.data_ptr(), count_of(y), to_data_type(xs.scalar_type()),
+                                    ReduceOp::kSum),
+                what);
   return y;
 }
 
 at::Tensor run_alltoall(Communicator& comm, const at::Tensor& xs, const char* what) {
   at::Tensor y = at::empty_like(xs);
   sync_before_comm(xs);
-  wait_or_throw(comm.alltoall(xs.data_ptr(), y.data_ptr(), count_of(xs) / comm.size(), to_data_type(xs.scalar_type())),
-                what);
+  wait_or_throw(
+      comm.alltoall(xs.data_ptr(), y.data_ptr(), count_of(xs) / comm.size(), to_data_type(xs.scalar_type())),
+      what);
   return y;
 }
 
@@ -303,17 +308,21 @@ struct AlltoallFunction : torch::autograd::Function<AlltoallFunction> {
   }
 };
 
-// Root tells every rank the dtype and shape of `x` (bcast, scatter: non-root ranks pass none).
+// Root tells every rank the dtype and shape of `x` (bcast, scatter: non-root ranks pass none),
+// and whether it is on a GPU: ranks that name no device follow the root, so every rank passes the
+// same kind of memory to the communicator (which NCCL kinds require).
 void exchange_meta(Communicator& comm, const at::Tensor& x, int root, const char* op, at::ScalarType* type,
-                   std::vector<int64_t>* shape) {
+                   std::vector<int64_t>* shape, bool* root_on_cuda) {
   std::string meta;
   if (comm.rank() == root) {
-    if (!x.defined()) throw std::runtime_error(fmt::format("cohort autograd: {}: root {} passed no tensor", op, root));
-    meta = encode_meta(x.scalar_type(), x.sizes());
+    if (!x.defined())
+      throw std::runtime_error(fmt::format("cohort autograd: {}: root {} passed no tensor", op, root));
+    meta = (x.is_cuda() ? "c" : "h") + encode_meta(x.scalar_type(), x.sizes());
   }
   auto agreed = comm.bcast_obj(meta, root);
   throw_if_error(agreed.status(), fmt::format("{}: shape exchange from root {}", op, root));
-  decode_meta(agreed.value(), type, shape);
+  *root_on_cuda = !agreed->empty() && agreed->front() == 'c';
+  decode_meta(agreed->substr(1), type, shape);
 }
 
 // The input of a non-root rank for ops whose backward must run there although it has no data;
@@ -324,12 +333,15 @@ at::Tensor anchor_for(at::ScalarType type, at::Device device) {
 }
 
 // Where a root-sourced result lands on this rank: x's device at root, else `device` (given),
-// else the device of x when a template is passed, else the CPU.
+// else the device of x when a template is passed, else the communicator's GPU when the root's
+// tensor is on one (cuda:0 when the communicator has none), else the CPU.
 at::Device result_device(const Communicator& comm, const at::Tensor& x, int root,
-                         const std::optional<at::Device>& device) {
+                         const std::optional<at::Device>& device, bool root_on_cuda) {
   if (comm.rank() == root) return x.device();
   if (device.has_value()) return *device;
-  return x.defined() ? x.device() : at::Device(at::kCPU);
+  if (x.defined()) return x.device();
+  if (!root_on_cuda) return at::Device(at::kCPU);
+  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(std::max(comm.cuda_device(), 0)));
 }
 
 }  // namespace
@@ -344,8 +356,9 @@ at::Tensor bcast(Communicator& comm, const at::Tensor& x, int root, std::optiona
   check_gradient_dtype(x, "bcast");
   at::ScalarType type;
   std::vector<int64_t> shape;
-  exchange_meta(comm, x, root, "bcast", &type, &shape);
-  at::Device on = result_device(comm, x, root, device);
+  bool root_on_cuda = false;
+  exchange_meta(comm, x, root, "bcast", &type, &shape, &root_on_cuda);
+  at::Device on = result_device(comm, x, root, device, root_on_cuda);
   at::Tensor input = comm.rank() == root ? x : anchor_for(type, on);
   return BcastFunction::apply(input, &comm, static_cast<int64_t>(root), shape, type, on);
 }
@@ -368,8 +381,9 @@ at::Tensor scatter(Communicator& comm, const at::Tensor& xs, int root, std::opti
   if (comm.rank() == root) check_blocks(comm, xs, "scatter");
   at::ScalarType type;
   std::vector<int64_t> shape;
-  exchange_meta(comm, xs, root, "scatter", &type, &shape);
-  at::Device on = result_device(comm, xs, root, device);
+  bool root_on_cuda = false;
+  exchange_meta(comm, xs, root, "scatter", &type, &shape, &root_on_cuda);
+  at::Device on = result_device(comm, xs, root, device, root_on_cuda);
   at::Tensor input = comm.rank() == root ? xs : anchor_for(type, on);
   return ScatterFunction::apply(input, &comm, static_cast<int64_t>(root), shape, type, on);
 }

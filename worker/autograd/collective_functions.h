@@ -33,7 +33,8 @@ namespace cohort::autograd {
 at::Tensor allreduce(comm::Communicator& comm, const at::Tensor& x, comm::ReduceOp op = comm::ReduceOp::kSum);
 
 // x at root; elsewhere only its device counts (x may be undefined): the shape and dtype come from
-// root. Off root the result is on `device`, else on x's device when x is defined, else on the CPU.
+// root. Off root the result is on `device`, else on x's device when x is defined, else on a GPU
+// when root's x is on one (the communicator's cuda_device(), else cuda:0), else on the CPU.
 // Backward: reduce SUM of the gradients to root. Off root the output requires grad whenever grad
 // mode is on and the dtype is floating, so that rank's backward takes part in the reduce.
 at::Tensor bcast(comm::Communicator& comm, const at::Tensor& x, int root,

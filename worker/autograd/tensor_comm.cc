@@ -7,6 +7,8 @@
 #include <c10/core/GradMode.h>
 #include <torch/cuda.h>
 
+#include "worker/comm/transport/nccl/device_memory.h"
+
 namespace cohort::autograd {
 namespace {
 
@@ -22,14 +24,22 @@ constexpr const char* kCommunicatorKey = "cohort_communicator";
 
 comm::DataType to_data_type(at::ScalarType type) {
   switch (type) {
-    case at::kHalf: return comm::DataType::kFloat16;
-    case at::kBFloat16: return comm::DataType::kBFloat16;
-    case at::kFloat: return comm::DataType::kFloat32;
-    case at::kDouble: return comm::DataType::kFloat64;
-    case at::kChar: return comm::DataType::kInt8;
-    case at::kByte: return comm::DataType::kUInt8;
-    case at::kInt: return comm::DataType::kInt32;
-    case at::kLong: return comm::DataType::kInt64;
+    case at::kHalf:
+      return comm::DataType::kFloat16;
+    case at::kBFloat16:
+      return comm::DataType::kBFloat16;
+    case at::kFloat:
+      return comm::DataType::kFloat32;
+    case at::kDouble:
+      return comm::DataType::kFloat64;
+    case at::kChar:
+      return comm::DataType::kInt8;
+    case at::kByte:
+      return comm::DataType::kUInt8;
+    case at::kInt:
+      return comm::DataType::kInt32;
+    case at::kLong:
+      return comm::DataType::kInt64;
     default:
       throw std::runtime_error(fmt::format(
           "cohort autograd: tensors of dtype {} cannot be communicated; use one of Half, BFloat16, Float, "
@@ -39,7 +49,8 @@ comm::DataType to_data_type(at::ScalarType type) {
 }
 
 void throw_if_error(const Status& status, const std::string& context) {
-  if (!status.ok()) throw std::runtime_error(fmt::format("cohort autograd: {}: {}", context, status.to_string()));
+  if (!status.ok())
+    throw std::runtime_error(fmt::format("cohort autograd: {}: {}", context, status.to_string()));
 }
 
 void wait_or_throw(const std::shared_ptr<comm::Work>& work, const std::string& context) {
@@ -52,6 +63,13 @@ at::Tensor contiguous_for_comm(const at::Tensor& x, const char* op) {
     throw std::runtime_error(
         fmt::format("cohort autograd: {}: only CPU and CUDA tensors can be communicated, got one on {}", op,
                     x.device().str()));
+  }
+  if (x.is_cuda() && !comm::cuda_build()) {
+    // Without --config=cuda the communicators cannot tell device pointers from host ones.
+    throw std::runtime_error(fmt::format(
+        "cohort autograd: {}: a CUDA tensor needs cohort built with --config=cuda (bazel build --config=cuda "
+        "--repo_env=COHORT_LIBTORCH=<a CUDA libtorch> ...); this build's communicators read host memory only",
+        op));
   }
   return x.contiguous();
 }
@@ -98,8 +116,9 @@ void check_peer(const comm::Communicator& comm, int peer, uint32_t tag, const ch
         op, peer, comm.description()));
   }
   if (tag >= kGradientTagBit) {
-    throw std::runtime_error(fmt::format("cohort autograd: {}: tag {} must be below {} (higher tags carry gradients)",
-                                         op, tag, kGradientTagBit));
+    throw std::runtime_error(
+        fmt::format("cohort autograd: {}: tag {} must be below {} (higher tags carry gradients)", op, tag,
+                    kGradientTagBit));
   }
 }
 
@@ -113,10 +132,11 @@ at::Tensor recv_anchor(const at::Tensor& delegate, const std::optional<std::vect
   }
   if (!is_differentiable(dtype)) {
     if (delegate.defined() && delegate.requires_grad()) {
-      throw std::runtime_error(fmt::format(
-          "cohort autograd: {} from rank {} (tag {}): a receive of integer dtype {} carries no gradient, so it "
-          "cannot take a delegate; join the delegate elsewhere (pseudo_connect)",
-          op, peer, tag, c10::toString(dtype)));
+      throw std::runtime_error(
+          fmt::format("cohort autograd: {} from rank {} (tag {}): a receive of integer dtype {} carries no "
+                      "gradient, so it "
+                      "cannot take a delegate; join the delegate elsewhere (pseudo_connect)",
+                      op, peer, tag, c10::toString(dtype)));
     }
     return make_inert_anchor(device);
   }
