@@ -99,7 +99,9 @@ Status AgentService::launch(const cohort::v1::LaunchTasksRequest& request,
     std::map<std::string, std::string>& env = job.rank_env[task.rank()];
     env["COHORT_INIT"] = fmt::format("cohort://{}/{}?attempt={}&local_rank={}", coordinator, request.job_id(),
                                      request.attempt(), task.local_rank());
-    if (task.gpus_size() > 0) env["CUDA_VISIBLE_DEVICES"] = fmt::format("{}", fmt::join(task.gpus(), ","));
+    // A rank sees exactly the GPUs placed for it: none for a CPU job, so it never creates a CUDA
+    // context (hundreds of MB) on a GPU another job was given.
+    env["CUDA_VISIBLE_DEVICES"] = fmt::format("{}", fmt::join(task.gpus(), ","));
   }
 
   // The slot check and the launch happen under one lock so two launches cannot both fit.

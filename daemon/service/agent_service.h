@@ -57,7 +57,7 @@ struct AgentServiceOptions {
 //   COHORT_JOB_SPEC     path of the binary-serialized cohort.v1.JobSpec
 //   COHORT_INIT         cohort://<coordinator>/<job_id>?attempt=<N>&local_rank=<L>
 //   COHORT_RESUME=1     only on a restarted attempt whose spec asks to resume from a checkpoint
-//   CUDA_VISIBLE_DEVICES the task's GPUs, when it has any
+//   CUDA_VISIBLE_DEVICES the task's GPUs (empty when it has none: CPU ranks see no GPU)
 inline constexpr const char* kJobSpecFileName = "job_spec.pb";
 
 class AgentService final : public cohort::v1::Agent::Service {

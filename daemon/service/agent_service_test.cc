@@ -24,7 +24,7 @@ using agent::testing::wait_until;
 
 constexpr const char* kPrintEnvironment =
     "echo \"init=$COHORT_INIT spec=$COHORT_JOB_SPEC port=$MASTER_PORT attempt=$COHORT_ATTEMPT "
-    "resume=${COHORT_RESUME:-unset} cuda=${CUDA_VISIBLE_DEVICES:-unset} coordinator=$COHORT_COORDINATOR\"";
+    "resume=${COHORT_RESUME:-unset} cuda=${CUDA_VISIBLE_DEVICES-unset} coordinator=$COHORT_COORDINATOR\"";
 
 class AgentServiceTest : public ::testing::Test {
  protected:
@@ -113,6 +113,20 @@ TEST_F(AgentServiceTest, RestartResumesAndWithoutAPortTheAgentPicksOne) {
   EXPECT_NE(output.find("/mnist-1/attempt-2/job_spec.pb"), std::string::npos) << output;
   EXPECT_EQ(output.find("port=0 "), std::string::npos) << output;
   EXPECT_EQ(output.find("port= "), std::string::npos) << output;
+}
+
+// A rank placed without GPUs sees none (an empty CUDA_VISIBLE_DEVICES), rather than every GPU of
+// the node.
+TEST_F(AgentServiceTest, RanksWithoutGpusSeeNone) {
+  cohort::v1::LaunchTasksRequest launch = request(1);
+  for (cohort::v1::Task& task : *launch.mutable_tasks()) task.clear_gpus();
+  cohort::v1::LaunchTasksResponse response;
+  grpc::ServerContext context;
+  ASSERT_TRUE(service_->LaunchTasks(&context, &launch, &response).ok());
+  for (int rank : {0, 1}) {
+    const std::string output = output_of(rank);
+    EXPECT_NE(output.find(" cuda= "), std::string::npos) << output;
+  }
 }
 
 TEST_F(AgentServiceTest, DrainingAgentRefusesLaunches) {
