@@ -181,7 +181,7 @@ Communicator::Communicator(std::string kind, std::shared_ptr<CommWorld> world, s
       algorithm_(options.algorithm),
       debug_checks_(options.debug_checks || env_debug_detail()),
       recorder_(options.flight_recorder_size) {
-  cuda_device_ = options.cuda_device >= 0 ? options.cuda_device : current_cuda_device();
+  cuda_device_ = options.cuda_device >= 0 ? options.cuda_device : default_cuda_device();
   description_ =
       fmt::format("{} communicator (context {}, rank {} of {})", kind_, context_id_, rank_, size());
   // Nodes in order of their lowest rank; ranks within a node in rank order.
@@ -284,6 +284,8 @@ std::shared_ptr<Work> Communicator::submit(const OpInfo& info, const CallOptions
 }
 
 void Communicator::executor_loop() {
+  // Device memory queries and pinned allocations here then use the rank's GPU's context.
+  set_current_cuda_device(cuda_device_);
   std::unique_lock<std::mutex> lock(queue_mutex_);
   while (true) {
     queue_cv_.wait(lock, [this] { return (!queue_.empty() && !running_) || (stopping_ && queue_.empty()); });
@@ -865,7 +867,10 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::split_as(int color, int ke
     return resource_exhausted_error("too many communicators: context id {} exceeds {}", context,
                                     kMaxContextId);
   }
-  return make_communicator(kind, world_, std::move(global), new_rank, context, options_);
+  // The new communicator works on this rank's GPU, whichever thread calls split.
+  CommunicatorOptions options = options_;
+  options.cuda_device = cuda_device_;
+  return make_communicator(kind, world_, std::move(global), new_rank, context, options);
 }
 
 StatusOr<std::unique_ptr<Communicator>> Communicator::new_group(const std::vector<int>& ranks) {

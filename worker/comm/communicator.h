@@ -23,9 +23,10 @@
 // stage them through pinned host memory around their host path (see device_collective); point to
 // point is staged over the world transport on every kind, so tags keep their meaning. A call
 // takes the device path on a rank when any buffer it passes is device memory, and every rank must
-// take the same path: pass device buffers on every rank or on none. The staging kinds also accept
-// host and device buffers mixed within one call; the NCCL kinds refuse that with
-// INVALID_ARGUMENT. Device work already issued on the buffer's GPU's legacy default stream is
+// take the same path: pass device buffers on every rank or on none (with the NCCL kinds, also a
+// non-null device pointer for an empty block; a rank on the other path fails, and makes its peers
+// fail, when the deadline passes). The staging kinds also accept host and device buffers mixed
+// within one call; the NCCL kinds refuse that with INVALID_ARGUMENT. Device work already issued on the buffer's GPU's legacy default stream is
 // ordered before the operation; callers using other streams synchronize them first.
 
 #include <atomic>
@@ -128,8 +129,10 @@ class Communicator {
   uint64_t context_id() const { return context_id_; }
   const std::vector<int>& global_ranks() const { return global_ranks_; }
   const CommunicatorOptions& options() const { return options_; }
-  // This rank's CUDA device (options.cuda_device, else the creating thread's current device);
-  // -1 in a CPU-only build or without a GPU. NCCL and the node's GPU identity use it.
+  // This rank's CUDA device (options.cuda_device, else default_cuda_device() when created: LOCAL_RANK
+  // mod the GPU count, else the creating thread's current device); -1 in a CPU-only build or
+  // without a GPU. NCCL, the node's GPU identity and the executor thread use it; split() passes it
+  // on.
   int cuda_device() const { return cuda_device_; }
   // "hierarchical communicator (context 3, rank 1 of 4)": for error messages.
   const std::string& description() const;

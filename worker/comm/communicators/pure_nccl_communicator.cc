@@ -74,8 +74,10 @@ StatusOr<std::unique_ptr<Communicator>> create_pure_nccl_communicator(std::share
   // One unique id per communicator: the world is context 0, every split gets its own context.
   nccl_options.key_prefix = fmt::format("cohort/nccl/{}", context_id);
   nccl_options.init_timeout = options.timeout;
-  // This rank's GPU, fixed now on the creating thread (operations run on the executor's).
-  nccl_options.device = options.cuda_device >= 0 ? options.cuda_device : current_cuda_device();
+  // This rank's GPU, fixed now on the creating thread (operations run on the executor's); the
+  // base class records the same one.
+  if (options.cuda_device < 0) options.cuda_device = default_cuda_device();
+  nccl_options.device = options.cuda_device;
   StatusOr<std::unique_ptr<NcclTransport>> nccl =
       NcclTransport::create(*world->store, rank, static_cast<int>(global_ranks.size()), nccl_options);
   if (!nccl.ok()) {

@@ -134,6 +134,20 @@ int current_cuda_device() {
   return device;
 }
 
+int default_cuda_device() {
+  int count = cuda_device_count();
+  if (count <= 0) return -1;
+  if (const char* local_rank = std::getenv("LOCAL_RANK"); local_rank != nullptr && *local_rank != '\0') {
+    int local = std::atoi(local_rank);
+    return local >= 0 ? local % count : 0;
+  }
+  return current_cuda_device();
+}
+
+void set_current_cuda_device(int device) {
+  if (device >= 0 && cudaSetDevice(device) != cudaSuccess) cudaGetLastError();
+}
+
 std::string device_id(int device) {
   char bus_id[64] = {};
   if (device < 0 || cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device) != cudaSuccess) {
@@ -201,6 +215,8 @@ bool cuda_build() { return false; }
 bool is_device_memory(const void* ptr) { return ptr != nullptr && fake_active() && fake_contains(ptr); }
 int cuda_device_count() { return 0; }
 int current_cuda_device() { return -1; }
+int default_cuda_device() { return -1; }
+void set_current_cuda_device(int) {}
 std::string device_id(int) { return ""; }
 Status copy_to_host(void* host, const void* device, size_t bytes) {
   if (fake_active()) return fake_copy(host, device, bytes, fake().to_host);

@@ -29,6 +29,15 @@ int cuda_device_count();
 // The calling thread's current CUDA device, or -1 in a CPU-only build or without a device.
 int current_cuda_device();
 
+// The device a rank uses when nobody named one: LOCAL_RANK mod the device count when a launcher
+// set LOCAL_RANK (torchrun's convention), else the calling thread's current device (ranks as
+// threads select theirs first); -1 in a CPU-only build or without a device.
+int default_cuda_device();
+
+// Makes `device` current on the calling thread (no-op for device < 0 or in a CPU-only build):
+// threads a communicator starts work on its rank's GPU, not on device 0.
+void set_current_cuda_device(int device);
+
 // An identity of CUDA device `device` (this process's numbering) that is the same in every
 // process using that GPU, whatever CUDA_VISIBLE_DEVICES renumbers it to (its PCI bus id,
 // "0000:3b:00.0"); "" in a CPU-only build, for device < 0, or without a device. Used to tell

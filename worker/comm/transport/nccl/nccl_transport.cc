@@ -1,5 +1,6 @@
 #include "worker/comm/transport/nccl/nccl_transport.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -54,18 +55,10 @@ class DeviceGuard {
   int previous_ = -1;
 };
 
-// The device of NcclOptions::device = -1: LOCAL_RANK mod the device count when a launcher set
-// LOCAL_RANK, else the calling thread's current device (ranks as threads select theirs first).
+// The device of NcclOptions::device = -1 (see default_cuda_device).
 int default_device(int requested) {
   if (requested >= 0) return requested;
-  int count = cuda_device_count();
-  if (count <= 0) return 0;
-  if (const char* local_rank = std::getenv("LOCAL_RANK"); local_rank != nullptr && *local_rank != '\0') {
-    int local = std::atoi(local_rank);
-    return local >= 0 ? local % count : 0;
-  }
-  int current = 0;
-  return cudaGetDevice(&current) == cudaSuccess ? current : 0;
+  return std::max(default_cuda_device(), 0);
 }
 
 // Byte offsets of consecutive blocks of counts[r] elements; one more entry than counts: the total.
