@@ -123,9 +123,13 @@ TEST(CreateMnbnModelTest, ReplacesEveryBatchNormAndTrainsOnTheGlobalBatch) {
   for (int r = 0; r < kRanks; ++r) xs.push_back(batch_of(r, {4}));
   at::Tensor want = reference->forward(at::cat(xs));
   Tensors want_ys = want.split_with_sizes({1, 2, 3});
+  // Built here, one after another: small_bn_model seeds the process-wide generator, which rank
+  // threads building their own at once would draw from in turns (different weights per rank).
+  std::vector<torch::nn::Sequential> models;
+  for (int r = 0; r < kRanks; ++r) models.push_back(small_bn_model());
 
   std::string failures = run_autograd_ranks(kRanks, [&](int rank, comm::Communicator& comm) {
-    torch::nn::Sequential model = small_bn_model();
+    torch::nn::Sequential model = models[rank];
     torch::nn::Sequential mnbn = create_mnbn_model(model, comm);
     ASSERT_EQ(mnbn->size(), model->size());
     int replaced = 0;
