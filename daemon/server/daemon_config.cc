@@ -6,6 +6,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <type_traits>
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
@@ -71,6 +72,12 @@ bool DaemonConfig::is_setting_flag(const std::string& flag) {
 Status DaemonConfig::set(const std::string& key, const std::string& value, const std::string& where) {
   using std::chrono::milliseconds;
   constexpr long long kMaxMs = 24LL * 3600 * 1000;  // a day: anything longer is a typo
+  // The *_ms settings: whole milliseconds from `min` up to a day, into `field`'s duration type.
+  auto set_milliseconds = [&](long long min, auto& field) -> Status {
+    COHORT_ASSIGN_OR_RETURN(long long ms, parse_integer(value, min, kMaxMs, where, key));
+    field = std::chrono::duration_cast<std::decay_t<decltype(field)>>(milliseconds(ms));
+    return ok_status();
+  };
   if (key == "role") {
     StatusOr<DaemonRole> role = parse_daemon_role(value);
     if (!role.ok()) return invalid_argument_error("{}: {}", where, role.status().message());
@@ -97,20 +104,15 @@ Status DaemonConfig::set(const std::string& key, const std::string& value, const
     }
     options_.worker_command = std::move(words);
   } else if (key == "tick_interval_ms") {
-    COHORT_ASSIGN_OR_RETURN(long long ms, parse_integer(value, 1, kMaxMs, where, key));
-    options_.tick_interval = milliseconds(ms);
+    return set_milliseconds(1, options_.tick_interval);
   } else if (key == "node_lease_ms") {
-    COHORT_ASSIGN_OR_RETURN(long long ms, parse_integer(value, 1, kMaxMs, where, key));
-    options_.node_lease = milliseconds(ms);
+    return set_milliseconds(1, options_.node_lease);
   } else if (key == "stop_grace_ms") {
-    COHORT_ASSIGN_OR_RETURN(long long ms, parse_integer(value, 0, kMaxMs, where, key));
-    options_.stop_grace_period = milliseconds(ms);
+    return set_milliseconds(0, options_.stop_grace_period);
   } else if (key == "shutdown_grace_ms") {
-    COHORT_ASSIGN_OR_RETURN(long long ms, parse_integer(value, 0, kMaxMs, where, key));
-    options_.shutdown_grace = milliseconds(ms);
+    return set_milliseconds(0, options_.shutdown_grace);
   } else if (key == "peer_rpc_timeout_ms") {
-    COHORT_ASSIGN_OR_RETURN(long long ms, parse_integer(value, 1, kMaxMs, where, key));
-    options_.peer_rpc_timeout = milliseconds(ms);
+    return set_milliseconds(1, options_.peer_rpc_timeout);
   } else if (key == "log_level") {
     bool known = false;
     for (const char* level : kLogLevels) known = known || value == level;
