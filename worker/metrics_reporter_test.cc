@@ -27,6 +27,19 @@ class RecordingCoordinator final : public v1::Coordinator::Service {
   std::vector<v1::ReportMetricsRequest> requests;
 };
 
+// A RecordingCoordinator served on 127.0.0.1 at a free port (port stays 0 when the server failed).
+struct RecordingServer {
+  RecordingServer() {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&service);
+    server = builder.BuildAndStart();
+  }
+  RecordingCoordinator service;
+  int port = 0;
+  std::unique_ptr<grpc::Server> server;
+};
+
 v1::Metrics at_step(int64_t step) {
   v1::Metrics metrics;
   metrics.set_step(step);
@@ -34,16 +47,12 @@ v1::Metrics at_step(int64_t step) {
 }
 
 TEST(MetricsReporterTest, DeliversEpochEndsAndRateLimitsTheRest) {
-  RecordingCoordinator service;
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_GT(port, 0);
+  RecordingServer recording;
+  ASSERT_GT(recording.port, 0);
+  RecordingCoordinator& service = recording.service;
 
   MetricsReporterOptions options;
-  options.coordinator = "127.0.0.1:" + std::to_string(port);
+  options.coordinator = "127.0.0.1:" + std::to_string(recording.port);
   options.job_id = "mnist-3";
   options.attempt = 2;
   options.min_interval = std::chrono::seconds(60);  // only the first mid-epoch report gets through
@@ -53,7 +62,7 @@ TEST(MetricsReporterTest, DeliversEpochEndsAndRateLimitsTheRest) {
     reporter.report(at_step(10), /*epoch_end=*/true);
     reporter.report(at_step(20), /*epoch_end=*/true);
   }  // the destructor sends what is queued
-  server->Shutdown();
+  recording.server->Shutdown();
 
   std::lock_guard<std::mutex> lock(service.mutex);
   std::vector<int64_t> steps;
@@ -73,16 +82,12 @@ TEST(MetricsReporterTest, DeliversEpochEndsAndRateLimitsTheRest) {
 // Within the interval the newest report replaces the held one and is sent once it passes; none is
 // dropped in favour of an older one.
 TEST(MetricsReporterTest, TheNewestRateLimitedReportWins) {
-  RecordingCoordinator service;
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_GT(port, 0);
+  RecordingServer recording;
+  ASSERT_GT(recording.port, 0);
+  RecordingCoordinator& service = recording.service;
 
   MetricsReporterOptions options;
-  options.coordinator = "127.0.0.1:" + std::to_string(port);
+  options.coordinator = "127.0.0.1:" + std::to_string(recording.port);
   options.job_id = "mnist-4";
   options.min_interval = std::chrono::milliseconds(300);
   {
@@ -97,7 +102,7 @@ TEST(MetricsReporterTest, TheNewestRateLimitedReportWins) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     EXPECT_EQ(reporter.sent(), 2);
   }
-  server->Shutdown();
+  recording.server->Shutdown();
 
   std::lock_guard<std::mutex> lock(service.mutex);
   std::vector<int64_t> steps;

@@ -41,7 +41,8 @@ Status check_buffer(const void* buf, size_t count, const char* name) {
 // rank with an empty block takes the same path as its peers. Callers skip calls that are empty
 // on every rank.
 bool any_device(const void* send, const void* recv) {
-  return is_device_memory(send) || is_device_memory(recv);
+  // In place (the usual gradient allreduce) asks the driver once.
+  return is_device_memory(send) || (recv != send && is_device_memory(recv));
 }
 
 // Copies into / out of host staging memory from a buffer that may be device or host memory.

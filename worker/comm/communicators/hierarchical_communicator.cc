@@ -15,6 +15,25 @@ namespace {
 
 CallOptions within(Deadline deadline) { return CallOptions{deadline.remaining(), true}; }
 
+#if COHORT_CUDA
+// The inter-node step of the two-level kinds' NCCL allreduce: `count` elements of device memory at
+// `buf` allreduced over `group` (UCX) through pinned host memory, and for AVG divided there by
+// `ranks`, the whole communicator's size.
+Status allreduce_through_host(Communicator& group, std::unique_ptr<PinnedBuffer>& staging, void* buf,
+                              size_t count, DataType dtype, ReduceOp op, int ranks, Deadline deadline,
+                              const char* what) {
+  size_t bytes = count * element_size(dtype);
+  if (staging == nullptr) staging = std::make_unique<PinnedBuffer>();
+  COHORT_ASSIGN_OR_RETURN(void* host, staging->reserve(bytes));
+  COHORT_RETURN_IF_ERROR(copy_to_host(host, buf, bytes));
+  ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+  COHORT_RETURN_IF_ERROR(
+      group.allreduce(host, host, count, dtype, base, within(deadline))->wait().with_context(what));
+  if (op == ReduceOp::kAvg) scale_for_average(host, count, dtype, ranks);
+  return copy_to_device(buf, host, bytes);
+}
+#endif
+
 // The node's NCCL communicator of a two-level kind, decided once (at the first device call) from
 // the GPUs of `intra`'s ranks: null when they do not each have their own (then staging).
 StatusOr<NcclTransport*> lazy_node_nccl(bool& decided, std::shared_ptr<NcclTransport>& nccl,
@@ -63,17 +82,9 @@ Status HierarchicalCommunicator::device_collective(const DeviceCall& call, Deadl
   COHORT_RETURN_IF_ERROR(nccl->reduce(send != nullptr ? send : recv, recv, count, dtype, base, 0, deadline)
                              .with_context("intra-node NCCL reduce"));
   if (leaders_ != nullptr) {
-    // Only the leaders cross nodes, over UCX through pinned host memory; they also average, so
-    // the broadcast carries the final values.
-    size_t bytes = count * element_size(dtype);
-    if (leader_staging_ == nullptr) leader_staging_ = std::make_unique<PinnedBuffer>();
-    COHORT_ASSIGN_OR_RETURN(void* host, leader_staging_->reserve(bytes));
-    COHORT_RETURN_IF_ERROR(copy_to_host(host, recv, bytes));
-    COHORT_RETURN_IF_ERROR(leaders_->allreduce(host, host, count, dtype, base, within(deadline))
-                               ->wait()
-                               .with_context("inter-node allreduce among node leaders"));
-    if (op == ReduceOp::kAvg) scale_for_average(host, count, dtype, size());
-    COHORT_RETURN_IF_ERROR(copy_to_device(recv, host, bytes));
+    // Only the leaders cross nodes; they also average, so the broadcast carries the final values.
+    COHORT_RETURN_IF_ERROR(allreduce_through_host(*leaders_, leader_staging_, recv, count, dtype, op, size(),
+                                                  deadline, "inter-node allreduce among node leaders"));
   }
   return nccl->broadcast(recv, count, dtype, 0, deadline).with_context("intra-node NCCL broadcast");
 #else
@@ -185,24 +196,13 @@ Status TwoDimensionalCommunicator::device_collective(const DeviceCall& call, Dea
   const size_t shard = count / static_cast<size_t>(intra_->size());
   const size_t shard_bytes = shard * element_size(dtype);
   uint8_t* mine = static_cast<uint8_t*>(recv) + shard_bytes * static_cast<size_t>(intra_->rank());
-  if (send != nullptr && send != recv) {
-    // Out of place: reduce-scatter straight from `send` into this rank's shard of `recv`.
-    COHORT_RETURN_IF_ERROR(nccl->reduce_scatter(send, mine, shard, dtype, base, deadline)
-                               .with_context("intra-node NCCL reduce-scatter"));
-  } else {
-    COHORT_RETURN_IF_ERROR(nccl->reduce_scatter(recv, mine, shard, dtype, base, deadline)
-                               .with_context("intra-node NCCL reduce-scatter"));
-  }
-  // This shard across nodes, over UCX through pinned host memory; averaged here so the allgather
-  // carries final values.
-  if (shard_staging_ == nullptr) shard_staging_ = std::make_unique<PinnedBuffer>();
-  COHORT_ASSIGN_OR_RETURN(void* host, shard_staging_->reserve(shard_bytes));
-  COHORT_RETURN_IF_ERROR(copy_to_host(host, mine, shard_bytes));
-  COHORT_RETURN_IF_ERROR(inter_->allreduce(host, host, shard, dtype, base, within(deadline))
-                             ->wait()
-                             .with_context("inter-node allreduce of this shard"));
-  if (op == ReduceOp::kAvg) scale_for_average(host, shard, dtype, size());
-  COHORT_RETURN_IF_ERROR(copy_to_device(mine, host, shard_bytes));
+  // Out of place, reduce-scatter straight from `send` into this rank's shard of `recv`.
+  COHORT_RETURN_IF_ERROR(
+      nccl->reduce_scatter(call.in_place() ? recv : send, mine, shard, dtype, base, deadline)
+          .with_context("intra-node NCCL reduce-scatter"));
+  // This shard across nodes; averaged here so the allgather carries final values.
+  COHORT_RETURN_IF_ERROR(allreduce_through_host(*inter_, shard_staging_, mine, shard, dtype, op, size(),
+                                                deadline, "inter-node allreduce of this shard"));
   return nccl->allgather(nullptr, recv, shard, dtype, deadline).with_context("intra-node NCCL allgather");
 #else
   return internal_error("unreachable: intra-node NCCL in a CPU-only build");
