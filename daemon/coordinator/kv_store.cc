@@ -8,7 +8,8 @@ namespace cohort::coordinator {
 Status KvStore::set(const std::string& key, std::string value) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!closed_.ok()) return closed_;
-  data_[key] = std::move(value);
+  COHORT_RETURN_IF_ERROR(check_limits_locked("set", key, value.size()));
+  put_locked(key, std::move(value));
   changed_.notify_all();
   return ok_status();
 }
@@ -37,7 +38,9 @@ StatusOr<int64_t> KvStore::add(const std::string& key, int64_t delta) {
     return out_of_range_error("add('{}', {}) on {}: {} + {} overflows int64", key, delta, name_, value,
                               delta);
   }
-  data_[key] = std::to_string(sum);
+  std::string text = std::to_string(sum);
+  COHORT_RETURN_IF_ERROR(check_limits_locked("add", key, text.size()));
+  put_locked(key, std::move(text));
   changed_.notify_all();
   return sum;
 }
@@ -49,7 +52,8 @@ StatusOr<std::string> KvStore::compare_set(const std::string& key, const std::st
   auto it = data_.find(key);
   const bool matches = it == data_.end() ? expected.empty() : it->second == expected;
   if (!matches) return it == data_.end() ? std::string() : it->second;
-  data_[key] = desired;
+  COHORT_RETURN_IF_ERROR(check_limits_locked("compare_set", key, desired.size()));
+  put_locked(key, desired);
   changed_.notify_all();
   return desired;
 }
@@ -68,7 +72,11 @@ StatusOr<bool> KvStore::check(const std::vector<std::string>& keys) const {
 StatusOr<bool> KvStore::delete_key(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!closed_.ok()) return closed_;
-  return data_.erase(key) != 0;
+  auto it = data_.find(key);
+  if (it == data_.end()) return false;
+  total_bytes_ -= it->first.size() + it->second.size();
+  data_.erase(it);
+  return true;
 }
 
 StatusOr<int64_t> KvStore::num_keys() const {
@@ -82,6 +90,50 @@ void KvStore::close(Status reason) {
   if (!closed_.ok()) return;
   closed_ = reason.ok() ? cancelled_error("{} was closed", name_) : std::move(reason);
   changed_.notify_all();
+}
+
+Status KvStore::check_limits_locked(std::string_view op, const std::string& key, size_t value_size) const {
+  constexpr const char* kWhere = "daemon/coordinator/kv_store.h";
+  if (key.size() > limits_.max_key_bytes) {
+    return resource_exhausted_error(
+        "{} on {}: the key is {} bytes; keys are limited to {} bytes (kMaxStoreKeyBytes in {}); use "
+        "shorter keys",
+        op, name_, key.size(), limits_.max_key_bytes, kWhere);
+  }
+  if (value_size > limits_.max_value_bytes) {
+    return resource_exhausted_error(
+        "{}('{}') on {}: the value is {} bytes; values are limited to {} bytes (kMaxStoreValueBytes in {}); "
+        "exchange large data over the job's own connections, not the rendezvous store",
+        op, key, name_, value_size, limits_.max_value_bytes, kWhere);
+  }
+  auto it = data_.find(key);
+  const bool is_new = it == data_.end();
+  if (is_new && data_.size() >= limits_.max_keys) {
+    return resource_exhausted_error(
+        "{}('{}') on {}: the store holds {} keys, its limit (kMaxStoreKeys in {}); delete keys no longer "
+        "needed",
+        op, key, name_, data_.size(), limits_.max_keys, kWhere);
+  }
+  const size_t old_bytes = is_new ? 0 : it->first.size() + it->second.size();
+  const size_t new_total = total_bytes_ - old_bytes + key.size() + value_size;
+  if (new_total > limits_.max_total_bytes) {
+    return resource_exhausted_error(
+        "{}('{}') on {}: the store would hold {} bytes; its limit is {} bytes (kMaxStoreTotalBytes in {}); "
+        "delete keys no longer needed",
+        op, key, name_, new_total, limits_.max_total_bytes, kWhere);
+  }
+  return ok_status();
+}
+
+void KvStore::put_locked(const std::string& key, std::string value) {
+  auto [it, inserted] = data_.try_emplace(key);
+  if (inserted) {
+    total_bytes_ += key.size();
+  } else {
+    total_bytes_ -= it->second.size();
+  }
+  total_bytes_ += value.size();
+  it->second = std::move(value);
 }
 
 bool KvStore::has_all_locked(const std::vector<std::string>& keys) const {

@@ -29,12 +29,30 @@ namespace cohort::coordinator {
 // job may start minutes apart (image pulls, dataset staging).
 inline constexpr Duration kDefaultStoreTimeout = std::chrono::minutes(5);
 
+// Bounds of one attempt's store, so a buggy or hostile rank cannot grow the coordinator's memory
+// without limit. A rendezvous needs a few short keys per rank (addresses, counters, NCCL ids of
+// 128 bytes, UCX worker addresses of a few KiB): these leave room for jobs of many thousands of
+// ranks. Over a limit, the call fails with RESOURCE_EXHAUSTED naming the limit.
+inline constexpr size_t kMaxStoreKeyBytes = 4 * 1024;
+inline constexpr size_t kMaxStoreValueBytes = 16 * 1024 * 1024;
+inline constexpr size_t kMaxStoreKeys = 256 * 1024;
+inline constexpr size_t kMaxStoreTotalBytes = 256 * 1024 * 1024;  // keys + values
+
+struct KvStoreLimits {
+  size_t max_key_bytes = kMaxStoreKeyBytes;      // one key
+  size_t max_value_bytes = kMaxStoreValueBytes;  // one value
+  size_t max_keys = kMaxStoreKeys;               // keys held at once
+  size_t max_total_bytes = kMaxStoreTotalBytes;  // every key and value together
+};
+
 class KvStore {
  public:
   // `name` appears in error messages ("store of job mnist-3 attempt 1").
-  explicit KvStore(std::string name) : name_(std::move(name)) {}
+  // `limits` bound its keys and values (tests shrink them).
+  explicit KvStore(std::string name, KvStoreLimits limits = {}) : name_(std::move(name)), limits_(limits) {}
 
-  // Sets `key`, replacing any value, and wakes its waiters. Non-blocking.
+  // Sets `key`, replacing any value, and wakes its waiters. RESOURCE_EXHAUSTED over a limit
+  // (nothing changes then); the writing calls below check the same limits. Non-blocking.
   Status set(const std::string& key, std::string value);
 
   // The value of `key`, waiting up to `timeout` for it to be set. Blocking.
@@ -71,11 +89,17 @@ class KvStore {
   Status wait_locked(std::unique_lock<std::mutex>& lock, const std::vector<std::string>& keys,
                      Duration timeout, std::string_view op);
   bool has_all_locked(const std::vector<std::string>& keys) const;
+  // OK when storing `value` at `key` keeps the store within its limits; `op` names the call.
+  Status check_limits_locked(std::string_view op, const std::string& key, size_t value_size) const;
+  // Stores `value` at `key`, keeping total_bytes_ current.
+  void put_locked(const std::string& key, std::string value);
 
   const std::string name_;
+  const KvStoreLimits limits_;
   mutable std::mutex mu_;
   std::condition_variable changed_;  // notified on set / add / compare_set / close
   std::map<std::string, std::string> data_;
+  size_t total_bytes_ = 0;  // sum of key and value sizes in data_
   Status closed_;  // OK while open
 };
 

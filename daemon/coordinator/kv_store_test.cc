@@ -113,5 +113,41 @@ TEST(KvStoreTest, CloseWakesWaitersAtOnceAndFailsLaterCalls) {
   EXPECT_EQ(store.set("k", "v").code(), StatusCode::kAborted);
 }
 
+// Each limit refuses the call with RESOURCE_EXHAUSTED naming the limit, and leaves the store as it was.
+TEST(KvStoreTest, LimitsRefuseOversizedKeysValuesAndTooManyKeys) {
+  KvStoreLimits limits;
+  limits.max_key_bytes = 8;
+  limits.max_value_bytes = 16;
+  limits.max_keys = 3;
+  limits.max_total_bytes = 40;
+  KvStore store("limited store", limits);
+
+  Status long_key = store.set("a-very-long-key", "v");
+  EXPECT_EQ(long_key.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(long_key.message().find("kMaxStoreKeyBytes"), std::string::npos) << long_key.message();
+  Status big_value = store.set("k", std::string(17, 'x'));
+  EXPECT_EQ(big_value.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(big_value.message().find("kMaxStoreValueBytes"), std::string::npos) << big_value.message();
+  EXPECT_EQ(*store.num_keys(), 0);
+
+  ASSERT_TRUE(store.set("a", std::string(16, 'x')).ok());  // 17 bytes
+  ASSERT_TRUE(store.set("b", std::string(16, 'x')).ok());  // 34 bytes
+  Status total = store.set("c", std::string(10, 'x'));     // would be 45 > 40
+  EXPECT_EQ(total.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(total.message().find("kMaxStoreTotalBytes"), std::string::npos) << total.message();
+  EXPECT_EQ(store.compare_set("c", "", std::string(10, 'x')).status().code(), StatusCode::kResourceExhausted);
+  // Replacing a value counts only the difference; deleting frees its bytes.
+  ASSERT_TRUE(store.set("a", "x").ok());  // 2 + 17 = 19 bytes
+  ASSERT_TRUE(store.set("c", "1").ok());  // 21 bytes, 3 keys
+  Status keys = store.set("d", "1");
+  EXPECT_EQ(keys.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(keys.message().find("kMaxStoreKeys"), std::string::npos) << keys.message();
+  EXPECT_EQ(store.add("d", 1).status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(*store.add("c", 1), 2);  // an existing key may still change
+  ASSERT_TRUE(*store.delete_key("b"));
+  EXPECT_TRUE(store.set("d", std::string(16, 'y')).ok());
+  EXPECT_EQ(*store.num_keys(), 3);
+}
+
 }  // namespace
 }  // namespace cohort::coordinator
