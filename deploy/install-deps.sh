@@ -11,7 +11,7 @@ packages=(
   libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev
   libtorch-dev
-  libyaml-cpp-dev libsqlite3-dev libsystemd-dev
+  libyaml-cpp-dev libsqlite3-dev libsystemd-dev libssl-dev
   dataset-fashion-mnist
   # Benchmarks only: the peers cohort is measured against, never linked into cohort.
   libopenmpi-dev openmpi-bin python3-torch

@@ -9,6 +9,7 @@
 
 #include "worker/comm/store/file_store.h"
 #include "worker/comm/store/tcp_store.h"
+#include "worker/comm/store/tcp_store_auth.h"
 
 namespace cohort::comm {
 namespace {
@@ -183,12 +184,20 @@ bool external_store(const InitUrl& url, const InitOptions& options) {
   return mode && *mode == "external";
 }
 
-// Rank 0 serves the store in-process unless a standalone server does; everyone (rank 0 too)
-// connects as a client.
+// The job's secret for the tcp store (COHORT_JOB_SECRET), "" when the launcher set none. Only
+// the environment carries it: a URL lands in logs and process listings.
+std::string job_secret(const InitOptions& options) {
+  std::optional<std::string> secret =
+      (options.env ? options.env : process_environment())(kJobSecretEnvironmentVariable);
+  return secret ? *secret : std::string();
+}
+
+// Rank 0 serves the store in-process (bound to `host`, the master address) unless a standalone
+// server does; everyone (rank 0 too) connects as a client, proving the job secret when there is one.
 StatusOr<std::shared_ptr<Store>> tcp_store_for(const std::string& host, int port, int rank, bool external,
-                                               Duration timeout) {
+                                               const InitOptions& options) {
   COHORT_ASSIGN_OR_RETURN(std::unique_ptr<TcpStore> store,
-                          TcpStore::create(host, port, rank == 0 && !external, timeout));
+                          TcpStore::create(host, port, rank == 0 && !external, options.timeout, job_secret(options)));
   return std::shared_ptr<Store>(std::move(store));
 }
 
@@ -220,7 +229,7 @@ StatusOr<Bootstrap> env_init_method(const InitUrl& url, const InitOptions& optio
   Bootstrap boot;
   COHORT_ASSIGN_OR_RETURN(boot.store,
                           tcp_store_for(env.master_address, env.master_port, env.rank,
-                                        external_store(url, options), options.timeout));
+                                        external_store(url, options), options));
   boot.rank = env.rank;
   boot.world_size = env.world_size;
   boot.local_rank = env.local_rank;
@@ -240,7 +249,7 @@ StatusOr<Bootstrap> tcp_init_method(const InitUrl& url, const InitOptions& optio
   Bootstrap boot;
   COHORT_ASSIGN_OR_RETURN(boot.store,
                           tcp_store_for(master.host, master.port, ranks.first.value,
-                                        external_store(url, options), options.timeout));
+                                        external_store(url, options), options));
   boot.rank = ranks.first.value;
   boot.world_size = ranks.second.value;
   boot.local_rank = options.local_rank;

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <string>
 
+#include "worker/comm/store/tcp_store_auth.h"
 #include "worker/comm/store/tcp_store_server.h"
 
 namespace {
@@ -22,6 +23,8 @@ constexpr const char* kUsage = R"(usage: cohort-store [--listen HOST:PORT] [--he
 
 Serves a cohort TcpStore (the key-value store ranks bootstrap through) until SIGTERM or SIGINT.
 Ranks then use tcp://HOST:PORT?...&store=external, or env:// with COHORT_STORE=external.
+When COHORT_JOB_SECRET is set, clients must prove they hold the same secret (set it on every
+rank); without it any client that reaches the address is served (a warning is logged).
 
   --listen HOST:PORT   address to listen on (default 0.0.0.0:29500; port 0 picks a free one,
                        printed on startup)
@@ -59,6 +62,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   cohort::comm::TcpStoreServerOptions options;
+  if (const char* secret = std::getenv(cohort::comm::kJobSecretEnvironmentVariable)) options.service.secret = secret;
   if (!split_host_port(listen, &options.host, &options.port)) {
     std::fprintf(stderr, "cohort-store: --listen %s is not HOST:PORT (e.g. 0.0.0.0:29500)\n", listen.c_str());
     return 2;

@@ -19,7 +19,9 @@ void KeyValueTable::set(std::string_view key, std::string_view value) {
   auto it = entries_.find(key);
   if (it == entries_.end()) {
     entries_.emplace(std::string(key), std::string(value));
+    bytes_ += key.size() + value.size();
   } else {
+    bytes_ = bytes_ - it->second.size() + value.size();
     it->second.assign(value);
   }
 }
@@ -58,6 +60,7 @@ std::string KeyValueTable::compare_set(std::string_view key, std::string_view ex
 bool KeyValueTable::erase(std::string_view key) {
   auto it = entries_.find(key);
   if (it == entries_.end()) return false;
+  bytes_ -= it->first.size() + it->second.size();
   entries_.erase(it);
   return true;
 }

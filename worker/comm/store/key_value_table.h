@@ -43,9 +43,15 @@ class KeyValueTable {
   bool contains_all(const std::vector<std::string>& keys) const;
 
   int64_t size() const { return static_cast<int64_t>(entries_.size()); }
-  void clear() { entries_.clear(); }
+  // Bytes of every key and value stored (what a limit on the store's size counts).
+  size_t bytes() const { return bytes_; }
+  void clear() {
+    entries_.clear();
+    bytes_ = 0;
+  }
 
  private:
+  size_t bytes_ = 0;
   // std::less<> makes lookups by string_view allocation-free.
   std::map<std::string, std::string, std::less<>> entries_;
 };

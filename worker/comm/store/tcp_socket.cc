@@ -1,5 +1,6 @@
 #include "worker/comm/store/tcp_socket.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -132,6 +133,24 @@ StatusOr<ScopedFd> listen_tcp(const std::string& host, int port) {
     last = fd.status();
   }
   return last;
+}
+
+std::string peer_address(int fd) {
+  sockaddr_storage address{};
+  socklen_t size = sizeof(address);
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&address), &size) != 0) return "?";
+  char host[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (address.ss_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&address);
+    ::inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+    port = ntohs(in6->sin6_port);
+  } else if (address.ss_family == AF_INET) {
+    const auto* in4 = reinterpret_cast<const sockaddr_in*>(&address);
+    ::inet_ntop(AF_INET, &in4->sin_addr, host, sizeof(host));
+    port = ntohs(in4->sin_port);
+  }
+  return format_host_port(host, port);
 }
 
 StatusOr<int> bound_port(int fd) {

@@ -26,6 +26,9 @@ StatusOr<ScopedFd> connect_tcp(const std::string& host, int port, Deadline deadl
 // where the kernel has IPv6, IPv4 otherwise); port 0 lets the kernel pick (see bound_port).
 StatusOr<ScopedFd> listen_tcp(const std::string& host, int port);
 
+// The address of `fd`'s peer, "10.0.0.7:51234" ("?" when unknown), for logs.
+std::string peer_address(int fd);
+
 // The local port `fd` is bound to.
 StatusOr<int> bound_port(int fd);
 

@@ -5,6 +5,7 @@
 
 #include "worker/comm/store/store_wait.h"
 #include "worker/comm/store/tcp_socket.h"
+#include "worker/comm/store/tcp_store_auth.h"
 #include "worker/comm/store/tcp_store_protocol.h"
 #include "worker/comm/store/wire_format.h"
 
@@ -23,62 +24,101 @@ WireWriter request(TcpStoreOp op) {
 
 }  // namespace
 
-TcpStore::TcpStore(std::string host, int port, Duration timeout, std::unique_ptr<TcpStoreServer> server)
+TcpStore::TcpStore(std::string host, int port, Duration timeout, std::string secret,
+                   std::unique_ptr<TcpStoreServer> server)
     : host_(std::move(host)),
       port_(port),
       timeout_(clamp_store_timeout(timeout)),
       name_("tcp store " + format_host_port(host_, port_)),
+      secret_(std::move(secret)),
       server_(std::move(server)) {}
 
 TcpStore::~TcpStore() = default;
 
-StatusOr<std::unique_ptr<TcpStore>> TcpStore::connect(const std::string& host, int port, Duration timeout) {
+StatusOr<std::unique_ptr<TcpStore>> TcpStore::connect(const std::string& host, int port, Duration timeout,
+                                                      std::string secret) {
   if (port <= 0 || port > kMaxPort) {
     return invalid_argument_error("tcp store {}: port {} is not in 1..{}; pass the server's port",
                                   format_host_port(host, port), port, kMaxPort);
   }
-  std::unique_ptr<TcpStore> store(new TcpStore(host, port, timeout, nullptr));
+  std::unique_ptr<TcpStore> store(new TcpStore(host, port, timeout, std::move(secret), nullptr));
   COHORT_RETURN_IF_ERROR(store->await_server());
   return store;
 }
 
 StatusOr<std::unique_ptr<TcpStore>> TcpStore::create(const std::string& host, int port, bool is_server,
-                                                     Duration timeout) {
-  if (!is_server) return connect(host, port, timeout);
+                                                     Duration timeout, std::string secret) {
+  if (!is_server) return connect(host, port, timeout, std::move(secret));
   TcpStoreServerOptions options;
+  options.host = host;
   options.port = port;
+  options.service.secret = secret;
   COHORT_ASSIGN_OR_RETURN(std::unique_ptr<TcpStoreServer> server, TcpStoreServer::start(options));
   const int bound = server->port();
-  std::unique_ptr<TcpStore> store(new TcpStore(host, bound, timeout, std::move(server)));
+  std::unique_ptr<TcpStore> store(new TcpStore(host, bound, timeout, std::move(secret), std::move(server)));
   COHORT_RETURN_IF_ERROR(store->await_server());
   return store;
 }
 
 Status TcpStore::await_server() {
   const Deadline deadline = Deadline::after(timeout_);
+  StatusOr<ScopedFd> fd = open_connection(deadline, /*retry_refused=*/true);
+  if (!fd.ok() && fd.status().code() != StatusCode::kUnauthenticated &&
+      fd.status().code() != StatusCode::kFailedPrecondition) {
+    return deadline_exceeded_error(
+        "{}: no server answered within {} (last error: {}); check that the serving rank (rank 0) is "
+        "running and that the host and port (MASTER_ADDR / MASTER_PORT) point at it",
+        name_, format_duration(timeout_), fd.status().message());
+  }
+  COHORT_RETURN_IF_ERROR(fd.status());
+  return_connection(std::move(fd).value());
+  return ok_status();
+}
+
+StatusOr<ScopedFd> TcpStore::open_connection(const Deadline& deadline, bool retry_refused) {
   Duration pause = kTcpStoreMinConnectRetryInterval;
   while (true) {
     StatusOr<ScopedFd> fd = connect_tcp(host_, port_, deadline);
+    if (!fd.ok() && !retry_refused) return fd.status();
+    Status result = fd.status();
     if (fd.ok()) {
-      return_connection(std::move(fd).value());
-      return hello();
+      result = handshake(fd->get(), deadline);
+      if (result.ok()) return fd;
+      // Refused credentials or versions do not get better by retrying.
+      if (result.code() != StatusCode::kUnavailable) return result;
     }
-    if (deadline.expired()) {
-      return deadline_exceeded_error(
-          "{}: no server answered within {} (last error: {}); check that the serving rank (rank 0) is "
-          "running and that the host and port (MASTER_ADDR / MASTER_PORT) point at it",
-          name_, format_duration(timeout_), fd.status().message());
-    }
-    // Refused or unresolvable: the server (or its DNS name) may simply not exist yet.
+    if (deadline.expired()) return result;
+    // Refused, unresolvable, or closed mid-handshake: the server (or its DNS name) may not exist
+    // yet, or it shed this connection under a flood of others.
     std::this_thread::sleep_for(std::min(pause, deadline.remaining()));
     pause = std::min(pause * 2, kTcpStoreMaxConnectRetryInterval);
   }
 }
 
-Status TcpStore::hello() {
-  return call({"hello", request(TcpStoreOp::kHello).u32(kTcpStoreMagic).u32(kTcpStoreProtocolVersion).take(),
-               timeout_})
-      .status();
+Status TcpStore::handshake(int fd, const Deadline& deadline) {
+  const Call hello{"hello", request(TcpStoreOp::kHello).u32(kTcpStoreMagic).u32(kTcpStoreProtocolVersion).take(),
+                   timeout_};
+  std::string reply;
+  COHORT_RETURN_IF_ERROR(exchange(fd, hello, deadline, &reply).with_context("hello"));
+  COHORT_RETURN_IF_ERROR(reply_status(hello, reply));
+  WireReader result(std::string_view(reply).substr(1));
+  uint8_t auth_required = 0;
+  std::string nonce;
+  if (!result.u8(&auth_required) || !result.str(&nonce)) {
+    return failed_precondition_error("{}: malformed reply to hello; do all ranks run the same cohort version?",
+                                     name_);
+  }
+  if (auth_required == 0) return ok_status();
+  if (secret_.empty()) {
+    return unauthenticated_error(
+        "{}: the server requires the job's secret and this process has none; set {} to the job's secret "
+        "(the cohort agent sets it for its ranks)",
+        name_, kJobSecretEnvironmentVariable);
+  }
+  const Call auth{"auth", request(TcpStoreOp::kAuth).str(tcp_store_auth_response(secret_, nonce)).take(),
+                  timeout_};
+  COHORT_RETURN_IF_ERROR(exchange(fd, auth, deadline, &reply).with_context("auth"));
+  return reply_status(auth, reply);
 }
 
 StatusOr<ScopedFd> TcpStore::take_connection(const Deadline& deadline) {
@@ -90,8 +130,8 @@ StatusOr<ScopedFd> TcpStore::take_connection(const Deadline& deadline) {
       return fd;
     }
   }
-  // One attempt, no retries: the server was up at connect(), so a refusal now means it is gone.
-  return connect_tcp(host_, port_, deadline);
+  // No retry of a refused connect: the server was up at connect(), so a refusal now means it is gone.
+  return open_connection(deadline, /*retry_refused=*/false);
 }
 
 void TcpStore::return_connection(ScopedFd fd) {

@@ -7,6 +7,10 @@
 //   COHORT_ASSIGN_OR_RETURN(auto store, TcpStore::create(master_addr, master_port, rank == 0, timeout));
 //   COHORT_RETURN_IF_ERROR(store->set(fmt::format("addr/{}", rank), my_address));
 //
+// When the job has a secret (COHORT_JOB_SECRET; the cohort agent sets it), pass it: every
+// connection then answers the server's challenge (tcp_store_auth.h) before any operation, and
+// the server started by create() accepts only clients that do.
+//
 // Thread-safe: concurrent calls use separate connections from a small pool, so one thread blocked
 // in get() does not hold up another's set(). Every call is bounded: get/wait by their timeout
 // (the server answers DEADLINE_EXCEEDED), other calls by the store's timeout. A server that dies
@@ -33,17 +37,22 @@ inline constexpr Duration kTcpStoreMaxConnectRetryInterval = std::chrono::millis
 
 class TcpStore : public Store {
  public:
-  // Connects to the server at host:port, retrying until `timeout` (the server may start later).
-  // `timeout` also bounds every later call that is not a get/wait. DEADLINE_EXCEEDED (with the
-  // last connection error) when no server answered in time.
+  // Connects to the server at host:port, retrying until `timeout` (the server may start later),
+  // and completes the handshake, proving `secret` when the server asks. `timeout` also bounds
+  // every later call that is not a get/wait. DEADLINE_EXCEEDED (with the last connection error)
+  // when no server answered in time; UNAUTHENTICATED when the server refused the secret (or
+  // wants one and `secret` is empty).
   static StatusOr<std::unique_ptr<TcpStore>> connect(const std::string& host, int port,
-                                                     Duration timeout = kDefaultStoreTimeout);
+                                                     Duration timeout = kDefaultStoreTimeout,
+                                                     std::string secret = {});
 
-  // connect(), and when `is_server` first starts a TcpStoreServer on `port` (every interface; 0
-  // picks a free port, see port()) owned by the returned store. Destroying that store stops the
-  // server, so the serving rank must outlive the others' use of the store.
+  // connect(), and when `is_server` first starts a TcpStoreServer on host:port (`host` only,
+  // e.g. MASTER_ADDR, not every interface; port 0 picks a free port, see port()) requiring
+  // `secret` ("" : none, with a warning), owned by the returned store. Destroying that store
+  // stops the server, so the serving rank must outlive the others' use of the store.
   static StatusOr<std::unique_ptr<TcpStore>> create(const std::string& host, int port, bool is_server,
-                                                    Duration timeout = kDefaultStoreTimeout);
+                                                    Duration timeout = kDefaultStoreTimeout,
+                                                    std::string secret = {});
 
   ~TcpStore() override;
 
@@ -64,7 +73,8 @@ class TcpStore : public Store {
   StatusOr<int64_t> num_keys() override;
 
  private:
-  TcpStore(std::string host, int port, Duration timeout, std::unique_ptr<TcpStoreServer> server);
+  TcpStore(std::string host, int port, Duration timeout, std::string secret,
+           std::unique_ptr<TcpStoreServer> server);
 
   // Sends `request` (a body) and returns the reply's result bytes, or the reply's error.
   // `what` ("get(\"k\")") and, for waits, `keys`/`wait_timeout` word the errors.
@@ -78,9 +88,13 @@ class TcpStore : public Store {
   StatusOr<std::string> call(const Call& call);
   Status exchange(int fd, const Call& call, const Deadline& deadline, std::string* reply);
   Status reply_status(const Call& call, std::string_view reply) const;
-  // Connects the first pooled connection, retrying until timeout_, and says hello.
+  // Opens the first pooled connection, retrying refused connections until timeout_.
   Status await_server();
-  Status hello();
+  // One connection with its handshake done. `retry_refused`: keep trying a refused connect
+  // (the server may start later). A connection the server closes during the handshake (it
+  // sheds the oldest handshakes under a flood of connections) is retried until `deadline`.
+  StatusOr<ScopedFd> open_connection(const Deadline& deadline, bool retry_refused);
+  Status handshake(int fd, const Deadline& deadline);
 
   // The connection pool: a call takes an idle connection (or opens one) and returns it after a
   // complete exchange. A connection that failed mid-exchange is closed, never reused.
@@ -91,6 +105,7 @@ class TcpStore : public Store {
   const int port_;
   const Duration timeout_;
   const std::string name_;
+  const std::string secret_;
   // Declared before the pool so it is destroyed after the connections.
   std::unique_ptr<TcpStoreServer> server_;
   std::mutex pool_mutex_;

@@ -10,12 +10,14 @@ std::string tcp_store_frame(std::string_view body) {
   return frame;
 }
 
-StatusOr<uint32_t> tcp_store_frame_length(std::string_view header) {
+StatusOr<uint32_t> tcp_store_frame_length(std::string_view header, uint32_t max_bytes) {
   uint32_t length = 0;
   if (!WireReader(header).u32(&length)) return invalid_argument_error("short frame header");
-  if (length > kTcpStoreMaxFrameBytes) {
-    return invalid_argument_error("frame of {} bytes exceeds the {} byte limit (is the peer a tcp store?)",
-                                  length, kTcpStoreMaxFrameBytes);
+  if (length > max_bytes) {
+    return invalid_argument_error(
+        "frame of {} bytes exceeds the {} byte limit (kTcpStoreMaxFrameBytes, or "
+        "kTcpStoreMaxHandshakeFrameBytes before the handshake; is the peer a cohort tcp store?)",
+        length, max_bytes);
   }
   return length;
 }

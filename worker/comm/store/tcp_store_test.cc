@@ -252,10 +252,19 @@ std::string round_trip(int fd, const std::string& body) {
   return reply;
 }
 
+// Raw protocol: the handshake with a server that has no secret.
+void say_hello(int fd) {
+  const std::string reply = round_trip(
+      fd, WireWriter().u8(static_cast<uint8_t>(TcpStoreOp::kHello)).u32(kTcpStoreMagic).u32(kTcpStoreProtocolVersion).take());
+  ASSERT_FALSE(reply.empty());
+  ASSERT_EQ(static_cast<StatusCode>(reply[0]), StatusCode::kOk);
+}
+
 TEST(TcpStoreServerTest, AMalformedRequestGetsAnErrorAndTheConnectionStaysUsable) {
   std::unique_ptr<TcpStoreServer> server = start_local_server();
   ASSERT_NE(server, nullptr);
   ScopedFd fd = std::move(connect_tcp("127.0.0.1", server->port(), Deadline::after(kLongTimeout))).value();
+  say_hello(fd.get());
   const std::string unknown_op = WireWriter().u8(99).take();
   std::string reply = round_trip(fd.get(), unknown_op);
   ASSERT_FALSE(reply.empty());
@@ -288,6 +297,7 @@ TEST(TcpStoreServerTest, AnOversizedFrameClosesTheConnection) {
   std::unique_ptr<TcpStoreServer> server = start_local_server();
   ASSERT_NE(server, nullptr);
   ScopedFd fd = std::move(connect_tcp("127.0.0.1", server->port(), Deadline::after(kLongTimeout))).value();
+  say_hello(fd.get());
   const std::string header = WireWriter().u32(kTcpStoreMaxFrameBytes + 1).take();
   ASSERT_TRUE(send_all(fd.get(), header, Deadline::after(kLongTimeout)).ok());
   std::string reply;
@@ -299,6 +309,7 @@ TEST(TcpStoreServerTest, AClientThatDisconnectsWhileWaitingIsForgotten) {
   ASSERT_NE(server, nullptr);
   {
     ScopedFd fd = std::move(connect_tcp("127.0.0.1", server->port(), Deadline::after(kLongTimeout))).value();
+    say_hello(fd.get());
     const std::string get =
         WireWriter().u8(static_cast<uint8_t>(TcpStoreOp::kGet)).str("k").i64(60'000).take();
     ASSERT_TRUE(send_all(fd.get(), tcp_store_frame(get), Deadline::after(kLongTimeout)).ok());

@@ -90,11 +90,17 @@ bool WireReader::str(std::string* value) {
   return true;
 }
 
-bool WireReader::strs(std::vector<std::string>* values) {
+bool WireReader::strs(std::vector<std::string>* values, uint32_t max_count) {
   const size_t start = position_;
   uint32_t count = 0;
   if (!u32(&count)) return false;
+  // Each string takes at least its u32 length.
+  if (count > max_count || count > (bytes_.size() - position_) / sizeof(uint32_t)) {
+    position_ = start;
+    return false;
+  }
   std::vector<std::string> out;
+  out.reserve(count);
   for (uint32_t i = 0; i < count; ++i) {
     std::string value;
     if (!str(&value)) {

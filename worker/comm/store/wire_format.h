@@ -40,7 +40,9 @@ class WireReader {
   bool u32(uint32_t* value);
   bool i64(int64_t* value);
   bool str(std::string* value);
-  bool strs(std::vector<std::string>* values);
+  // False also when the count exceeds `max_count`, or exceeds what the remaining bytes could hold,
+  // so a forged count cannot make the reader reserve or loop beyond the input.
+  bool strs(std::vector<std::string>* values, uint32_t max_count = UINT32_MAX);
 
   // Bytes consumed so far.
   size_t position() const { return position_; }
