@@ -13,6 +13,8 @@ packages=(
   libtorch-dev
   libyaml-cpp-dev libsqlite3-dev libsystemd-dev libssl-dev
   dataset-fashion-mnist
+  # Fuzz targets (tests/fuzz/build_and_run.sh): clang with libFuzzer and AddressSanitizer.
+  clang libclang-rt-14-dev
   # Benchmarks only: the peers cohort is measured against, never linked into cohort.
   libopenmpi-dev openmpi-bin python3-torch
 )
@@ -23,18 +25,28 @@ for p in "${packages[@]}"; do
   [[ "$status" == "install ok installed" ]] || missing+=("$p")
 done
 
-if [[ ${#missing[@]} -eq 0 ]]; then
-  echo "install-deps: all ${#packages[@]} packages present"
-  exit 0
-fi
-
 sudo=""
 if [[ $(id -u) -ne 0 ]]; then
-  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
   sudo="sudo"
 fi
-echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+else
+  [[ -z "$sudo" ]] || command -v sudo >/dev/null ||
+    { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The unprivileged user a root cohortd runs jobs as when their owner has no user_map entry
+# (job_user in the daemon config); the tests, run as root, need it too. Created only if missing.
+if ! getent passwd cohort-job >/dev/null; then
+  [[ -z "$sudo" ]] || command -v sudo >/dev/null ||
+    { echo "install-deps: need root or sudo to create the cohort-job user" >&2; exit 1; }
+  echo "install-deps: creating system user cohort-job"
+  $sudo useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin cohort-job
+fi
 echo "install-deps: done"

@@ -13,7 +13,7 @@ Status from_grpc_status(const grpc::Status& status) {
   if (status.ok()) return ok_status();
   const int code = static_cast<int>(status.error_code());
   const bool known =
-      code > static_cast<int>(StatusCode::kOk) && code <= static_cast<int>(StatusCode::kDataLoss);
+      code > static_cast<int>(StatusCode::kOk) && code <= static_cast<int>(StatusCode::kUnauthenticated);
   return Status(known ? static_cast<StatusCode>(code) : StatusCode::kUnknown, status.error_message());
 }
 

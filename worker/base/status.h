@@ -33,6 +33,7 @@ enum class StatusCode {
   kInternal = 13,
   kUnavailable = 14,
   kDataLoss = 15,
+  kUnauthenticated = 16,
 };
 
 // The codes' numbers are gRPC's, so the mapping to grpc::Status is a cast.
@@ -95,6 +96,7 @@ COHORT_DEFINE_STATUS_FACTORY(unimplemented_error, kUnimplemented)
 COHORT_DEFINE_STATUS_FACTORY(internal_error, kInternal)
 COHORT_DEFINE_STATUS_FACTORY(unavailable_error, kUnavailable)
 COHORT_DEFINE_STATUS_FACTORY(data_loss_error, kDataLoss)
+COHORT_DEFINE_STATUS_FACTORY(unauthenticated_error, kUnauthenticated)
 #undef COHORT_DEFINE_STATUS_FACTORY
 
 // Status from errno after a failed libc call: "open(/tmp/x): No such file or directory".

@@ -1,0 +1,93 @@
+#pragma once
+
+// IdentityStore: who may talk to the coordinator. Users (a name, an admin flag and the SHA-256 of
+// their bearer token: a token is shown once, when it is made, and never stored), join tokens (the
+// SHA-256 of their secret and an expiry) and the certificates issued to nodes (serial, node id,
+// revoked). Kept in the coordinator's job database (<data_dir>/coordinator.db), so a restarted
+// coordinator knows everyone it knew.
+//
+//   COHORT_ASSIGN_OR_RETURN(auto store, IdentityStore::open(data_dir));
+//   COHORT_ASSIGN_OR_RETURN(std::string token, store->add_user("alice", /*admin=*/false));
+//   std::optional<User> who = store->user_by_token(token);   // what the server checks per call
+//
+// Thread-safe: one mutex serializes the database; lookups on the per-call path are answered from
+// memory.
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "daemon/coordinator/sqlite_db.h"
+#include "worker/base/status.h"
+
+namespace cohort::coordinator {
+
+// Bytes of randomness in a user token and a join token's secret (hex-encoded: twice as many chars).
+inline constexpr size_t kTokenBytes = 32;
+// How long a join token admits nodes unless its maker says otherwise.
+inline constexpr std::chrono::milliseconds kDefaultJoinTokenTtl = std::chrono::hours(24);
+// The longest a join token may live.
+inline constexpr std::chrono::milliseconds kMaxJoinTokenTtl = std::chrono::hours(24 * 30);
+
+struct User {
+  std::string name;
+  bool admin = false;
+  bool revoked = false;
+  int64_t create_unix_ms = 0;
+};
+
+// Whether `name` is a valid user name: [a-z_][a-z0-9_-]{0,31} (a Unix user name's shape, so a
+// user_map entry can use the same name).
+Status validate_user_name(const std::string& name);
+// Whether `node_id` is a valid node id: a host name, [A-Za-z0-9][A-Za-z0-9.-]{0,62}, and not the
+// coordinator's certificate name.
+Status validate_node_id(const std::string& node_id);
+
+class IdentityStore {
+ public:
+  // Opens (creating the tables if missing) <data_dir>/coordinator.db.
+  static StatusOr<std::unique_ptr<IdentityStore>> open(const std::string& data_dir);
+
+  // Adds a user and returns their new token. ALREADY_EXISTS when the name is taken (revoked
+  // names stay taken: their jobs keep their owner).
+  StatusOr<std::string> add_user(const std::string& name, bool admin);
+  // Every user in name order.
+  std::vector<User> list_users() const;
+  // Stops accepting the user's token. NOT_FOUND naming the user.
+  Status revoke_user(const std::string& name);
+  // The live (not revoked) user holding `token`, if any. Constant-time in the token's content.
+  std::optional<User> user_by_token(const std::string& token) const;
+  // Whether any admin exists (the first start creates one).
+  bool has_admin() const;
+
+  // A new join token secret valid until now + ttl.
+  StatusOr<std::string> add_join_token(std::chrono::milliseconds ttl, int64_t now_unix_ms);
+  // Whether `secret` is a join token valid at `now_unix_ms`.
+  bool join_token_valid(const std::string& secret, int64_t now_unix_ms) const;
+
+  // Records a certificate issued to `node_id`.
+  Status add_node_certificate(const std::string& serial, const std::string& node_id);
+  // Revokes every certificate issued to `node_id`. NOT_FOUND when none was.
+  Status revoke_node(const std::string& node_id);
+  // Whether the certificate with `serial` was revoked (unknown serials are not: the coordinator's
+  // own certificate is never recorded).
+  bool certificate_revoked(const std::string& serial) const;
+
+ private:
+  explicit IdentityStore(std::unique_ptr<SqliteDb> db) : db_(std::move(db)) {}
+  Status load();
+
+  mutable std::mutex mu_;
+  std::unique_ptr<SqliteDb> db_;
+  std::map<std::string, User> users_;                  // by name
+  std::map<std::string, std::string> token_hashes_;    // SHA-256 hex -> user name
+  std::map<std::string, int64_t> join_tokens_;         // SHA-256 hex -> expiry (unix ms)
+  std::set<std::string> revoked_serials_;
+};
+
+}  // namespace cohort::coordinator

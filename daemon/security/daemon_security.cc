@@ -1,0 +1,336 @@
+#include "daemon/security/daemon_security.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <net/if.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+
+#include <cerrno>
+#include <cstring>
+#include <regex>
+#include <set>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "cohort/v1/coordinator.grpc.pb.h"
+#include "daemon/security/authenticator.h"
+#include "worker/base/credentials_file.h"
+#include "worker/base/crypto.h"
+
+namespace cohort::security {
+namespace {
+
+bool is_loopback_host(const std::string& host) {
+  if (host == "localhost" || host == "::1" || host == "[::1]") return true;
+  in_addr v4{};
+  return inet_pton(AF_INET, host.c_str(), &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127;
+}
+
+bool is_ip_literal(const std::string& host) {
+  in_addr v4{};
+  in6_addr v6{};
+  return inet_pton(AF_INET, host.c_str(), &v4) == 1 || inet_pton(AF_INET6, host.c_str(), &v6) == 1;
+}
+
+// This host's names and addresses, for the coordinator's certificate: clients check the fixed name
+// "cohort-coordinator", but other tools (curl, a Python scheduler without a name override) dial by
+// address or host name.
+void add_host_names(const std::string& listen_host, std::vector<std::string>* dns, std::vector<std::string>* ips) {
+  std::set<std::string> seen_ips = {"127.0.0.1", "::1"};
+  char hostname[256] = {};
+  if (gethostname(hostname, sizeof(hostname) - 1) == 0 && hostname[0] != '\0') dns->push_back(hostname);
+  dns->push_back("localhost");
+  if (!listen_host.empty() && listen_host != "0.0.0.0" && listen_host != "::" && listen_host != "[::]") {
+    if (is_ip_literal(listen_host)) seen_ips.insert(listen_host);
+    else dns->push_back(listen_host);
+  }
+  ifaddrs* interfaces = nullptr;
+  if (getifaddrs(&interfaces) == 0) {
+    for (ifaddrs* i = interfaces; i != nullptr; i = i->ifa_next) {
+      if (i->ifa_addr == nullptr) continue;
+      char text[INET6_ADDRSTRLEN] = {};
+      if (i->ifa_addr->sa_family == AF_INET)
+        inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof(text));
+      else if (i->ifa_addr->sa_family == AF_INET6 && !(i->ifa_flags & IFF_LOOPBACK))
+        continue;  // link-local v6 addresses carry a zone a certificate cannot name
+      else
+        continue;
+      seen_ips.insert(text);
+    }
+    freeifaddrs(interfaces);
+  }
+  ips->assign(seen_ips.begin(), seen_ips.end());
+}
+
+Status make_private_dir(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    return internal_error("cannot create {}: {}", dir, std::strerror(errno));
+  struct stat info {};
+  if (::lstat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode))
+    return failed_precondition_error("{} is not a directory (a symlink?); cohortd keeps keys there", dir);
+  ::chmod(dir.c_str(), 0700);
+  return ok_status();
+}
+
+bool file_exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
+
+}  // namespace
+
+StatusOr<JoinToken> parse_join_token(const std::string& text) {
+  static const std::regex kPattern("K1-([0-9a-f]{64})-([0-9a-f]{64})");
+  std::smatch match;
+  if (!std::regex_match(text, match, kPattern)) {
+    return invalid_argument_error(
+        "the join token is not valid: it looks like K1-<64 hex digits>-<64 hex digits>; an admin prints one with "
+        "`cohort node token`");
+  }
+  return JoinToken{match[1], match[2]};
+}
+
+StatusOr<std::unique_ptr<DaemonSecurity>> DaemonSecurity::open(const DaemonSecurityOptions& options) {
+  if (options.data_dir.empty()) return invalid_argument_error("data_dir is empty; cohortd keeps its keys there");
+  std::unique_ptr<DaemonSecurity> security(new DaemonSecurity(options));
+  if (options.insecure) {
+    if (!is_loopback_host(options.listen_host)) {
+      return invalid_argument_error(
+          "insecure: true serves plaintext without authentication, which is allowed only on a loopback address; "
+          "{:?} is not one. Listen on 127.0.0.1 for development, or drop insecure to serve TLS",
+          options.listen_host);
+    }
+    spdlog::warn("insecure: true — plaintext gRPC without authentication on {}: every local process is an admin. "
+                 "For development only.",
+                 options.listen_host);
+    if (options.coordinator) {
+      COHORT_ASSIGN_OR_RETURN(security->identities_, coordinator::IdentityStore::open(options.data_dir));
+    }
+    security->job_key_ = "insecure";
+    return security;
+  }
+  if (options.coordinator) COHORT_RETURN_IF_ERROR(security->open_coordinator());
+  if (options.agent && !options.coordinator) COHORT_RETURN_IF_ERROR(security->open_agent());
+  return security;
+}
+
+Status DaemonSecurity::open_coordinator() {
+  const std::string ca_dir = options_.data_dir + "/ca";
+  COHORT_ASSIGN_OR_RETURN(ClusterCa ca, ClusterCa::load_or_create(ca_dir));
+  ca_ = std::make_unique<ClusterCa>(std::move(ca));
+  ca_pem_ = ca_->certificate_pem();
+  const std::string key_path = ca_dir + "/job-secret.key";
+  if (!file_exists(key_path)) COHORT_RETURN_IF_ERROR(write_private_file(key_path, random_hex(32), 0600));
+  COHORT_ASSIGN_OR_RETURN(job_key_, read_file(key_path));
+  COHORT_ASSIGN_OR_RETURN(identities_, coordinator::IdentityStore::open(options_.data_dir));
+  if (!identities_->has_admin()) {
+    COHORT_ASSIGN_OR_RETURN(first_admin_token_, identities_->add_user(kFirstAdminName, /*admin=*/true));
+  }
+  std::vector<std::string> dns = {tls::kCoordinatorName};
+  std::vector<std::string> ips;
+  add_host_names(options_.listen_host, &dns, &ips);
+  // Role all: the agent's service is on this port too, and the coordinator dials it by node id.
+  if (options_.agent && !options_.node_id.empty()) dns.push_back(options_.node_id);
+  COHORT_ASSIGN_OR_RETURN(own_, ca_->issue(tls::kCoordinatorName, dns, ips));
+  if (options_.agent) {
+    COHORT_RETURN_IF_ERROR(coordinator::validate_node_id(options_.node_id));
+    COHORT_ASSIGN_OR_RETURN(node_, ca_->issue(options_.node_id, {options_.node_id}, {}));
+    COHORT_RETURN_IF_ERROR(identities_->add_node_certificate(node_.serial, options_.node_id));
+  }
+  return ok_status();
+}
+
+Status DaemonSecurity::open_agent() {
+  COHORT_RETURN_IF_ERROR(coordinator::validate_node_id(options_.node_id));
+  const std::string dir = options_.data_dir + "/node";
+  COHORT_RETURN_IF_ERROR(make_private_dir(dir));
+  const std::string key_path = dir + "/node.key", cert_path = dir + "/node.crt", ca_path = dir + "/ca.crt";
+  if (!file_exists(cert_path)) {
+    if (options_.join_token.empty()) {
+      return failed_precondition_error(
+          "this node has not joined a cluster yet ({} is missing): start it once with --join-token TOKEN (an admin "
+          "prints one with `cohort node token`)",
+          cert_path);
+    }
+    COHORT_ASSIGN_OR_RETURN(JoinToken token, parse_join_token(options_.join_token));
+    COHORT_ASSIGN_OR_RETURN(std::vector<std::string> chain,
+                            fetch_server_chain(options_.coordinator_address, kJoinTimeout));
+    std::string ca_pem;
+    for (const std::string& pem : chain) {
+      StatusOr<std::string> fingerprint = certificate_fingerprint(pem);
+      if (fingerprint.ok() && constant_time_equal(*fingerprint, token.ca_fingerprint)) ca_pem = pem;
+    }
+    if (ca_pem.empty()) {
+      return permission_denied_error(
+          "the coordinator at {} does not present the CA the join token names (fingerprint {}...): wrong address, "
+          "a token from another cluster, or someone in between; nothing was sent",
+          options_.coordinator_address, token.ca_fingerprint.substr(0, 16));
+    }
+    COHORT_ASSIGN_OR_RETURN(KeyAndCsr request, make_key_and_csr(options_.node_id));
+    tls::ChannelSecurity join;
+    join.ca_pem = ca_pem;
+    join.join_token = token.secret;
+    auto stub = cohort::v1::Coordinator::NewStub(tls::make_channel(options_.coordinator_address, join));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + kJoinTimeout);
+    cohort::v1::JoinClusterRequest call;
+    call.set_join_token(token.secret);
+    call.set_node_id(options_.node_id);
+    call.set_csr_pem(request.csr_pem);
+    cohort::v1::JoinClusterResponse response;
+    grpc::Status status = stub->JoinCluster(&context, call, &response);
+    if (!status.ok()) {
+      return Status(static_cast<StatusCode>(status.error_code()),
+                    fmt::format("joining the cluster at {} failed: {}", options_.coordinator_address,
+                                status.error_message()));
+    }
+    COHORT_RETURN_IF_ERROR(write_private_file(key_path, request.key_pem, 0600));
+    COHORT_RETURN_IF_ERROR(write_private_file(ca_path, ca_pem, 0644));
+    COHORT_RETURN_IF_ERROR(write_private_file(cert_path, response.certificate_pem(), 0644));
+    spdlog::info("node {} joined the cluster at {}; its certificate is in {}", options_.node_id,
+                 options_.coordinator_address, dir);
+  }
+  COHORT_ASSIGN_OR_RETURN(node_.key_pem, read_file(key_path));
+  COHORT_ASSIGN_OR_RETURN(node_.certificate_pem, read_file(cert_path));
+  COHORT_ASSIGN_OR_RETURN(ca_pem_, read_file(ca_path));
+  COHORT_ASSIGN_OR_RETURN(CertificateInfo info, certificate_info(node_.certificate_pem));
+  if (info.common_name != options_.node_id) {
+    return failed_precondition_error(
+        "{} is the certificate of node {:?}, but this agent's node id is {:?}: use --node-id {} or move {} away and "
+        "join again",
+        cert_path, info.common_name, options_.node_id, info.common_name, dir);
+  }
+  own_ = node_;
+  return ok_status();
+}
+
+std::shared_ptr<grpc::ServerCredentials> DaemonSecurity::server_credentials() const {
+  if (options_.insecure) return grpc::InsecureServerCredentials();
+  // Client certificates are optional at the handshake (users present tokens instead) but verified
+  // against the cluster CA when presented; the Authenticator then decides per method, so a call
+  // without credentials gets UNAUTHENTICATED rather than a failed handshake.
+  grpc::SslServerCredentialsOptions ssl(GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
+  ssl.pem_root_certs = ca_pem_;
+  // The chain includes the CA, so a joining node can read it and check it against its token.
+  ssl.pem_key_cert_pairs.push_back({own_.key_pem, own_.certificate_pem + ca_pem_});
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::SslServerCredentials(ssl);
+  AuthenticatorOptions auth;
+  auth.identities = identities_.get();
+  credentials->SetAuthMetadataProcessor(std::make_shared<Authenticator>(auth));
+  return credentials;
+}
+
+tls::ChannelSecurity DaemonSecurity::to_coordinator() const {
+  tls::ChannelSecurity security;
+  security.insecure = options_.insecure;
+  security.ca_pem = ca_pem_;
+  security.certificate_pem = node_.certificate_pem;
+  security.key_pem = node_.key_pem;
+  return security;
+}
+
+tls::ChannelSecurity DaemonSecurity::to_agent(const std::string& node_id) const {
+  tls::ChannelSecurity security;
+  security.insecure = options_.insecure;
+  security.ca_pem = ca_pem_;
+  security.target_name = node_id;
+  security.certificate_pem = own_.certificate_pem;
+  security.key_pem = own_.key_pem;
+  return security;
+}
+
+std::string DaemonSecurity::attempt_secret(const std::string& job_id, int attempt) const {
+  return hmac_sha256_hex(job_key_, fmt::format("{}\n{}", job_id, attempt));
+}
+
+bool DaemonSecurity::attempt_secret_valid(const std::string& job_id, int attempt, const std::string& secret) const {
+  if (options_.insecure) return true;
+  return constant_time_equal(attempt_secret(job_id, attempt), secret);
+}
+
+std::string DaemonSecurity::credentials_text(const std::string& coordinator_address, const std::string& token) const {
+  return format_credentials(Credentials{coordinator_address, ca_pem_, token});
+}
+
+std::string DaemonSecurity::join_token_text(const std::string& secret) const {
+  return fmt::format("{}{}-{}", kJoinTokenPrefix, ca_ != nullptr ? ca_->fingerprint() : "", secret);
+}
+
+Status DaemonSecurity::write_first_admin_credentials(const std::string& coordinator_address) {
+  if (first_admin_token_.empty()) return ok_status();
+  const std::string path = options_.data_dir + "/" + kAdminCredentialsFile;
+  COHORT_RETURN_IF_ERROR(write_private_file(path, credentials_text(coordinator_address, first_admin_token_), 0600));
+  spdlog::info("created the cluster's first admin; credentials in {} (use: cohort --credentials {} ...)", path, path);
+  first_admin_token_.clear();
+  return ok_status();
+}
+
+StatusOr<std::string> DaemonSecurity::sign_node(const std::string& node_id, const std::string& csr_pem) {
+  if (ca_ == nullptr) return failed_precondition_error("this daemon is not a coordinator; it cannot sign nodes");
+  COHORT_RETURN_IF_ERROR(coordinator::validate_node_id(node_id));
+  COHORT_ASSIGN_OR_RETURN(IssuedCertificate issued, ca_->sign_csr(csr_pem, node_id, {node_id}, {}));
+  COHORT_RETURN_IF_ERROR(identities_->add_node_certificate(issued.serial, node_id));
+  return issued.certificate_pem;
+}
+
+StatusOr<std::vector<std::string>> fetch_server_chain(const std::string& address, std::chrono::milliseconds timeout) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return invalid_argument_error("coordinator address {:?} is not HOST:PORT", address);
+  std::string host = address.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  const std::string port = address.substr(colon + 1);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0)
+    return unavailable_error("cannot resolve the coordinator {}: {}", address, gai_strerror(rc));
+  int fd = -1;
+  for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>((timeout.count() % 1000) * 1000)};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(found);
+  if (fd < 0) return unavailable_error("cannot connect to the coordinator at {}: {}", address, std::strerror(errno));
+  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> ctx(SSL_CTX_new(TLS_client_method()), SSL_CTX_free);
+  std::unique_ptr<SSL, decltype(&SSL_free)> ssl(SSL_new(ctx.get()), SSL_free);
+  static const unsigned char kAlpn[] = {2, 'h', '2'};
+  SSL_set_alpn_protos(ssl.get(), kAlpn, sizeof(kAlpn));
+  // Not verified here on purpose: the caller pins the CA by the join token's fingerprint.
+  SSL_set_verify(ssl.get(), SSL_VERIFY_NONE, nullptr);
+  SSL_set_fd(ssl.get(), fd);
+  const int connected = SSL_connect(ssl.get());
+  std::vector<std::string> chain;
+  if (connected == 1) {
+    STACK_OF(X509)* certs = SSL_get_peer_cert_chain(ssl.get());
+    for (int i = 0; certs != nullptr && i < sk_X509_num(certs); ++i) {
+      std::unique_ptr<BIO, decltype(&BIO_free)> bio(BIO_new(BIO_s_mem()), BIO_free);
+      PEM_write_bio_X509(bio.get(), sk_X509_value(certs, i));
+      char* data = nullptr;
+      const long size = BIO_get_mem_data(bio.get(), &data);
+      chain.emplace_back(data, static_cast<size_t>(size));
+    }
+    SSL_shutdown(ssl.get());
+  }
+  ::close(fd);
+  if (connected != 1) {
+    char error[256] = {};
+    ERR_error_string_n(ERR_get_error(), error, sizeof(error));
+    return unavailable_error("TLS handshake with the coordinator at {} failed ({}): is it a cohortd serving TLS?",
+                             address, error);
+  }
+  return chain;
+}
+
+}  // namespace cohort::security

@@ -1,0 +1,106 @@
+#pragma once
+
+// DaemonSecurity: everything cohortd needs to serve and call over TLS with no setup, the way k3s
+// bootstraps a cluster.
+//
+// Coordinator (roles coordinator and all), at every start:
+//   - loads or creates the cluster CA in <data_dir>/ca (mode 0700);
+//   - issues itself a certificate (CN and DNS name "cohort-coordinator", plus this host's names and
+//     addresses) used both to serve and to call agents;
+//   - on first start, creates the user "admin" and writes <data_dir>/admin.credentials (0600);
+//   - derives each job attempt's secret from a key in <data_dir>/ca (HMAC-SHA256 of job and attempt),
+//     so a restarted coordinator knows every running attempt's secret without storing any.
+// Agent (role agent): on first start, with --join-token, fetches the CA over TLS, checks it against
+// the token's fingerprint, sends a CSR to JoinCluster and keeps the key and certificate in
+// <data_dir>/node (0700); later starts load them. It serves with that certificate, requires the
+// coordinator's certificate from callers, and calls the coordinator with it (mutual TLS).
+// Role all: the coordinator issues its own node's certificate directly.
+// insecure: plaintext everywhere, refused unless the listen address is loopback.
+
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "daemon/coordinator/identity_store.h"
+#include "daemon/security/cluster_ca.h"
+#include "worker/base/status.h"
+#include "worker/base/tls.h"
+
+namespace cohort::security {
+
+// The first admin's name and credentials file (under the data dir).
+inline constexpr const char* kFirstAdminName = "admin";
+inline constexpr const char* kAdminCredentialsFile = "admin.credentials";
+// Join tokens: "K1-<CA fingerprint, 64 hex>-<secret, 64 hex>".
+inline constexpr const char* kJoinTokenPrefix = "K1-";
+// How long the join's TLS handshake and JoinCluster call may take.
+inline constexpr std::chrono::seconds kJoinTimeout{15};
+
+struct DaemonSecurityOptions {
+  bool coordinator = false;       // serves the coordinator (roles coordinator, all)
+  bool agent = false;             // runs an agent (roles agent, all)
+  std::string data_dir;           // required
+  std::string listen_host;        // the host part of the listen address
+  std::string node_id;            // the agent's node id
+  std::string coordinator_address;  // agent role: where to join
+  std::string join_token;         // agent role, first start: the token from `cohort node token`
+  bool insecure = false;          // plaintext (loopback listen addresses only)
+};
+
+class DaemonSecurity {
+ public:
+  static StatusOr<std::unique_ptr<DaemonSecurity>> open(const DaemonSecurityOptions& options);
+
+  bool insecure() const { return options_.insecure; }
+  // What the listening port serves with: TLS with this daemon's certificate and the Authenticator.
+  std::shared_ptr<grpc::ServerCredentials> server_credentials() const;
+  // How the agent calls its coordinator, and how the coordinator calls the agent `node_id`.
+  tls::ChannelSecurity to_coordinator() const;
+  tls::ChannelSecurity to_agent(const std::string& node_id) const;
+  // The cluster CA certificate (PEM); empty when insecure.
+  const std::string& ca_pem() const { return ca_pem_; }
+
+  // Coordinator side (null / errors on an agent-only daemon):
+  coordinator::IdentityStore* identities() const { return identities_.get(); }
+  // The secret of a job attempt, handed to its ranks (COHORT_JOB_SECRET).
+  std::string attempt_secret(const std::string& job_id, int attempt) const;
+  // Whether `secret` is that attempt's secret (constant time).
+  bool attempt_secret_valid(const std::string& job_id, int attempt, const std::string& secret) const;
+  // Writes <data_dir>/admin.credentials for the first admin if this start created them.
+  Status write_first_admin_credentials(const std::string& coordinator_address);
+  // A credentials file's text for a user's token.
+  std::string credentials_text(const std::string& coordinator_address, const std::string& token) const;
+  // The join token text for a join token secret.
+  std::string join_token_text(const std::string& secret) const;
+  // Signs a joining node's CSR (JoinCluster) and records the certificate.
+  StatusOr<std::string> sign_node(const std::string& node_id, const std::string& csr_pem);
+
+ private:
+  explicit DaemonSecurity(DaemonSecurityOptions options) : options_(std::move(options)) {}
+  Status open_coordinator();
+  Status open_agent();
+
+  const DaemonSecurityOptions options_;
+  std::unique_ptr<ClusterCa> ca_;
+  std::unique_ptr<coordinator::IdentityStore> identities_;
+  std::string ca_pem_;
+  std::string job_key_;                // HMAC key for attempt secrets (coordinator)
+  std::string first_admin_token_;      // set when this start created the first admin
+  KeyAndCertificate own_;              // what this daemon serves with (coordinator cert, or the node's)
+  KeyAndCertificate node_;             // the agent's node certificate (calls to the coordinator)
+};
+
+// Parses "K1-<fingerprint>-<secret>". INVALID_ARGUMENT saying what a join token looks like.
+struct JoinToken {
+  std::string ca_fingerprint;
+  std::string secret;
+};
+StatusOr<JoinToken> parse_join_token(const std::string& text);
+
+// The certificate chain a TLS server at `address` presents (PEM, leaf first), read with a plain
+// OpenSSL handshake (ALPN h2) without trusting it yet: a joining node checks the CA in it against
+// the join token's fingerprint.
+StatusOr<std::vector<std::string>> fetch_server_chain(const std::string& address, std::chrono::milliseconds timeout);
+
+}  // namespace cohort::security
