@@ -12,6 +12,8 @@ packages=(
   libgtest-dev libgmock-dev
   libtorch-dev
   libyaml-cpp-dev libsqlite3-dev libsystemd-dev libssl-dev
+  # systemd-analyze: deploy:cohortd_service_security_test scores the unit (--offline, no running systemd).
+  systemd
   dataset-fashion-mnist
   # Fuzz targets (tests/fuzz/build_and_run.sh): clang with libFuzzer and AddressSanitizer.
   clang libclang-rt-14-dev

@@ -6,25 +6,23 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <system_error>
 
 #include <fmt/format.h>
 
 namespace cohort::agent {
 
 StatusOr<std::unique_ptr<LogCapture>> LogCapture::open(const std::string& path, size_t ring_bytes) {
+  std::filesystem::path file(path);
+  std::string parent = file.parent_path().string();
+  COHORT_ASSIGN_OR_RETURN(ConfinedDir dir, ConfinedDir::open(parent.empty() ? "." : parent, kLogDirectoryMode));
+  return open_in(dir, file.filename().string(), ring_bytes);
+}
+
+StatusOr<std::unique_ptr<LogCapture>> LogCapture::open_in(const ConfinedDir& dir, const std::string& name,
+                                                          size_t ring_bytes) {
+  const std::string path = dir.path() + "/" + name;
   if (ring_bytes == 0) return invalid_argument_error("LogCapture {}: ring_bytes must be > 0", path);
-  std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  if (!parent.empty()) {
-    std::error_code error;
-    std::filesystem::create_directories(parent, error);
-    if (error) {
-      return internal_error("creating log directory {}: {}; check the agent's log directory", parent.string(),
-                            error.message());
-    }
-  }
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) return errno_status(fmt::format("open({})", path), errno);
+  COHORT_ASSIGN_OR_RETURN(int fd, dir.open_file(name, O_WRONLY | O_CREAT | O_APPEND, kLogFileMode));
   return std::unique_ptr<LogCapture>(new LogCapture(path, fd, ring_bytes));
 }
 

@@ -21,6 +21,7 @@
 #include <string>
 #include <string_view>
 
+#include "daemon/agent/confined_dir.h"
 #include "worker/base/status.h"
 
 namespace cohort::agent {
@@ -28,6 +29,12 @@ namespace cohort::agent {
 // 1 MiB per rank: minutes of a chatty training loop's output, so `cohort logs` and a follower
 // that falls briefly behind are served from memory, while 100 ranks on a node cost only 100 MiB.
 inline constexpr size_t kLogRingBufferBytes = 1 << 20;
+// Rank logs are read through the agent (`cohort logs`), not by other users on the node: a job's
+// output may hold its data paths and results.
+inline constexpr mode_t kLogFileMode = 0640;
+// Directories the agent creates for logs: searchable, not listable, by the job users (a job's
+// spec file lies in its log directory, see AgentService).
+inline constexpr mode_t kLogDirectoryMode = 0711;
 
 // A chunk of output read from the ring buffer.
 struct LogChunk {
@@ -41,9 +48,13 @@ struct LogChunk {
 // Thread-safe: one writer (the process's reader thread) and any number of readers.
 class LogCapture {
  public:
-  // Creates (or appends to) the file at `path`, creating its parent directories. Blocking.
+  // Creates (or appends to) the file at `path`, creating its parent directories; a symbolic
+  // link at `path` fails instead of being followed. Blocking.
   static StatusOr<std::unique_ptr<LogCapture>> open(const std::string& path,
                                                     size_t ring_bytes = kLogRingBufferBytes);
+  // Creates (or appends to) the file `name` in `dir`, never following a link. Blocking.
+  static StatusOr<std::unique_ptr<LogCapture>> open_in(const ConfinedDir& dir, const std::string& name,
+                                                       size_t ring_bytes = kLogRingBufferBytes);
   ~LogCapture();
   LogCapture(const LogCapture&) = delete;
   LogCapture& operator=(const LogCapture&) = delete;

@@ -3,10 +3,15 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <grp.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include <atomic>
 #include <thread>
@@ -23,7 +28,17 @@ constexpr int kReaderPollIntervalMillis = 100;
 constexpr size_t kReadChunkBytes = 64 * 1024;
 
 // What the child reports through the exec-error pipe when it cannot become the program.
-enum class ChildStage : int { kChdir = 1, kExec = 2, kSetpgid = 3 };
+enum class ChildStage : int {
+  kChdir = 1,
+  kExec = 2,
+  kSetpgid = 3,
+  kSetgroups = 4,
+  kSetgid = 5,
+  kSetuid = 6,
+  kNoNewPrivs = 7,
+  kDeathSignal = 8,
+  kRlimit = 9,
+};
 struct ChildError {
   ChildStage stage;
   int err;
@@ -67,23 +82,124 @@ std::vector<char*> to_c_strings(const std::vector<std::string>& strings) {
   ::_exit(127);
 }
 
+// A resource limit the child sets, computed in the parent.
+struct ChildLimit {
+  int resource;
+  rlimit value;
+};
+
+// The limits every child gets (see the k* constants in the header), each capped at the launcher's
+// own hard limit: an unprivileged launcher cannot raise it, and a lower operator setting wins.
+std::vector<ChildLimit> child_limits() {
+  const std::pair<int, rlim_t> wanted[] = {
+      {RLIMIT_CORE, kChildCoreFileBytes},
+      {RLIMIT_NOFILE, kChildMaxOpenFiles},
+      {RLIMIT_NPROC, kChildMaxProcesses},
+  };
+  std::vector<ChildLimit> limits;
+  for (const auto& [resource, value] : wanted) {
+    rlimit current{};
+    if (::getrlimit(resource, &current) != 0) continue;
+    rlim_t capped = current.rlim_max == RLIM_INFINITY ? value : std::min(value, current.rlim_max);
+    limits.push_back({resource, rlimit{capped, capped}});
+  }
+  return limits;
+}
+
+// Everything the child needs, prepared before fork: between fork and exec the child of a
+// multi-threaded process may only make async-signal-safe calls (no allocation, no NSS lookups).
+struct ChildPlan {
+  char* const* argv;
+  char* const* envp;
+  const char* working_dir;  // nullptr: keep the launcher's
+  const UnixUser* run_as;   // nullptr: keep the launcher's user
+  const std::vector<ChildLimit>* limits;
+  pid_t parent;  // the launcher's pid, to notice that it died before the death signal was armed
+  int stdin_fd;
+  int stdout_fd;
+  int stderr_fd;
+  int error_fd;
+};
+
 // Runs in the child between fork and exec: async-signal-safe calls only.
-[[noreturn]] void exec_child(const LaunchOptions& options, char* const* argv, char* const* envp, int stdin_fd,
-                             int stdout_fd, int stderr_fd, int error_fd) {
-  if (::setpgid(0, 0) != 0) fail_child(error_fd, ChildStage::kSetpgid);
+[[noreturn]] void exec_child(const ChildPlan& plan) {
+  if (::setpgid(0, 0) != 0) fail_child(plan.error_fd, ChildStage::kSetpgid);
   // The supervisor may block signals in its threads; workers start with a clean slate.
   sigset_t empty;
   sigemptyset(&empty);
   ::sigprocmask(SIG_SETMASK, &empty, nullptr);
   ::signal(SIGPIPE, SIG_DFL);
-  ::dup2(stdin_fd, STDIN_FILENO);
-  ::dup2(stdout_fd, STDOUT_FILENO);
-  ::dup2(stderr_fd, STDERR_FILENO);
-  if (!options.working_dir.empty() && ::chdir(options.working_dir.c_str()) != 0) {
-    fail_child(error_fd, ChildStage::kChdir);
+  ::dup2(plan.stdin_fd, STDIN_FILENO);
+  ::dup2(plan.stdout_fd, STDOUT_FILENO);
+  ::dup2(plan.stderr_fd, STDERR_FILENO);
+  // Limits first, while still privileged (a root launcher may set any value).
+  for (const ChildLimit& limit : *plan.limits) {
+    if (::setrlimit(limit.resource, &limit.value) != 0) fail_child(plan.error_fd, ChildStage::kRlimit);
   }
-  ::execve(argv[0], argv, envp);
-  fail_child(error_fd, ChildStage::kExec);
+  if (plan.run_as != nullptr) {
+    // Groups before the uid: once the uid is dropped the process may no longer change them.
+    const UnixUser& user = *plan.run_as;
+    if (::setgroups(user.groups.size(), user.groups.data()) != 0) fail_child(plan.error_fd, ChildStage::kSetgroups);
+    if (::setgid(user.gid) != 0) fail_child(plan.error_fd, ChildStage::kSetgid);
+    if (::setuid(user.uid) != 0) fail_child(plan.error_fd, ChildStage::kSetuid);
+  }
+  // After the switch: a change of the effective or filesystem uid or gid clears the death signal.
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail_child(plan.error_fd, ChildStage::kDeathSignal);
+  // The launcher may have died between fork and prctl, before the signal was armed: then this
+  // process was already re-parented and nothing would ever kill it.
+  if (::getppid() != plan.parent) ::_exit(127);
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail_child(plan.error_fd, ChildStage::kNoNewPrivs);
+  // As the job's user: a directory that user cannot reach fails here, with a clear error.
+  if (plan.working_dir != nullptr && ::chdir(plan.working_dir) != 0) {
+    fail_child(plan.error_fd, ChildStage::kChdir);
+  }
+  ::execve(plan.argv[0], plan.argv, plan.envp);
+  fail_child(plan.error_fd, ChildStage::kExec);
+}
+
+// What a child's failure means, for the launch error.
+std::string describe_child_failure(ChildStage stage, const LaunchOptions& options) {
+  const std::string& path = options.argv[0];
+  const std::string user = options.run_as.has_value() ? options.run_as->name : std::string("the agent's user");
+  switch (stage) {
+    case ChildStage::kChdir:
+      return fmt::format("chdir({}) as {} for {}", options.working_dir, user, path);
+    case ChildStage::kSetpgid:
+      return fmt::format("setpgid for {}", path);
+    case ChildStage::kSetgroups:
+    case ChildStage::kSetgid:
+    case ChildStage::kSetuid:
+      return fmt::format("switching to user {} (uid {}) for {}", user,
+                         options.run_as.has_value() ? options.run_as->uid : 0, path);
+    case ChildStage::kNoNewPrivs:
+      return fmt::format("prctl(PR_SET_NO_NEW_PRIVS) for {}", path);
+    case ChildStage::kDeathSignal:
+      return fmt::format("prctl(PR_SET_PDEATHSIG) for {}", path);
+    case ChildStage::kRlimit:
+      return fmt::format("setrlimit for {}", path);
+    case ChildStage::kExec:
+      break;
+  }
+  return fmt::format("execve({}) as {}", path, user);
+}
+
+std::string child_failure_hint(ChildStage stage, const LaunchOptions& options) {
+  switch (stage) {
+    case ChildStage::kChdir:
+      return "; check that the working directory exists and that every directory above it is searchable "
+             "(o+x) by that user";
+    case ChildStage::kSetgroups:
+    case ChildStage::kSetgid:
+    case ChildStage::kSetuid:
+      return "; switching users needs an agent running as root (CAP_SETUID, CAP_SETGID)";
+    case ChildStage::kExec:
+      return options.run_as.has_value()
+                 ? "; check that the path exists and that it and every directory above it are executable "
+                   "by that user"
+                 : "; check that the path exists and is executable";
+    default:
+      return "";
+  }
 }
 
 class PosixProcessHandle final : public ProcessHandle {
@@ -213,14 +329,27 @@ ExitStatus ExitStatus::from_wait_status(int wait_status) {
   return status;
 }
 
-StatusOr<std::unique_ptr<ProcessHandle>> PosixProcessLauncher::launch(const LaunchOptions& options) {
+// One launch handed to the fork thread.
+struct PosixProcessLauncher::Request {
+  const LaunchOptions* options = nullptr;
+  std::optional<StatusOr<std::unique_ptr<ProcessHandle>>> result;  // set by the fork thread
+};
+
+namespace {
+
+StatusOr<std::unique_ptr<ProcessHandle>> fork_and_exec(const LaunchOptions& options) {
   if (options.argv.empty() || options.argv[0].empty()) {
     return invalid_argument_error("launch: empty argv; give the executable's path as argv[0]");
+  }
+  if (options.run_as.has_value() && ::geteuid() != 0) {
+    return failed_precondition_error("launch {} as user {}: the launcher is not root and cannot switch users",
+                                     options.argv[0], options.run_as->name);
   }
   const std::string& path = options.argv[0];
   // Prepared before fork: the child may only make async-signal-safe calls.
   std::vector<char*> argv = to_c_strings(options.argv);
   std::vector<char*> envp = to_c_strings(options.env);
+  const std::vector<ChildLimit> limits = child_limits();
 
   Pipe out;
   Pipe err;
@@ -231,16 +360,23 @@ StatusOr<std::unique_ptr<ProcessHandle>> PosixProcessLauncher::launch(const Laun
   int stdin_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (stdin_fd < 0) return errno_status("open(/dev/null)", errno);
 
+  ChildPlan plan{argv.data(),
+                 envp.data(),
+                 options.working_dir.empty() ? nullptr : options.working_dir.c_str(),
+                 options.run_as.has_value() ? &*options.run_as : nullptr,
+                 &limits,
+                 ::getpid(),
+                 stdin_fd,
+                 out.write_end,
+                 err.write_end,
+                 exec_error.write_end};
   pid_t pid = ::fork();
   if (pid < 0) {
     int fork_errno = errno;
     ::close(stdin_fd);
     return errno_status(fmt::format("fork for {}", path), fork_errno);
   }
-  if (pid == 0) {
-    exec_child(options, argv.data(), envp.data(), stdin_fd, out.write_end, err.write_end,
-               exec_error.write_end);
-  }
+  if (pid == 0) exec_child(plan);
   // Also set in the parent, so the group exists before anyone signals it (no race with the
   // child's own setpgid). EACCES means the child already exec'd, which is fine.
   ::setpgid(pid, pid);
@@ -259,17 +395,8 @@ StatusOr<std::unique_ptr<ProcessHandle>> PosixProcessLauncher::launch(const Laun
     int wait_status = 0;
     while (::waitpid(pid, &wait_status, 0) < 0 && errno == EINTR) {
     }
-    switch (child_error.stage) {
-      case ChildStage::kChdir:
-        return errno_status(fmt::format("chdir({}) for {}", options.working_dir, path), child_error.err)
-            .with_suffix("; check that the working directory exists");
-      case ChildStage::kSetpgid:
-        return errno_status(fmt::format("setpgid for {}", path), child_error.err);
-      case ChildStage::kExec:
-        break;
-    }
-    return errno_status(fmt::format("execve({})", path), child_error.err)
-        .with_suffix("; check that the path exists and is executable");
+    return errno_status(describe_child_failure(child_error.stage, options), child_error.err)
+        .with_suffix(child_failure_hint(child_error.stage, options));
   }
 
   auto handle = std::make_unique<PosixProcessHandle>(pid, out.read_end, err.read_end, options.on_stdout,
@@ -277,6 +404,49 @@ StatusOr<std::unique_ptr<ProcessHandle>> PosixProcessLauncher::launch(const Laun
   out.read_end = -1;
   err.read_end = -1;
   return std::unique_ptr<ProcessHandle>(std::move(handle));
+}
+
+}  // namespace
+
+PosixProcessLauncher::PosixProcessLauncher() {
+  fork_thread_ = std::thread([this] { fork_loop(); });
+}
+
+PosixProcessLauncher::~PosixProcessLauncher() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutdown_ = true;
+  }
+  cv_.notify_all();
+  fork_thread_.join();
+}
+
+void PosixProcessLauncher::fork_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    cv_.wait(lock, [this] { return shutdown_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // shutdown_ and nothing left to answer
+    Request* request = queue_.front();
+    queue_.erase(queue_.begin());
+    lock.unlock();
+    StatusOr<std::unique_ptr<ProcessHandle>> result = fork_and_exec(*request->options);
+    lock.lock();
+    request->result.emplace(std::move(result));
+    cv_.notify_all();
+  }
+}
+
+StatusOr<std::unique_ptr<ProcessHandle>> PosixProcessLauncher::launch(const LaunchOptions& options) {
+  Request request;
+  request.options = &options;
+  std::unique_lock<std::mutex> lock(mu_);
+  if (shutdown_) return unavailable_error("launch {}: the process launcher is shutting down", options.argv.empty() ? std::string() : options.argv[0]);
+  queue_.push_back(&request);
+  cv_.notify_all();
+  // The fork thread answers every queued request before it ends, so this wait is bounded by the
+  // launches ahead of this one (each blocks only until its child exec'd).
+  cv_.wait(lock, [&] { return request.result.has_value(); });
+  return std::move(*request.result);
 }
 
 }  // namespace cohort::agent

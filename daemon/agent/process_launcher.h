@@ -8,6 +8,11 @@
 // reaches whatever the worker itself forked (a data loader, a shell's background job) and a stop
 // leaves no process behind.
 //
+// Every child is also confined before exec (issue 11, "jobs run unprivileged"): it switches to
+// LaunchOptions::run_as when given (the agent is root), sets PR_SET_NO_NEW_PRIVS (no setuid binary
+// or file capability can raise it again), the resource limits below, and PR_SET_PDEATHSIG(SIGKILL)
+// so that it dies with the launcher's process (a SIGKILLed agent or `cohort run` leaves no worker).
+//
 // Example:
 //   PosixProcessLauncher launcher;
 //   LaunchOptions options;
@@ -16,6 +21,7 @@
 //   COHORT_ASSIGN_OR_RETURN(std::unique_ptr<ProcessHandle> process, launcher.launch(options));
 //   ... process->poll_exit() until it returns a value ...
 
+#include <sys/resource.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -26,11 +32,25 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
+#include "daemon/agent/unix_user.h"
 #include "worker/base/status.h"
 
 namespace cohort::agent {
+
+// Resource limits of every launched process (soft and hard; lowered to the launcher's own hard
+// limit where that is lower, since an unprivileged agent cannot raise it).
+// No core files: a rank's core is the size of its model and may hold the job's secret.
+inline constexpr rlim_t kChildCoreFileBytes = 0;
+// Open files per process: UCX and NCCL keep a few descriptors per peer and gRPC a few per
+// channel, so 64 Ki serves thousands of peers while bounding a leak.
+inline constexpr rlim_t kChildMaxOpenFiles = 64 * 1024;
+// Processes and threads per real uid (RLIMIT_NPROC counts every thread of every job of that user
+// on the node): a libtorch rank runs a few hundred threads, so 64 Ki fits any real node's ranks
+// and stops a fork bomb long before the kernel's pid space runs out.
+inline constexpr rlim_t kChildMaxProcesses = 64 * 1024;
 
 // How a process ended.
 struct ExitStatus {
@@ -58,6 +78,9 @@ struct LaunchOptions {
   std::string working_dir;        // empty: the launcher's own working directory
   OutputCallback on_stdout;       // empty: stdout is discarded
   OutputCallback on_stderr;       // empty: stderr is discarded
+  // Switch to this user (supplementary groups, gid, uid) before exec; needs a root launcher.
+  // nullopt: the child keeps the launcher's user.
+  std::optional<UnixUser> run_as;
 };
 
 // One launched process and its process group. Thread-safe.
@@ -93,12 +116,35 @@ class ProcessLauncher {
   virtual StatusOr<std::unique_ptr<ProcessHandle>> launch(const LaunchOptions& options) = 0;
 };
 
-// fork + setpgid + execve, stdout and stderr through pipes drained by one reader thread per
-// process, stdin from /dev/null. The handle's destructor kills the group if the process is still
-// running and reaps it, so no process outlives its handle.
+// fork + setpgid + (setgroups, setgid, setuid) + prctl + setrlimit + execve, stdout and stderr
+// through pipes drained by one reader thread per process, stdin from /dev/null. The handle's
+// destructor kills the group if the process is still running and reaps it, so no process outlives
+// its handle.
+//
+// Every fork happens on one thread the launcher owns for its whole life: PR_SET_PDEATHSIG fires
+// when the *thread* that forked the child exits, not the process, and launches arrive on gRPC
+// handler threads that the gRPC runtime may end at any time, which would SIGKILL healthy workers.
+// The launcher therefore must outlive every process it launched (its destruction kills them).
 class PosixProcessLauncher final : public ProcessLauncher {
  public:
+  PosixProcessLauncher();
+  // Ends the fork thread; processes still running receive SIGKILL from the kernel.
+  ~PosixProcessLauncher() override;
+  PosixProcessLauncher(const PosixProcessLauncher&) = delete;
+  PosixProcessLauncher& operator=(const PosixProcessLauncher&) = delete;
+
+  // Hands the launch to the fork thread and waits for its result. Thread-safe.
   StatusOr<std::unique_ptr<ProcessHandle>> launch(const LaunchOptions& options) override;
+
+ private:
+  struct Request;
+  void fork_loop();
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Request*> queue_;  // guarded by mu_; owned by the waiting launch() calls
+  bool shutdown_ = false;        // guarded by mu_
+  std::thread fork_thread_;
 };
 
 }  // namespace cohort::agent

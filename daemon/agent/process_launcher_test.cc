@@ -1,10 +1,17 @@
 #include "daemon/agent/process_launcher.h"
 
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -132,6 +139,128 @@ TEST(PosixProcessLauncherTest, DestroyingARunningHandleKillsTheGroup) {
   ASSERT_TRUE(wait_until([&] { return testing::live_processes_in_group(pgid).size() >= 2; }));
   process = Status(StatusCode::kCancelled, "dropped");  // destroys the handle
   EXPECT_TRUE(wait_until([&] { return testing::live_processes_in_group(pgid).empty(); }));
+}
+
+// "soft hard" of the limit named `name` in /proc/<pid>/limits.
+std::string limit_values(pid_t pid, const std::string& name) {
+  std::istringstream lines(testing::read_file("/proc/" + std::to_string(pid) + "/limits"));
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(name + " ", 0) != 0) continue;
+    std::istringstream fields(line.substr(name.size()));
+    std::string soft;
+    std::string hard;
+    fields >> soft >> hard;
+    return soft + " " + hard;
+  }
+  return "";
+}
+
+// The value of `field` ("Uid:", "NoNewPrivs:") in /proc/<pid>/status, or "" if absent.
+std::string status_field(pid_t pid, const std::string& field) {
+  std::string status = testing::read_file("/proc/" + std::to_string(pid) + "/status");
+  size_t at = status.find("\n" + field);
+  if (at == std::string::npos) return "";
+  size_t start = status.find_first_not_of(" \t", at + 1 + field.size());
+  return status.substr(start, status.find('\n', start) - start);
+}
+
+TEST(PosixProcessLauncherTest, ChildHasNoNewPrivsLimitsAndADeathSignal) {
+  LaunchOptions options;
+  options.argv = {"/bin/sleep", "30"};
+  PosixProcessLauncher launcher;
+  auto process = launcher.launch(options);
+  ASSERT_TRUE(process.ok()) << process.status().to_string();
+  const pid_t pid = (*process)->pid();
+  // The fields appear once exec is done; launch() returned after it.
+  EXPECT_EQ(status_field(pid, "NoNewPrivs:"), "1");
+  EXPECT_EQ(limit_values(pid, "Max core file size"), "0 0");
+  rlimit files{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &files), 0);
+  const rlim_t open_files =
+      files.rlim_max == RLIM_INFINITY ? kChildMaxOpenFiles : std::min(kChildMaxOpenFiles, files.rlim_max);
+  EXPECT_EQ(limit_values(pid, "Max open files"), std::to_string(open_files) + " " + std::to_string(open_files));
+}
+
+TEST(PosixProcessLauncherTest, RunsAsTheGivenUser) {
+  if (::geteuid() != 0) GTEST_SKIP() << "switching users needs root";
+  StatusOr<UnixUser> user = lookup_unix_user(kDefaultJobUser);
+  ASSERT_TRUE(user.ok()) << user.status().message() << " (deploy/install-deps.sh creates it)";
+  TempDir dir;
+  LaunchOptions options;
+  options.argv = {"/bin/sleep", "30"};
+  options.run_as = *user;
+  PosixProcessLauncher launcher;
+  auto process = launcher.launch(options);
+  ASSERT_TRUE(process.ok()) << process.status().to_string();
+  const std::string uid = std::to_string(user->uid);
+  // Real, effective, saved and file-system uid: all the job user's, none root.
+  EXPECT_EQ(status_field((*process)->pid(), "Uid:"), uid + "\t" + uid + "\t" + uid + "\t" + uid);
+  EXPECT_EQ(status_field((*process)->pid(), "NoNewPrivs:"), "1");
+
+  // A directory the user cannot enter (mkdtemp's 0700 root) is a launch error naming the user.
+  options.working_dir = dir.path();
+  ::chmod(dir.path().c_str(), 0700);
+  auto refused = launcher.launch(options);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find(kDefaultJobUser), std::string::npos) << refused.status().message();
+  EXPECT_NE(refused.status().message().find(dir.path()), std::string::npos) << refused.status().message();
+}
+
+TEST(PosixProcessLauncherTest, ChildOutlivesTheThreadThatAskedForIt) {
+  // PR_SET_PDEATHSIG follows the forking thread: launches come from short-lived (gRPC) threads,
+  // and their children must not be killed when those threads end.
+  PosixProcessLauncher launcher;
+  Collected out;
+  std::unique_ptr<ProcessHandle> process;
+  std::thread caller([&] {
+    LaunchOptions options;
+    options.argv = {"/bin/sh", "-c", "sleep 0.3; echo alive"};
+    options.on_stdout = out.callback();
+    auto launched = launcher.launch(options);
+    if (launched.ok()) process = std::move(launched).value();
+  });
+  caller.join();
+  ASSERT_NE(process, nullptr);
+  std::optional<ExitStatus> exit = wait_exit(*process);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_TRUE(exit->success()) << exit->to_string();
+  ASSERT_TRUE(process->wait_output_closed(kTestWaitTimeout));
+  EXPECT_EQ(out.get(), "alive\n");
+}
+
+TEST(PosixProcessLauncherTest, ChildDiesWithTheLauncherProcess) {
+  int pids[2];
+  ASSERT_EQ(::pipe(pids), 0);
+  const pid_t launcher_process = ::fork();
+  ASSERT_GE(launcher_process, 0);
+  if (launcher_process == 0) {
+    // A launcher in a process of its own, which then waits to be killed.
+    ::close(pids[0]);
+    PosixProcessLauncher launcher;
+    LaunchOptions options;
+    options.argv = {"/bin/sleep", "60"};
+    auto process = launcher.launch(options);
+    pid_t pid = process.ok() ? (*process)->pid() : -1;
+    if (::write(pids[1], &pid, sizeof(pid)) != sizeof(pid)) ::_exit(1);
+    ::pause();
+    ::_exit(0);
+  }
+  ::close(pids[1]);
+  pid_t worker = -1;
+  ASSERT_EQ(::read(pids[0], &worker, sizeof(worker)), static_cast<ssize_t>(sizeof(worker)));
+  ::close(pids[0]);
+  ASSERT_GT(worker, 0);
+  ASSERT_EQ(::kill(launcher_process, SIGKILL), 0);
+  int wait_status = 0;
+  ASSERT_EQ(::waitpid(launcher_process, &wait_status, 0), launcher_process);
+  // The worker was re-parented (to init or a subreaper, which reaps it): gone or a zombie.
+  EXPECT_TRUE(wait_until(
+      [&] {
+        std::string state = status_field(worker, "State:");
+        return state.empty() || state[0] == 'Z';
+      },
+      std::chrono::seconds(2)))
+      << "worker " << worker << " outlived its launcher: " << status_field(worker, "State:");
 }
 
 }  // namespace

@@ -1,5 +1,8 @@
 #include "daemon/agent/task_supervisor.h"
 
+#include "daemon/agent/confined_dir.h"
+#include "daemon/agent/job_id.h"
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -24,7 +27,7 @@ void merge_entries(const std::vector<std::string>& entries, std::map<std::string
 }
 
 Status validate(const JobTasks& job) {
-  if (job.job_id.empty()) return invalid_argument_error("launch: empty job_id");
+  COHORT_RETURN_IF_ERROR(validate_job_id(job.job_id, "launch"));
   if (job.argv.empty() || job.argv[0].empty()) {
     return invalid_argument_error("launch job {}: empty argv; give the worker's path", job.job_id);
   }
@@ -105,14 +108,18 @@ StatusOr<std::shared_ptr<TaskSupervisor::Task>> TaskSupervisor::start_task(const
   auto task = std::make_shared<Task>();
   task->job_id = job.job_id;
   task->rank = rank;
-  std::string log_path = fmt::format("{}/{}/rank-{}.log", options_.log_dir, job.job_id, rank);
-  COHORT_ASSIGN_OR_RETURN(std::unique_ptr<LogCapture> log, LogCapture::open(log_path));
+  // <log_dir>/<job_id>/rank-<rank>.log, walked without following links (the job id is checked).
+  COHORT_ASSIGN_OR_RETURN(ConfinedDir log_root, ConfinedDir::open(options_.log_dir, kLogDirectoryMode));
+  COHORT_ASSIGN_OR_RETURN(ConfinedDir job_logs, log_root.subdir({job.job_id}, kLogDirectoryMode));
+  COHORT_ASSIGN_OR_RETURN(std::unique_ptr<LogCapture> log,
+                          LogCapture::open_in(job_logs, fmt::format("rank-{}.log", rank)));
   task->log = std::move(log);
 
   LaunchOptions launch;
   launch.argv = job.argv;
   launch.env = environment_for(job, rank, local_rank);
   launch.working_dir = job.working_dir;
+  launch.run_as = job.run_as;
   // Both streams go to one log, interleaved as they arrive, which is how people read a rank.
   std::shared_ptr<LogCapture> capture = task->log;
   launch.on_stdout = [capture](std::string_view bytes) { capture->append(bytes); };

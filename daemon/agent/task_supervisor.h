@@ -38,6 +38,7 @@
 
 #include "daemon/agent/log_capture.h"
 #include "daemon/agent/process_launcher.h"
+#include "daemon/agent/unix_user.h"
 #include "daemon/coordinator/clock.h"
 #include "worker/base/status.h"
 
@@ -88,6 +89,8 @@ struct JobTasks {
   // Extra environment of single ranks (CUDA_VISIBLE_DEVICES, COHORT_INIT's local_rank), by global
   // rank; applied after `env`, before the variables cohort owns.
   std::map<int, std::map<std::string, std::string>> rank_env;
+  // The Unix user the ranks run as (the agent is root); nullopt: the agent's own user.
+  std::optional<UnixUser> run_as;
 };
 
 // One rank's exit, as reported to the callback.
@@ -121,7 +124,8 @@ class TaskSupervisor {
   TaskSupervisor(const TaskSupervisor&) = delete;
   TaskSupervisor& operator=(const TaskSupervisor&) = delete;
 
-  // Starts one process per rank. All or nothing: if a rank cannot start, the ranks already
+  // Starts one process per rank. The job id must pass validate_job_id (it names the job's log
+  // directory; no link below log_dir is followed). All or nothing: if a rank cannot start, the ranks already
   // started are killed and the error names the job and rank. A job id whose tasks still run is
   // ALREADY_EXISTS; one whose tasks all ended is replaced (a restart). Blocking until each
   // process has exec'd.

@@ -3,14 +3,15 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <system_error>
 #include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "daemon/agent/confined_dir.h"
 #include "daemon/agent/free_port.h"
+#include "daemon/agent/job_id.h"
 #include "daemon/agent/node_inventory.h"
 #include "daemon/service/grpc_status.h"
 
@@ -18,30 +19,28 @@ namespace cohort::daemon {
 namespace {
 
 // Writes the attempt's spec where its workers read it (COHORT_JOB_SPEC); returns the path.
-// Written once per attempt, before any of its tasks starts, so no worker sees a partial file.
-StatusOr<std::string> write_job_spec(const std::string& spec_dir,
-                                     const cohort::v1::LaunchTasksRequest& request) {
-  const std::filesystem::path dir =
-      std::filesystem::path(spec_dir) / request.job_id() / fmt::format("attempt-{}", request.attempt());
-  std::error_code error;
-  std::filesystem::create_directories(dir, error);
-  if (error) {
-    return unavailable_error("cannot create {} for job {}'s spec: {}; check the agent's --log-dir",
-                             dir.string(), request.job_id(), error.message());
+// Written once per attempt, before any of its tasks starts, so no worker sees a partial file: a
+// temporary file with a unique name, renamed over the old one (a restart's straggler may still
+// read it). No link below spec_dir is followed; the file belongs to the job's user, mode 0400.
+StatusOr<std::string> write_job_spec(const std::string& spec_dir, const cohort::v1::LaunchTasksRequest& request,
+                                     const std::optional<agent::UnixUser>& run_as) {
+  auto fail = [&](const Status& status) {
+    return status.with_context(fmt::format("writing job {}'s spec under {}", request.job_id(), spec_dir));
+  };
+  StatusOr<agent::ConfinedDir> root = agent::ConfinedDir::open(spec_dir, agent::kLogDirectoryMode);
+  if (!root.ok()) return fail(root.status());
+  StatusOr<agent::ConfinedDir> dir =
+      root->subdir({request.job_id(), fmt::format("attempt-{}", request.attempt())}, agent::kLogDirectoryMode);
+  if (!dir.ok()) return fail(dir.status());
+  std::string bytes;
+  if (!request.spec().SerializeToString(&bytes)) {
+    return internal_error("cannot serialize job {}'s spec", request.job_id());
   }
-  const std::filesystem::path path = dir / kJobSpecFileName;
-  const std::filesystem::path partial = dir / (std::string(kJobSpecFileName) + ".partial");
-  {
-    std::ofstream out(partial, std::ios::binary | std::ios::trunc);
-    if (!out || !request.spec().SerializeToOstream(&out) || !out.flush()) {
-      return unavailable_error("cannot write {}: {}", partial.string(), std::strerror(errno));
-    }
-  }
-  // A restart's agent may rewrite the file a straggler still reads: rename keeps each read whole.
-  std::filesystem::rename(partial, path, error);
-  if (error)
-    return unavailable_error("cannot rename {} to {}: {}", partial.string(), path.string(), error.message());
-  return path.string();
+  std::optional<agent::FileOwner> owner;
+  if (run_as.has_value()) owner = agent::FileOwner{run_as->uid, run_as->gid};
+  Status written = dir->write_file_atomically(kJobSpecFileName, bytes, kJobSpecFileMode, owner);
+  if (!written.ok()) return fail(written);
+  return dir->path() + "/" + kJobSpecFileName;
 }
 
 }  // namespace
@@ -51,7 +50,7 @@ AgentService::AgentService(agent::TaskSupervisor* supervisor, AgentServiceOption
 
 Status AgentService::launch(const cohort::v1::LaunchTasksRequest& request,
                             cohort::v1::LaunchTasksResponse* response) {
-  if (request.job_id().empty()) return invalid_argument_error("LaunchTasks: job_id is empty");
+  COHORT_RETURN_IF_ERROR(agent::validate_job_id(request.job_id(), "LaunchTasks"));
   if (request.tasks_size() == 0)
     return invalid_argument_error("LaunchTasks for job '{}': no tasks given", request.job_id());
   if (options_.worker_command.empty()) {
@@ -60,6 +59,10 @@ Status AgentService::launch(const cohort::v1::LaunchTasksRequest& request,
   }
   agent::JobTasks job;
   job.job_id = request.job_id();
+  // Never as root: the owner's mapped user, else the job user (or the agent's own user when the
+  // agent is not root and cannot switch).
+  COHORT_ASSIGN_OR_RETURN(job.run_as,
+                          agent::unix_user_for_job(request.owner(), options_.job_user, options_.user_map));
   job.argv = options_.worker_command;
   job.world_size = request.world_size();
   job.master_addr = request.master_address();
@@ -119,7 +122,13 @@ Status AgentService::launch(const cohort::v1::LaunchTasksRequest& request,
     return failed_precondition_error("LaunchTasks for job '{}': this agent has no directory for job specs",
                                      request.job_id());
   }
-  COHORT_ASSIGN_OR_RETURN(const std::string spec_path, write_job_spec(options_.spec_dir, request));
+  COHORT_ASSIGN_OR_RETURN(const std::string job_dir, make_job_dir(job.job_id, job.run_as));
+  job.env["COHORT_JOB_DIR"] = job_dir;
+  job.env["COHORT_ALLOWED_PATH_ROOTS"] = fmt::format("{}", fmt::join(options_.allowed_path_roots, ":"));
+  // Relative paths a rank writes land in its own directory, which its user may write.
+  job.working_dir = job_dir;
+  if (!request.job_secret().empty()) job.env["COHORT_JOB_SECRET"] = request.job_secret();
+  COHORT_ASSIGN_OR_RETURN(const std::string spec_path, write_job_spec(options_.spec_dir, request, job.run_as));
   job.env["COHORT_JOB_SPEC"] = spec_path;
   COHORT_RETURN_IF_ERROR(supervisor_->launch(job));
   attempts_[job.job_id] = request.attempt();
@@ -134,6 +143,25 @@ Status AgentService::launch(const cohort::v1::LaunchTasksRequest& request,
   return Status();
 }
 
+StatusOr<std::string> AgentService::make_job_dir(const std::string& job_id,
+                                               const std::optional<agent::UnixUser>& run_as) const {
+  const std::string root_path = options_.job_dir_root.empty()
+                                    ? (std::filesystem::path(options_.spec_dir).parent_path() / "jobs").string()
+                                    : options_.job_dir_root;
+  auto fail = [&](const Status& status) {
+    return status.with_context(fmt::format("creating job {}'s directory under {}", job_id, root_path));
+  };
+  StatusOr<agent::ConfinedDir> root = agent::ConfinedDir::open(root_path, kJobDirRootMode);
+  if (!root.ok()) return fail(root.status());
+  StatusOr<agent::ConfinedDir> dir = root->subdir({job_id}, kJobDirMode);
+  if (!dir.ok()) return fail(dir.status());
+  if (run_as.has_value()) {
+    Status owned = dir->set_owner(agent::FileOwner{run_as->uid, run_as->gid});
+    if (!owned.ok()) return fail(owned);
+  }
+  return dir->path();
+}
+
 grpc::Status AgentService::LaunchTasks(grpc::ServerContext* /*context*/,
                                        const cohort::v1::LaunchTasksRequest* request,
                                        cohort::v1::LaunchTasksResponse* response) {
@@ -143,7 +171,7 @@ grpc::Status AgentService::LaunchTasks(grpc::ServerContext* /*context*/,
 grpc::Status AgentService::StopTasks(grpc::ServerContext* /*context*/,
                                      const cohort::v1::StopTasksRequest* request,
                                      cohort::v1::StopTasksResponse* response) {
-  if (request->job_id().empty()) return to_grpc_status(invalid_argument_error("StopTasks: job_id is empty"));
+  if (Status id = agent::validate_job_id(request->job_id(), "StopTasks"); !id.ok()) return to_grpc_status(id);
   StatusOr<std::vector<agent::TaskInfo>> tasks = supervisor_->tasks(request->job_id());
   if (!tasks.ok()) return to_grpc_status(tasks.status());
   int running = 0;
@@ -162,6 +190,7 @@ grpc::Status AgentService::StreamLogs(grpc::ServerContext* context,
         "StreamLogs for job '{}' rank {}: only stream BOTH is captured (stdout and stderr interleaved)",
         request->job_id(), request->rank()));
   }
+  if (Status id = agent::validate_job_id(request->job_id(), "StreamLogs"); !id.ok()) return to_grpc_status(id);
   StatusOr<std::shared_ptr<agent::LogCapture>> capture = supervisor_->log(request->job_id(), request->rank());
   if (!capture.ok()) return to_grpc_status(capture.status());
   uint64_t offset = 0;

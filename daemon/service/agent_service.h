@@ -28,6 +28,7 @@
 
 #include "cohort/v1/agent.grpc.pb.h"
 #include "daemon/agent/task_supervisor.h"
+#include "daemon/agent/unix_user.h"
 #include "worker/base/status.h"
 
 namespace cohort::daemon {
@@ -47,6 +48,18 @@ struct AgentServiceOptions {
   // Where each attempt's job_spec.pb goes: <spec_dir>/<job_id>/attempt-<N>/job_spec.pb (the
   // supervisor's log directory, so a job's files sit together). Required for LaunchTasks.
   std::string spec_dir;
+  // Unix user the ranks of a job run as when its owner has no entry in user_map (an agent running
+  // as root never runs a job as root).
+  std::string job_user = "cohort-job";
+  // cohort user name -> Unix user name for the ranks of that user's jobs.
+  std::map<std::string, std::string> user_map;
+  // Where each job's own directory goes: <job_dir_root>/<job_id>/ (mode 0700, owned by the job's
+  // user; COHORT_JOB_DIR and the ranks' working directory; kept across attempts, so checkpoints
+  // there survive a restart). Empty: <parent of spec_dir>/jobs, i.e. <data_dir>/jobs by default.
+  std::string job_dir_root;
+  // Directories (besides the job's own directory under the data dir) that a spec's
+  // checkpoint.dir, dataset.path and torchscript_file may lie under.
+  std::vector<std::string> allowed_path_roots;
 };
 
 // The worker launch contract (what cohort-worker reads), beyond the torchrun-style variables the
@@ -57,8 +70,16 @@ struct AgentServiceOptions {
 //   COHORT_JOB_SPEC     path of the binary-serialized cohort.v1.JobSpec
 //   COHORT_INIT         cohort://<coordinator>/<job_id>?attempt=<N>&local_rank=<L>
 //   COHORT_RESUME=1     only on a restarted attempt whose spec asks to resume from a checkpoint
+//   COHORT_JOB_DIR      the job's own directory (also the ranks' working directory)
+//   COHORT_JOB_SECRET   the attempt's secret for the rendezvous and rank 0's store (when given)
 //   CUDA_VISIBLE_DEVICES the task's GPUs (empty when it has none: CPU ranks see no GPU)
 inline constexpr const char* kJobSpecFileName = "job_spec.pb";
+// The job's directory: only its user reaches it. Its parent (the agent's) is searchable, not
+// listable, so no job learns the others' ids from it.
+inline constexpr mode_t kJobDirMode = 0700;
+inline constexpr mode_t kJobDirRootMode = 0711;
+// The spec file: readable by the job's user only (it owns the file; the directory is the agent's).
+inline constexpr mode_t kJobSpecFileMode = 0400;
 
 class AgentService final : public cohort::v1::Agent::Service {
  public:
@@ -96,6 +117,8 @@ class AgentService final : public cohort::v1::Agent::Service {
 
  private:
   Status launch(const cohort::v1::LaunchTasksRequest& request, cohort::v1::LaunchTasksResponse* response);
+  // Creates (or reuses) <job_dir_root>/<job_id>, owned by `run_as`; returns its path.
+  StatusOr<std::string> make_job_dir(const std::string& job_id, const std::optional<agent::UnixUser>& run_as) const;
 
   agent::TaskSupervisor* const supervisor_;
   AgentServiceOptions options_;  // address guarded by mu_; the rest constant

@@ -5,15 +5,21 @@
 
 #include "daemon/service/agent_service.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 #include "daemon/agent/process_launcher.h"
 #include "daemon/agent/task_supervisor.h"
 #include "daemon/agent/test_util.h"
+#include "daemon/agent/unix_user.h"
 
 namespace cohort::daemon {
 namespace {
@@ -29,16 +35,24 @@ constexpr const char* kPrintEnvironment =
 class AgentServiceTest : public ::testing::Test {
  protected:
   AgentServiceTest() {
+    // The agent's data directory as cohortd lays it out; the job user must pass through it.
+    ::chmod(dir_.path().c_str(), 0711);
     agent::TaskSupervisorOptions options;
-    options.log_dir = dir_.path();
+    options.log_dir = log_dir_;
     options.node_id = "node-a";
     supervisor_ = std::make_unique<agent::TaskSupervisor>(options, &launcher_, nullptr);
-    AgentServiceOptions service_options;
-    service_options.node_id = "node-a";
-    service_options.slots = 4;
-    service_options.worker_command = {"/bin/sh", "-c", kPrintEnvironment};
-    service_options.spec_dir = dir_.path();
-    service_ = std::make_unique<AgentService>(supervisor_.get(), service_options);
+    service_options_.node_id = "node-a";
+    service_options_.slots = 4;
+    service_options_.worker_command = {"/bin/sh", "-c", kPrintEnvironment};
+    service_options_.spec_dir = log_dir_;
+    service_options_.job_dir_root = dir_.path() + "/jobs";
+    service_ = std::make_unique<AgentService>(supervisor_.get(), service_options_);
+  }
+
+  // Replaces the service with one whose worker runs `command` (and whatever else `options` says).
+  void use_worker(const std::string& command) {
+    service_options_.worker_command = {"/bin/sh", "-c", command};
+    service_ = std::make_unique<AgentService>(supervisor_.get(), service_options_);
   }
 
   cohort::v1::LaunchTasksRequest request(int attempt) {
@@ -79,6 +93,8 @@ class AgentServiceTest : public ::testing::Test {
   }
 
   TempDir dir_;
+  const std::string log_dir_ = dir_.path() + "/logs";
+  AgentServiceOptions service_options_;
   agent::PosixProcessLauncher launcher_;
   std::unique_ptr<agent::TaskSupervisor> supervisor_;
   std::unique_ptr<AgentService> service_;
@@ -92,7 +108,7 @@ TEST_F(AgentServiceTest, FirstAttemptGetsSpecInitPortAndGpus) {
   grpc::Status status = service_->LaunchTasks(&context, &launch, &response);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(response.pids_size(), 2);
-  const std::string spec_path = dir_.path() + "/mnist-1/attempt-1/job_spec.pb";
+  const std::string spec_path = log_dir_ + "/mnist-1/attempt-1/job_spec.pb";
   EXPECT_EQ(output_of(0), "init=cohort://10.0.0.1:7070/mnist-1?attempt=1&local_rank=0 spec=" + spec_path +
                               " port=29512 attempt=1 resume=unset cuda=1 coordinator=10.0.0.1:7070\n");
   EXPECT_EQ(output_of(1), "init=cohort://10.0.0.1:7070/mnist-1?attempt=1&local_rank=1 spec=" + spec_path +
@@ -137,6 +153,114 @@ TEST_F(AgentServiceTest, DrainingAgentRefusesLaunches) {
   grpc::Status status = service_->LaunchTasks(&context, &launch, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_NE(status.error_message().find("draining"), std::string::npos) << status.error_message();
+}
+
+TEST_F(AgentServiceTest, RanksRunAsTheJobUserInTheirOwnDirectory) {
+  if (::geteuid() != 0) GTEST_SKIP() << "switching users needs root";
+  StatusOr<agent::UnixUser> user = agent::lookup_unix_user(agent::kDefaultJobUser);
+  ASSERT_TRUE(user.ok()) << user.status().message();
+  use_worker(
+      "echo \"uid=$(id -u) euid=$(id -u -r) pwd=$(pwd) dir=$COHORT_JOB_DIR secret=$COHORT_JOB_SECRET\"; "
+      "cat \"$COHORT_JOB_SPEC\" >/dev/null && echo spec-readable");
+  cohort::v1::LaunchTasksRequest launch = request(1);
+  launch.set_job_secret("s3cret");
+  cohort::v1::LaunchTasksResponse response;
+  grpc::ServerContext context;
+  grpc::Status status = service_->LaunchTasks(&context, &launch, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  const std::string job_dir = dir_.path() + "/jobs/mnist-1";
+  const std::string uid = std::to_string(user->uid);
+  EXPECT_EQ(output_of(0), "uid=" + uid + " euid=" + uid + " pwd=" + job_dir + " dir=" + job_dir +
+                              " secret=s3cret\nspec-readable\n");
+  struct stat info {};
+  ASSERT_EQ(::stat(job_dir.c_str(), &info), 0);
+  EXPECT_EQ(info.st_uid, user->uid);
+  EXPECT_EQ(info.st_mode & 07777, kJobDirMode);
+  ASSERT_EQ(::stat((log_dir_ + "/mnist-1/attempt-1/job_spec.pb").c_str(), &info), 0);
+  EXPECT_EQ(info.st_uid, user->uid);
+  EXPECT_EQ(info.st_mode & 07777, kJobSpecFileMode);
+  // The logs stay the agent's.
+  ASSERT_EQ(::stat((log_dir_ + "/mnist-1/rank-0.log").c_str(), &info), 0);
+  EXPECT_EQ(info.st_uid, 0u);
+}
+
+TEST_F(AgentServiceTest, OwnerRunsAsTheUserItIsMappedTo) {
+  if (::geteuid() != 0) GTEST_SKIP() << "switching users needs root";
+  StatusOr<agent::UnixUser> nobody = agent::lookup_unix_user("nobody");
+  if (!nobody.ok()) GTEST_SKIP() << "no user nobody";
+  service_options_.user_map = {{"alice", "nobody"}};
+  use_worker("id -u");
+  cohort::v1::LaunchTasksRequest launch = request(1);
+  launch.set_owner("alice");
+  cohort::v1::LaunchTasksResponse response;
+  grpc::ServerContext context;
+  ASSERT_TRUE(service_->LaunchTasks(&context, &launch, &response).ok());
+  EXPECT_EQ(output_of(0), std::to_string(nobody->uid) + "\n");
+}
+
+TEST_F(AgentServiceTest, MissingJobUserIsALaunchErrorSayingHowToCreateIt) {
+  if (::geteuid() != 0) GTEST_SKIP() << "an agent that is not root runs jobs as itself";
+  service_options_.job_user = "cohort-no-such-user";
+  use_worker("true");
+  cohort::v1::LaunchTasksRequest launch = request(1);
+  cohort::v1::LaunchTasksResponse response;
+  grpc::ServerContext context;
+  grpc::Status status = service_->LaunchTasks(&context, &launch, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(status.error_message().find("cohort-no-such-user"), std::string::npos) << status.error_message();
+  EXPECT_NE(status.error_message().find("useradd"), std::string::npos) << status.error_message();
+  EXPECT_EQ(supervisor_->running_tasks(), 0);
+}
+
+// Every regular file and directory under `root`, resolved: none may lie outside it.
+std::vector<std::string> paths_outside(const std::string& root) {
+  std::vector<std::string> outside;
+  const std::string real_root = std::filesystem::canonical(root).string() + "/";
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(root)) {
+    if (entry.is_symlink()) continue;  // a planted link itself; what matters is where files went
+    const std::string real = std::filesystem::canonical(entry.path()).string();
+    if (real.rfind(real_root, 0) != 0) outside.push_back(real);
+  }
+  return outside;
+}
+
+TEST_F(AgentServiceTest, JobIdThatLeavesTheDataDirectoryIsRefused) {
+  for (const std::string id : {"../../x", "..", "a/b", ""}) {
+    cohort::v1::LaunchTasksRequest launch = request(1);
+    launch.set_job_id(id);
+    cohort::v1::LaunchTasksResponse response;
+    grpc::ServerContext context;
+    grpc::Status status = service_->LaunchTasks(&context, &launch, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << id;
+    if (!id.empty()) {
+      EXPECT_NE(status.error_message().find(id), std::string::npos) << status.error_message();
+    }
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/../x"));
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/../../x"));
+  EXPECT_TRUE(paths_outside(dir_.path()).empty());
+  EXPECT_EQ(supervisor_->running_tasks(), 0);
+}
+
+TEST_F(AgentServiceTest, LinksPlantedInTheDataDirectoryAreNotFollowed) {
+  TempDir elsewhere;
+  std::filesystem::create_directories(log_dir_);
+  std::filesystem::create_directories(dir_.path() + "/jobs");
+  // The job's log directory, then its own directory, pointing outside.
+  ASSERT_EQ(::symlink(elsewhere.path().c_str(), (log_dir_ + "/mnist-1").c_str()), 0);
+  ASSERT_EQ(::symlink(elsewhere.path().c_str(), (dir_.path() + "/jobs/mnist-2").c_str()), 0);
+  for (const std::string id : {"mnist-1", "mnist-2"}) {
+    cohort::v1::LaunchTasksRequest launch = request(1);
+    launch.set_job_id(id);
+    cohort::v1::LaunchTasksResponse response;
+    grpc::ServerContext context;
+    grpc::Status status = service_->LaunchTasks(&context, &launch, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << status.error_message();
+    EXPECT_NE(status.error_message().find("symbolic link"), std::string::npos) << status.error_message();
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(elsewhere.path()));
+  EXPECT_TRUE(paths_outside(dir_.path()).empty());
+  EXPECT_EQ(supervisor_->running_tasks(), 0);
 }
 
 }  // namespace
