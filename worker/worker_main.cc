@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -30,6 +31,7 @@
 #include "worker/job_runner.h"
 #include "worker/job_spec_file.h"
 #include "worker/metrics_reporter.h"
+#include "worker/spec_path_check.h"
 #include "worker/worker_info.h"
 
 namespace {
@@ -56,6 +58,8 @@ else cuda:LOCAL_RANK mod the GPU count); that needs a cohort-worker built agains
 
 Environment: COHORT_RESUME=1 resumes from the newest checkpoint; COHORT_COORDINATOR, COHORT_JOB_ID
 and COHORT_ATTEMPT make rank 0 report metrics to the coordinator; COHORT_LOG_LEVEL sets logging.
+COHORT_JOB_DIR and COHORT_ALLOWED_PATH_ROOTS (set by the agent) confine the spec's checkpoint.dir,
+dataset.path and torchscript_file to the job's directory and those roots, symlinks resolved.
 
 example: two ranks on this machine
   for r in 0 1; do
@@ -84,6 +88,10 @@ cohort::Status run_worker(WorkerFlags flags) {
   if (flags.init.empty()) flags.init = env_or("COHORT_INIT", "env://");
 
   COHORT_ASSIGN_OR_RETURN(cohort::v1::JobSpec spec, cohort::worker::read_job_spec_file(flags.job_spec));
+  // Started by an agent: the spec's paths must lie under its allowed roots, symlinks resolved.
+  if (std::optional<cohort::PathConfinement> confinement =
+          cohort::worker::spec_path_confinement_from_environment())
+    COHORT_RETURN_IF_ERROR(cohort::worker::confine_spec_paths(spec, *confinement));
   COHORT_RETURN_IF_ERROR(cohort::comm::register_cohort_init_method());
   // Before joining: a job that asks for GPUs this worker cannot use fails here, naming the fix.
   COHORT_ASSIGN_OR_RETURN(

@@ -100,6 +100,30 @@ void check_dataset(const cohort::v1::Dataset& dataset, Problems& problems) {
   problems.at_least("dataset.test_size", dataset.test_size(), 0);
 }
 
+// Spec paths must lie under the allowed roots (worker/base/path_confinement.h says why). The same
+// message whether or not the path exists: nothing here looks at the file system.
+void check_path(const char* field, const std::string& path, const PathConfinement& confinement,
+                Problems& problems) {
+  StatusOr<std::string> confined = confine_path(field, path, confinement);
+  if (!confined.ok()) problems.add("{}", confined.status().message());
+}
+
+void check_paths(const cohort::v1::JobSpec& spec, const JobSpecValidationOptions& options,
+                 Problems& problems) {
+  PathConfinement confinement;
+  confinement.roots = options.allowed_path_roots;
+  check_path("checkpoint.dir", spec.checkpoint().dir(), confinement, problems);
+  check_path("dataset.path", spec.dataset().path(), confinement, problems);
+  if (spec.has_model_parallel()) {
+    for (int i = 0; i < spec.model_parallel().stages_size(); ++i) {
+      const cohort::v1::Stage& stage = spec.model_parallel().stages(i);
+      if (stage.body_case() != cohort::v1::Stage::kTorchscriptFile) continue;
+      const std::string field = fmt::format("model_parallel.stages[{}].torchscript_file", i);
+      check_path(field.c_str(), stage.torchscript_file(), confinement, problems);
+    }
+  }
+}
+
 bool contains(const google::protobuf::RepeatedField<int32_t>& ranks, int rank) {
   return std::find(ranks.begin(), ranks.end(), rank) != ranks.end();
 }
@@ -186,7 +210,7 @@ void check_optimizer(const cohort::v1::Optimizer& optimizer, Problems& problems)
 
 }  // namespace
 
-Status validate_job_spec(const cohort::v1::JobSpec& spec) {
+Status validate_job_spec(const cohort::v1::JobSpec& spec, const JobSpecValidationOptions& options) {
   Problems problems;
   check_name(spec.name(), problems);
   problems.at_least("nodes", spec.nodes(), 1);
@@ -198,10 +222,25 @@ Status validate_job_spec(const cohort::v1::JobSpec& spec) {
   if (!spec.checkpoint().dir().empty()) {
     problems.at_least("checkpoint.interval_epochs", spec.checkpoint().interval_epochs(), 1);
   }
+  // Without a checkpoint directory there is nothing to resume from: the restart would silently
+  // start from scratch, which is not what the spec asked for.
+  if (spec.restart_policy().from_checkpoint() && spec.checkpoint().dir().empty()) {
+    problems.add(
+        "restart_policy.from_checkpoint is true but checkpoint.dir is empty; set checkpoint.dir (e.g. "
+        "'checkpoints', inside the job's directory) and checkpoint.interval_epochs, or set "
+        "from_checkpoint: false to restart from scratch");
+  }
+  check_paths(spec, options, problems);
   check_communicator(spec, problems);
   check_dataset(spec.dataset(), problems);
   check_model(spec, problems);
   check_optimizer(spec.optimizer(), problems);
+  return problems.status();
+}
+
+Status validate_spec_paths(const cohort::v1::JobSpec& spec, const JobSpecValidationOptions& options) {
+  Problems problems;
+  check_paths(spec, options, problems);
   return problems.status();
 }
 

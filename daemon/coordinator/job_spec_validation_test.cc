@@ -130,10 +130,49 @@ TEST(JobSpecValidationTest, StageWiringMustBeDeclaredAtBothEnds) {
 
 TEST(JobSpecValidationTest, CheckpointingNeedsAnInterval) {
   cohort::v1::JobSpec spec = valid_spec();
-  spec.mutable_checkpoint()->set_dir("/tmp/ckpt");
+  spec.mutable_checkpoint()->set_dir("ckpt");
   expect_invalid(spec, {"checkpoint.interval_epochs is 0"});
   spec.mutable_checkpoint()->set_interval_epochs(1);
   EXPECT_TRUE(validate_job_spec(spec).ok());
+}
+
+TEST(JobSpecValidationTest, ResumingFromACheckpointNeedsACheckpointDir) {
+  cohort::v1::JobSpec spec = valid_spec();
+  spec.mutable_restart_policy()->set_max_restarts(1);
+  spec.mutable_restart_policy()->set_from_checkpoint(true);
+  expect_invalid(spec, {"restart_policy.from_checkpoint is true but checkpoint.dir is empty"});
+  spec.mutable_checkpoint()->set_dir("ckpt");
+  spec.mutable_checkpoint()->set_interval_epochs(1);
+  EXPECT_TRUE(validate_job_spec(spec).ok());
+}
+
+TEST(JobSpecValidationTest, SpecPathsMustLieUnderTheAllowedRoots) {
+  cohort::v1::JobSpec spec = valid_spec();
+  spec.mutable_checkpoint()->set_dir("/etc/cron.d");
+  spec.mutable_checkpoint()->set_interval_epochs(1);
+  expect_invalid(spec, {"checkpoint.dir '/etc/cron.d' lies outside the allowed roots", "/usr/share/datasets",
+                        "allowed_path_roots"});
+  spec.mutable_checkpoint()->set_dir("ckpt/../../../etc");
+  expect_invalid(spec, {"checkpoint.dir 'ckpt/../../../etc' lies outside"});
+  spec.mutable_checkpoint()->set_dir("runs/ckpt");  // relative: inside the job's directory
+  EXPECT_TRUE(validate_job_spec(spec).ok());
+
+  spec = valid_spec();
+  spec.mutable_dataset()->set_kind(cohort::v1::IDX_DIR);
+  spec.mutable_dataset()->set_path("/usr/share/datasets/../../../home/someone");
+  expect_invalid(spec, {"dataset.path '/usr/share/datasets/../../../home/someone' lies outside"});
+  spec.mutable_dataset()->set_path("/usr/share/datasets/kmnist");
+  EXPECT_TRUE(validate_job_spec(spec).ok());
+  // An operator's root admits more.
+  spec.mutable_dataset()->set_path("/srv/data/kmnist");
+  expect_invalid(spec, {"dataset.path '/srv/data/kmnist' lies outside"});
+  JobSpecValidationOptions options;
+  options.allowed_path_roots = {"/srv/data"};
+  EXPECT_TRUE(validate_job_spec(spec, options).ok());
+
+  spec = pipeline_spec();
+  spec.mutable_model_parallel()->mutable_stages(1)->set_torchscript_file("/root/stage.pt");
+  expect_invalid(spec, {"model_parallel.stages[1].torchscript_file '/root/stage.pt' lies outside"});
 }
 
 }  // namespace

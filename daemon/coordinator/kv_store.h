@@ -100,7 +100,7 @@ class KvStore {
   std::condition_variable changed_;  // notified on set / add / compare_set / close
   std::map<std::string, std::string> data_;
   size_t total_bytes_ = 0;  // sum of key and value sizes in data_
-  Status closed_;  // OK while open
+  Status closed_;           // OK while open
 };
 
 }  // namespace cohort::coordinator

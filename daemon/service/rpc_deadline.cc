@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "daemon/server/server_limits.h"
+
 namespace cohort::daemon {
 
 Duration time_to_client_deadline(const grpc::ServerContext& context) {
@@ -21,7 +23,8 @@ StatusOr<Duration> bounded_wait(const grpc::ServerContext& context, int64_t time
         "{} is {}; give a wait in milliseconds, or 0 for the server's default ({} ms)", field, timeout_ms,
         fallback.count());
   }
-  const Duration requested = timeout_ms == 0 ? fallback : Duration(timeout_ms);
+  // Clamped (kMaxClientTimeout): a client cannot hold a handler thread for longer than that.
+  const Duration requested = clamp_client_timeout(timeout_ms == 0 ? fallback : Duration(timeout_ms));
   return std::min(requested, time_to_client_deadline(context));
 }
 

@@ -20,7 +20,8 @@ using Duration = std::chrono::milliseconds;
 Duration time_to_client_deadline(const grpc::ServerContext& context);
 
 // The wait for a request's `timeout_ms` field (named `field` in errors): 0 takes `fallback`,
-// and the result never exceeds the client's remaining deadline. INVALID_ARGUMENT for a negative
+// the result is clamped to kMaxClientTimeout (daemon/server/server_limits.h), and it never exceeds
+// the client's remaining deadline. INVALID_ARGUMENT for a negative
 // value. Non-blocking.
 StatusOr<Duration> bounded_wait(const grpc::ServerContext& context, int64_t timeout_ms, Duration fallback,
                                 std::string_view field = "timeout_ms");

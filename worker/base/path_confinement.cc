@@ -52,7 +52,7 @@ std::string normalize_path_lexically(const std::string& path) {
         parts.pop_back();
       } else if (!absolute) {
         parts.push_back(part);  // climbs above a relative start: kept so callers can refuse it
-      }  // ".." at "/" stays at "/"
+      }                         // ".." at "/" stays at "/"
       continue;
     }
     parts.push_back(part);
@@ -84,7 +84,8 @@ StatusOr<std::string> confine_path(const std::string& field, const std::string& 
   std::string normal = normalize_path_lexically(path);
   const bool relative = normal[0] != '/';
   if (relative) {
-    if (normal == ".." || normal.compare(0, 3, "../") == 0) return outside_roots_error(field, path, confinement);
+    if (normal == ".." || normal.compare(0, 3, "../") == 0)
+      return outside_roots_error(field, path, confinement);
     if (confinement.job_dir.empty()) return normal;  // under the job's directory once it exists
     normal = normalize_path_lexically(confinement.job_dir + "/" + normal);
   }

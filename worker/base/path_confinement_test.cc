@@ -35,8 +35,8 @@ TEST(PathConfinementTest, SubmitTimeChecksAreLexical) {
   EXPECT_EQ(*confine_path("dataset.path", "/usr/share/datasets/fashion-mnist/", confinement),
             "/usr/share/datasets/fashion-mnist");
   EXPECT_EQ(*confine_path("checkpoint.dir", "", confinement), "");
-  for (const char* bad : {"/etc", "../x", "ckpt/../../x", "/usr/share/datasets/../../../etc/shadow",
-                          "/usr/share/datasets2"}) {
+  for (const char* bad :
+       {"/etc", "../x", "ckpt/../../x", "/usr/share/datasets/../../../etc/shadow", "/usr/share/datasets2"}) {
     SCOPED_TRACE(bad);
     StatusOr<std::string> path = confine_path("checkpoint.dir", bad, confinement);
     ASSERT_FALSE(path.ok());
