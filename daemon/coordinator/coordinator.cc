@@ -39,6 +39,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::open(CoordinatorOptions opti
   if (options.data_dir.empty()) {
     return invalid_argument_error("the coordinator needs a data directory for its job records (--data-dir)");
   }
+  COHORT_RETURN_IF_ERROR(validate_path_roots(options.allowed_path_roots));
   COHORT_ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::open(options.data_dir));
   COHORT_ASSIGN_OR_RETURN(JobStore::Snapshot snapshot, store->load_all());
   std::unique_ptr<Coordinator> coordinator(new Coordinator(std::move(options), clock, std::move(store)));
@@ -121,8 +122,14 @@ std::vector<NodeStatus> Coordinator::list_nodes() const {
 
 // ---- jobs ----
 
+JobSpecValidationOptions Coordinator::validation_options() const {
+  JobSpecValidationOptions options;
+  options.allowed_path_roots = options_.allowed_path_roots;
+  return options;
+}
+
 StatusOr<std::string> Coordinator::submit(const cohort::v1::JobSpec& spec) {
-  COHORT_RETURN_IF_ERROR(validate_job_spec(spec));
+  COHORT_RETURN_IF_ERROR(validate_job_spec(spec, validation_options()));
   std::lock_guard<std::mutex> lock(mu_);
   if (shutting_down_)
     return unavailable_error("the coordinator is shutting down; submit again once it is back");
@@ -166,6 +173,72 @@ std::vector<Job> Coordinator::list_jobs() const {
   for (const auto& item : jobs_) jobs.push_back(item.second);
   std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) { return a.seq < b.seq; });
   return jobs;
+}
+
+JobPage Coordinator::list_jobs_page(int64_t after_seq, size_t limit,
+                                    const std::function<bool(const Job&)>& keep) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<const Job*> matching;
+  for (const auto& item : jobs_) {
+    const Job& job = item.second;
+    if (job.seq > after_seq && (!keep || keep(job))) matching.push_back(&job);
+  }
+  std::sort(matching.begin(), matching.end(), [](const Job* a, const Job* b) { return a->seq < b->seq; });
+  JobPage page;
+  limit = std::max<size_t>(limit, 1);
+  for (size_t i = 0; i < matching.size() && i < limit; ++i) page.jobs.push_back(*matching[i]);
+  if (matching.size() > limit) page.next_after_seq = page.jobs.back().seq;
+  return page;
+}
+
+namespace {
+
+std::string format_bytes(int64_t bytes) {
+  constexpr double kGiB = 1024.0 * 1024 * 1024;
+  return fmt::format("{:.1f} GiB ({} bytes)", static_cast<double>(bytes) / kGiB, bytes);
+}
+
+}  // namespace
+
+Status Coordinator::check_capacity(const cohort::v1::JobSpec& spec, const CapacityRequest& request) const {
+  const int64_t ranks_per_node = spec.procs_per_node();
+  if (request.estimated_bytes_per_rank > kMaxEstimatedBytesPerRank) {
+    return resource_exhausted_error(
+        "the model needs an estimated {} per rank (parameters, gradients, optimizer state and "
+        "activations of a batch), more than any rank may use: {} (kMaxEstimatedBytesPerRank in "
+        "daemon/coordinator/coordinator.h); make the layers or batch_size smaller",
+        format_bytes(request.estimated_bytes_per_rank), format_bytes(kMaxEstimatedBytesPerRank));
+  }
+  const std::vector<NodeStatus> nodes = list_nodes();
+  const int64_t gpus_per_node = ranks_per_node * spec.gpus_per_proc();
+  int qualifying = 0;
+  int max_slots = 0;
+  int64_t max_memory = 0;  // of the nodes that qualify
+  for (const NodeStatus& node : nodes) {
+    max_slots = std::max(max_slots, node.info.slots);
+    if (node.info.slots < ranks_per_node || static_cast<int64_t>(node.info.gpus.size()) < gpus_per_node)
+      continue;
+    ++qualifying;
+    max_memory = std::max(max_memory, node.info.memory_bytes);
+  }
+  if (!request.wait_for_capacity && qualifying < spec.nodes()) {
+    const std::string gpus = gpus_per_node > 0 ? fmt::format(" and {} GPU(s)", gpus_per_node) : "";
+    return resource_exhausted_error(
+        "the job needs {} node(s) with {} slot(s){} each, but the cluster has {} live node(s), {} of them "
+        "that large (the largest has {} slot(s)); lower nodes or procs_per_node, add nodes, or submit "
+        "with --wait-for-capacity to queue it until enough nodes join",
+        spec.nodes(), ranks_per_node, gpus, nodes.size(), qualifying, max_slots);
+  }
+  if (request.estimated_bytes_per_rank > 0 && max_memory > 0 &&
+      request.estimated_bytes_per_rank * ranks_per_node > max_memory) {
+    return resource_exhausted_error(
+        "the job's {} rank(s) per node need an estimated {} each ({} together: parameters, gradients, "
+        "optimizer state and activations of a batch), but the largest node that fits has {} of memory; "
+        "make the model or batch_size smaller, or lower procs_per_node",
+        ranks_per_node, format_bytes(request.estimated_bytes_per_rank),
+        format_bytes(request.estimated_bytes_per_rank * ranks_per_node), format_bytes(max_memory));
+  }
+  return ok_status();
 }
 
 StatusOr<AgentOrders> Coordinator::cancel(const std::string& job_id, const std::string& reason) {

@@ -31,6 +31,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -42,6 +43,7 @@
 #include "cohort/v1/job.pb.h"
 #include "daemon/coordinator/clock.h"
 #include "daemon/coordinator/job.h"
+#include "daemon/coordinator/job_spec_validation.h"
 #include "daemon/coordinator/job_store.h"
 #include "daemon/coordinator/node_registry.h"
 #include "daemon/coordinator/placement.h"
@@ -55,10 +57,35 @@ namespace cohort::coordinator {
 // bounds memory for long jobs that report metrics every few seconds.
 inline constexpr size_t kDefaultMaxEventsPerJob = 10000;
 
+// ListJobs pages: a long-lived coordinator holds many thousands of finished jobs, and one response
+// carrying them all would exceed the message cap and hold the lock for long. A request asking for
+// more than the maximum gets the maximum.
+inline constexpr size_t kDefaultJobsPageSize = 100;
+inline constexpr size_t kMaxJobsPageSize = 1000;
+
+// No rank may need more memory than this, whatever the cluster: a model this large is a mistake in
+// the spec (a 2-billion-unit linear layer), not a job to queue until a big enough node joins.
+inline constexpr int64_t kMaxEstimatedBytesPerRank = int64_t{1} << 40;  // 1 TiB
+
+// One page of jobs in submission order.
+struct JobPage {
+  std::vector<Job> jobs;
+  int64_t next_after_seq = 0;  // pass as after_seq for the next page; 0 on the last page
+};
+
+// What a job needs of the cluster, checked at submit against what the cluster has.
+struct CapacityRequest {
+  bool wait_for_capacity = false;        // queue a job larger than the cluster instead of refusing it
+  int64_t estimated_bytes_per_rank = 0;  // parameters + activations of one rank (0: unknown)
+};
+
 struct CoordinatorOptions {
   std::string data_dir;                                 // job database directory (required)
   Duration node_lease = kDefaultNodeLease;              // a node silent this long is lost
   size_t max_events_per_job = kDefaultMaxEventsPerJob;  // in-memory event history per job
+  // Roots besides each job's own directory that spec paths may lie under (daemon config
+  // allowed_path_roots); submit() refuses specs whose paths point elsewhere.
+  std::vector<std::string> allowed_path_roots = {kDefaultAllowedPathRoot};
 };
 
 // Start these tasks of an attempt on one node (Agent.LaunchTasks).
@@ -123,6 +150,8 @@ class Coordinator {
   // Live nodes with free capacity, by node id.
   std::vector<NodeStatus> list_nodes() const;
   Duration node_lease() const { return nodes_.lease(); }
+  // The spec checks submit() makes, with this coordinator's allowed path roots.
+  JobSpecValidationOptions validation_options() const;
 
   // ---- jobs ----
 
@@ -134,6 +163,17 @@ class Coordinator {
   StatusOr<Job> get_job(const std::string& job_id) const;
   // Copies of every job's record in submission order.
   std::vector<Job> list_jobs() const;
+  // The jobs with seq > after_seq that `keep` accepts (every job when it is empty), in submission
+  // order, at most `limit` (>= 1) of them; next_after_seq is set when more may follow.
+  JobPage list_jobs_page(int64_t after_seq, size_t limit,
+                         const std::function<bool(const Job&)>& keep = nullptr) const;
+
+  // Whether the cluster as registered now can ever run `spec`: RESOURCE_EXHAUSTED naming both
+  // numbers when it needs more nodes, slots per node or GPUs than the live nodes have (unless
+  // request.wait_for_capacity: it then waits in the queue for nodes to join), or when the
+  // estimated memory of its ranks on one node exceeds the largest node's memory. The gRPC adapter
+  // calls it before submit(). Non-blocking.
+  Status check_capacity(const cohort::v1::JobSpec& spec, const CapacityRequest& request) const;
   // Cancels a job: PENDING leaves the queue; PLACED / RUNNING get stop orders for their tasks.
   // NOT_FOUND for an unknown id; FAILED_PRECONDITION for a finished job.
   StatusOr<AgentOrders> cancel(const std::string& job_id, const std::string& reason);

@@ -480,5 +480,95 @@ TEST_F(CoordinatorTest, ShutdownWakesWatchersClosesRendezvousAndRefusesJobs) {
   EXPECT_TRUE(coordinator_->tick().empty());
 }
 
+// ListJobs pages: submission order, a filter, and a cursor that is the last job's seq.
+TEST_F(CoordinatorTest, JobPagesFollowSubmissionOrder) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) ids.push_back(submit(valid_spec("job" + std::to_string(i))));
+  JobPage first = coordinator_->list_jobs_page(0, 2);
+  ASSERT_EQ(first.jobs.size(), 2u);
+  EXPECT_EQ(first.jobs[0].id, ids[0]);
+  EXPECT_EQ(first.jobs[1].id, ids[1]);
+  ASSERT_NE(first.next_after_seq, 0);
+  JobPage second = coordinator_->list_jobs_page(first.next_after_seq, 2);
+  ASSERT_EQ(second.jobs.size(), 2u);
+  EXPECT_EQ(second.jobs[0].id, ids[2]);
+  JobPage last = coordinator_->list_jobs_page(second.next_after_seq, 2);
+  ASSERT_EQ(last.jobs.size(), 1u);
+  EXPECT_EQ(last.jobs[0].id, ids[4]);
+  EXPECT_EQ(last.next_after_seq, 0);  // no more
+  // Exactly a page's worth left: no empty extra page.
+  EXPECT_EQ(coordinator_->list_jobs_page(first.next_after_seq, 3).next_after_seq, 0);
+  JobPage odd = coordinator_->list_jobs_page(0, 10, [](const Job& job) { return job.seq % 2 == 1; });
+  EXPECT_EQ(odd.jobs.size(), 3u);
+}
+
+TEST_F(CoordinatorTest, CapacityCheckNamesWhatTheJobNeedsAndWhatTheClusterHas) {
+  CapacityRequest request;
+  Status none = coordinator_->check_capacity(valid_spec("a", 1, 1), request);
+  EXPECT_EQ(none.code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(
+      contains(none.message(), "needs 1 node(s) with 1 slot(s) each, but the cluster has 0 live node(s)"))
+      << none.message();
+  EXPECT_TRUE(contains(none.message(), "--wait-for-capacity")) << none.message();
+  request.wait_for_capacity = true;
+  EXPECT_TRUE(coordinator_->check_capacity(valid_spec("a", 1, 1), request).ok());
+
+  request.wait_for_capacity = false;
+  add_node("n1", 4);
+  add_node("n2", 2);
+  EXPECT_TRUE(coordinator_->check_capacity(valid_spec("a", 2, 2), request).ok());
+  Status too_many = coordinator_->check_capacity(valid_spec("a", 3, 1), request);
+  EXPECT_EQ(too_many.code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(contains(too_many.message(), "needs 3 node(s)")) << too_many.message();
+  EXPECT_TRUE(contains(too_many.message(), "the cluster has 2 live node(s), 2 of them that large"))
+      << too_many.message();
+  Status too_wide = coordinator_->check_capacity(valid_spec("a", 2, 3), request);
+  EXPECT_EQ(too_wide.code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(
+      contains(too_wide.message(), "2 live node(s), 1 of them that large (the largest has 4 slot(s))"))
+      << too_wide.message();
+}
+
+TEST_F(CoordinatorTest, CapacityCheckRefusesModelsLargerThanANodesMemory) {
+  NodeInfo info;
+  info.node_id = "big";
+  info.address = "big:7071";
+  info.slots = 4;
+  info.memory_bytes = int64_t{8} << 30;  // 8 GiB
+  ASSERT_TRUE(coordinator_->register_node(info).ok());
+  CapacityRequest request;
+  request.estimated_bytes_per_rank = int64_t{3} << 30;
+  EXPECT_TRUE(coordinator_->check_capacity(valid_spec("a", 1, 2), request).ok());  // 6 GiB
+  Status status = coordinator_->check_capacity(valid_spec("a", 1, 3), request);    // 9 GiB
+  EXPECT_EQ(status.code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(contains(status.message(), "3 rank(s) per node need an estimated 3.0 GiB")) << status.message();
+  EXPECT_TRUE(contains(status.message(), "has 8.0 GiB")) << status.message();
+  // Beyond any node, even one still to join.
+  request.wait_for_capacity = true;
+  request.estimated_bytes_per_rank = kMaxEstimatedBytesPerRank + 1;
+  Status huge = coordinator_->check_capacity(valid_spec("a", 1, 1), request);
+  EXPECT_EQ(huge.code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(contains(huge.message(), "kMaxEstimatedBytesPerRank")) << huge.message();
+}
+
+TEST_F(CoordinatorTest, SpecPathsOutsideTheConfiguredRootsAreRefused) {
+  cohort::v1::JobSpec spec = valid_spec();
+  spec.mutable_checkpoint()->set_dir("/srv/ckpt");
+  spec.mutable_checkpoint()->set_interval_epochs(1);
+  StatusOr<std::string> refused = coordinator_->submit(spec);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(contains(refused.status().message(), "checkpoint.dir '/srv/ckpt' lies outside"))
+      << refused.status().message();
+  coordinator_.reset();
+  CoordinatorOptions options;
+  options.data_dir = dir_.path();
+  options.allowed_path_roots = {"/srv"};
+  auto reopened = Coordinator::open(options, &clock_);
+  ASSERT_TRUE(reopened.ok()) << reopened.status().to_string();
+  EXPECT_TRUE((*reopened)->submit(spec).ok());
+  options.allowed_path_roots = {"relative"};
+  EXPECT_EQ(Coordinator::open(options, &clock_).status().code(), StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace cohort::coordinator
