@@ -3,6 +3,7 @@
 // TempDir: a fresh directory from mkdtemp for one test, removed with everything in it afterwards.
 
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +24,13 @@ class TempDir {
       std::abort();
     }
     path_ = pattern;
+    // mkdtemp's 0700 would shut out the unprivileged user that an agent running as root (as tests
+    // do in CI) runs jobs as: it must pass through a data directory to its job directory, and
+    // execute test workers written here. 0711 is searchable, not listable, like cohortd's own.
+    if (chmod(path_.c_str(), 0711) != 0) {
+      std::perror("chmod");
+      std::abort();
+    }
   }
   ~TempDir() {
     std::error_code ignored;

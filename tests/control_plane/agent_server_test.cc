@@ -3,6 +3,7 @@
 // processes, reports their exits, serves their logs, and stops them on cancel.
 
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <cstdio>
@@ -46,6 +47,8 @@ class AgentServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     setenv("PID_DIR", pid_dir_.path().c_str(), 1);
+    // The workers (run as the unprivileged job user when the test runs as root) write their pids here.
+    chmod(pid_dir_.path().c_str(), 01777);
     DaemonServerOptions options;
     options.role = DaemonRole::kAll;
     options.listen = "127.0.0.1:0";

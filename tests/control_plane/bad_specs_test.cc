@@ -6,6 +6,7 @@
 // a real in-process coordinator over gRPC (SubmitJob → INVALID_ARGUMENT with the same text) with no
 // job recorded and no task launched. The example jobs in configs/jobs/ must pass the same checks.
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -180,6 +181,9 @@ class BadSpecsServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     setenv("MARKER_DIR", marker_dir_.path().c_str(), 1);
+    // A worker runs as the unprivileged job user when the test runs as root: it must be able to
+    // leave its marker, or a wrongly launched job would go unseen.
+    chmod(marker_dir_.path().c_str(), 01777);
     daemon::DaemonServerOptions options;
     options.role = daemon::DaemonRole::kAll;
     options.listen = "127.0.0.1:0";
