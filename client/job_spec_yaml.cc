@@ -31,6 +31,43 @@ namespace pb = google::protobuf;
 // A key closer than this (edits) to a valid one gets a "did you mean" hint.
 constexpr size_t kMaxSuggestionDistance = 2;
 
+// ---- text ------------------------------------------------------------------------------------
+
+// Whether `text` is well-formed UTF-8 (no stray continuation bytes, overlong forms, surrogates or
+// code points past U+10FFFF). Proto3 string fields hold UTF-8 only: a spec with other bytes would
+// be refused later, on the wire, by an error that names neither the file nor the field (found by
+// tests/fuzz/job_spec_yaml_fuzzer.cc).
+bool is_valid_utf8(std::string_view text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    const auto lead = static_cast<unsigned char>(text[i]);
+    size_t length = 1;
+    uint32_t code = lead;
+    uint32_t smallest = 0;
+    if (lead < 0x80) {
+      ++i;
+      continue;
+    } else if ((lead & 0xE0) == 0xC0) {
+      length = 2, code = lead & 0x1F, smallest = 0x80;
+    } else if ((lead & 0xF0) == 0xE0) {
+      length = 3, code = lead & 0x0F, smallest = 0x800;
+    } else if ((lead & 0xF8) == 0xF0) {
+      length = 4, code = lead & 0x07, smallest = 0x10000;
+    } else {
+      return false;
+    }
+    if (text.size() - i < length) return false;
+    for (size_t k = 1; k < length; ++k) {
+      const auto next = static_cast<unsigned char>(text[i + k]);
+      if ((next & 0xC0) != 0x80) return false;
+      code = (code << 6) | (next & 0x3F);
+    }
+    if (code < smallest || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return false;
+    i += length;
+  }
+  return true;
+}
+
 // ---- enum names ------------------------------------------------------------------------------
 
 // "DatasetKind" → "DATASET_KIND_": the prefix proto style puts on an enum's values, stripped in YAML.
@@ -385,6 +422,9 @@ void Reader::read_scalar(const YAML::Node& value, const YAML::Mark& mark, pb::Me
                       : reflection->SetBool(message, field, *parsed);
     }
     case pb::FieldDescriptor::CPPTYPE_STRING:
+      if (field->type() == pb::FieldDescriptor::TYPE_STRING && !is_valid_utf8(text)) {
+        return error(mark, path, "the value is not valid UTF-8; write the file in UTF-8");
+      }
       return repeated ? reflection->AddString(message, field, text)
                       : reflection->SetString(message, field, text);
     case pb::FieldDescriptor::CPPTYPE_ENUM: {

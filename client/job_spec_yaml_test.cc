@@ -196,6 +196,18 @@ TEST(JobSpecYamlTest, WrongScalarTypeSaysWhatWasExpected) {
   EXPECT_NE(parse_error("- a\n- b\n").find("is not a mapping"), std::string::npos);
 }
 
+TEST(JobSpecYamlTest, StringThatIsNotUtf8IsAnError) {
+  const std::string message = parse_error("name: ok\ncommunicator: f\xff\xff" "lat\n");
+  EXPECT_NE(message.find("job.yaml:2:15: communicator: the value is not valid UTF-8"), std::string::npos)
+      << message;
+  EXPECT_NE(parse_error("name: \"\xc0\xaf\"").find("not valid UTF-8"), std::string::npos);      // overlong '/'
+  EXPECT_NE(parse_error("name: \"\xed\xa0\x80\"").find("not valid UTF-8"), std::string::npos);  // a surrogate
+  EXPECT_NE(parse_error("name: \"ab\xe2\x82\"").find("not valid UTF-8"), std::string::npos);     // cut short
+  const auto spec = parse_job_spec_yaml("name: \"caf\xc3\xa9 \xf0\x9f\x9a\x80\"\n", "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_EQ(spec->name(), "caf\xc3\xa9 \xf0\x9f\x9a\x80");
+}
+
 TEST(JobSpecYamlTest, BothModelsIsAnError) {
   const std::string message =
       parse_error("data_parallel: {graph: {layers: [{type: relu}]}}\nmodel_parallel: {stages: []}\n");
