@@ -14,6 +14,9 @@
 # builds do not rebuild each other. Without nvcc the cuda-tagged tests run in the plain build,
 # where they report SKIPPED (CPU-only build).
 #
+# Fuzz targets: with the whole suite, each libFuzzer target then runs for COHORT_FUZZ_SECONDS
+# (default 15) and counts as one test (see the block at the end and tests/fuzz/README.md).
+#
 #   tests/run_all.sh                 # everything
 #   tests/run_all.sh //worker/...    # a subset (passed to bazel test)
 set -uo pipefail
@@ -88,6 +91,24 @@ if [[ $bazel_rc -ne 0 && $failed -eq 0 ]]; then
   # The build broke before any test summary (e.g. an analysis error): count it as a failure.
   echo "run_all: bazel test exited $bazel_rc without a per-target failure; counting the build as failed"
   failed=1
+fi
+
+# Fuzz targets (issue 11): tests/fuzz/build_and_run.sh builds each libFuzzer target with clang under
+# AddressSanitizer and runs it for COHORT_FUZZ_SECONDS (default 15 s; keep it at 60 or less here)
+# from its seed corpus in tests/data/fuzz/; each target counts as one test. They run with the whole
+# suite (no target arguments) or with COHORT_FUZZ=1; COHORT_FUZZ=0 leaves them out.
+fuzz_default=0
+[[ $# -eq 0 ]] && fuzz_default=1
+if [[ ${COHORT_FUZZ:-$fuzz_default} == 1 ]]; then
+  fuzz_log=$(mktemp)
+  tests/fuzz/build_and_run.sh 2>&1 | tee "$fuzz_log"
+  fuzz_rc=${PIPESTATUS[0]}
+  fuzz_passed=$(grep -cE '^fuzz: [a-z0-9_]+: PASSED' "$fuzz_log")
+  fuzz_failed=$(grep -cE '^fuzz: [a-z0-9_]+: FAILED' "$fuzz_log")
+  # The script failed before reporting any target (e.g. a bad argument): one failure.
+  [[ $fuzz_rc -ne 0 && $fuzz_failed -eq 0 ]] && fuzz_failed=1
+  passed=$((passed + fuzz_passed)) failed=$((failed + fuzz_failed))
+  rm -f "$fuzz_log"
 fi
 
 echo "$passed passed, $failed failed, $skipped skipped"
