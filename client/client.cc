@@ -21,20 +21,11 @@ std::string default_coordinator_address() {
   return env != nullptr && *env != '\0' ? env : kDefaultCoordinatorAddress;
 }
 
-std::shared_ptr<grpc::Channel> make_channel(const std::string& address) {
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(kKeepaliveTime.count()));
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(kKeepaliveTimeout.count()));
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  // A watch can be silent for hours: keep pinging however long no data flows (default: 2 pings).
-  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
-}
-
 Client::Client(const std::string& address, ClientOptions options)
     : address_(address),
       options_(options),
-      channel_(make_channel(address)),
+      // Keepalive pings even while a watch is silent for hours (tls::make_channel).
+      channel_(tls::make_channel(address, options_.security)),
       info_(cohort::v1::Info::NewStub(channel_)),
       coordinator_(cohort::v1::Coordinator::NewStub(channel_)) {}
 
@@ -44,6 +35,13 @@ void Client::set_deadline(grpc::ClientContext* context) const {
 
 Status Client::rpc_error(const grpc::Status& status, std::string_view rpc, const std::string& target) const {
   const grpc::StatusCode code = status.error_code();
+  if (code == grpc::StatusCode::UNAVAILABLE && options_.security.insecure) {
+    return Status(StatusCode::kUnavailable,
+                  fmt::format("cannot reach cohortd at {} over plaintext ({}: {}); is cohortd running? It serves "
+                              "TLS unless started with insecure: pass --credentials FILE or set COHORT_CREDENTIALS "
+                              "(the first admin's are DATA_DIR/admin.credentials on the coordinator)",
+                              target, rpc, status.error_message()));
+  }
   if (code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::DEADLINE_EXCEEDED) {
     return Status(
         static_cast<StatusCode>(code),
@@ -63,9 +61,10 @@ StatusOr<cohort::v1::VersionInfo> Client::server_version() {
   return info;
 }
 
-StatusOr<std::string> Client::submit(const cohort::v1::JobSpec& spec) {
+StatusOr<std::string> Client::submit(const cohort::v1::JobSpec& spec, bool wait_for_capacity) {
   cohort::v1::SubmitJobRequest request;
   *request.mutable_spec() = spec;
+  request.set_wait_for_capacity(wait_for_capacity);
   cohort::v1::SubmitJobResponse response;
   grpc::ClientContext context;
   set_deadline(&context);
@@ -85,15 +84,27 @@ StatusOr<cohort::v1::JobRecord> Client::get(const std::string& job_id) {
   return response.job();
 }
 
-StatusOr<std::vector<cohort::v1::JobRecord>> Client::list(const std::vector<cohort::v1::JobState>& states) {
+StatusOr<std::vector<cohort::v1::JobRecord>> Client::list(const std::vector<cohort::v1::JobState>& states,
+                                                          bool all_users) {
   cohort::v1::ListJobsRequest request;
+  request.set_all_users(all_users);
   for (cohort::v1::JobState state : states) request.add_states(state);
-  cohort::v1::ListJobsResponse response;
-  grpc::ClientContext context;
-  set_deadline(&context);
-  grpc::Status status = coordinator_->ListJobs(&context, request, &response);
-  if (!status.ok()) return rpc_error(status, "Coordinator.ListJobs", address_);
-  return std::vector<cohort::v1::JobRecord>(response.jobs().begin(), response.jobs().end());
+  // The largest page the coordinator serves (kMaxJobsPageSize): fewest round trips.
+  constexpr int kListPageSize = 1000;
+  request.set_page_size(kListPageSize);
+  std::vector<cohort::v1::JobRecord> jobs;
+  while (true) {
+    cohort::v1::ListJobsResponse response;
+    grpc::ClientContext context;
+    set_deadline(&context);
+    grpc::Status status = coordinator_->ListJobs(&context, request, &response);
+    if (!status.ok()) return rpc_error(status, "Coordinator.ListJobs", address_);
+    jobs.insert(jobs.end(), response.jobs().begin(), response.jobs().end());
+    // A token that does not move on would loop forever: stop at the first repeat.
+    if (response.next_page_token().empty() || response.next_page_token() == request.page_token()) break;
+    request.set_page_token(response.next_page_token());
+  }
+  return jobs;
 }
 
 StatusOr<cohort::v1::JobRecord> Client::cancel(const std::string& job_id, const std::string& reason) {
@@ -141,16 +152,6 @@ Status Client::watch(const std::string& job_id, const JobEventCallback& on_event
   return ok_status();
 }
 
-cohort::v1::Agent::Stub& Client::agent_stub(const std::string& address) {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::unique_ptr<cohort::v1::Agent::Stub>& stub = agents_[address];
-  if (stub == nullptr) {
-    // The coordinator's own channel when the agent is the same daemon (`--role all`).
-    stub = cohort::v1::Agent::NewStub(address == address_ ? channel_ : make_channel(address));
-  }
-  return *stub;
-}
-
 Status Client::logs(const std::string& job_id, int rank, bool follow, const LogCallback& on_data,
                     StreamTimeout timeout, const LogGapCallback& on_gap) {
   COHORT_ASSIGN_OR_RETURN(cohort::v1::JobRecord job, get(job_id));
@@ -185,9 +186,9 @@ Status Client::logs(const std::string& job_id, int rank, bool follow, const LogC
   } else if (!request.follow()) {
     set_deadline(&context);
   }
-  const std::string target = fmt::format("{} (node {})", node->address(), node->node_id());
-  std::unique_ptr<grpc::ClientReader<cohort::v1::LogChunk>> reader =
-      agent_stub(node->address()).StreamLogs(&context, request);
+  // Through the coordinator: agents take calls only from it, and it checks the job's owner.
+  const std::string target = fmt::format("{} (rank {} on node {})", address_, rank, node->node_id());
+  std::unique_ptr<grpc::ClientReader<cohort::v1::LogChunk>> reader = coordinator_->StreamLogs(&context, request);
   cohort::v1::LogChunk chunk;
   bool stopped = false;
   int64_t expected_offset = 0;  // where the bytes received so far end
@@ -204,7 +205,55 @@ Status Client::logs(const std::string& job_id, int rank, bool follow, const LogC
   }
   grpc::Status status = reader->Finish();
   if (stopped) return ok_status();
-  if (!status.ok()) return rpc_error(status, "Agent.StreamLogs", target);
+  if (!status.ok()) return rpc_error(status, "Coordinator.StreamLogs", target);
+  return ok_status();
+}
+
+// One unary Coordinator call with the client's deadline; errors name the method.
+#define COHORT_CLIENT_CALL(method, request, response)                                     \
+  do {                                                                                    \
+    grpc::ClientContext context;                                                          \
+    set_deadline(&context);                                                               \
+    grpc::Status status = coordinator_->method(&context, request, &response);             \
+    if (!status.ok()) return rpc_error(status, "Coordinator." #method, address_);         \
+  } while (0)
+
+StatusOr<std::string> Client::add_user(const std::string& name, bool admin) {
+  cohort::v1::AddUserRequest request;
+  request.set_name(name);
+  request.set_admin(admin);
+  cohort::v1::AddUserResponse response;
+  COHORT_CLIENT_CALL(AddUser, request, response);
+  return response.credentials();
+}
+
+StatusOr<std::vector<cohort::v1::UserInfo>> Client::list_users() {
+  cohort::v1::ListUsersResponse response;
+  COHORT_CLIENT_CALL(ListUsers, cohort::v1::ListUsersRequest(), response);
+  return std::vector<cohort::v1::UserInfo>(response.users().begin(), response.users().end());
+}
+
+Status Client::revoke_user(const std::string& name) {
+  cohort::v1::RevokeUserRequest request;
+  request.set_name(name);
+  cohort::v1::RevokeUserResponse response;
+  COHORT_CLIENT_CALL(RevokeUser, request, response);
+  return ok_status();
+}
+
+StatusOr<cohort::v1::CreateJoinTokenResponse> Client::join_token(std::chrono::milliseconds ttl) {
+  cohort::v1::CreateJoinTokenRequest request;
+  request.set_ttl_ms(ttl.count());
+  cohort::v1::CreateJoinTokenResponse response;
+  COHORT_CLIENT_CALL(CreateJoinToken, request, response);
+  return response;
+}
+
+Status Client::revoke_node(const std::string& node_id) {
+  cohort::v1::RevokeNodeRequest request;
+  request.set_node_id(node_id);
+  cohort::v1::RevokeNodeResponse response;
+  COHORT_CLIENT_CALL(RevokeNode, request, response);
   return ok_status();
 }
 

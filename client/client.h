@@ -33,6 +33,7 @@
 #include "cohort/v1/info.grpc.pb.h"
 #include "cohort/v1/job.pb.h"
 #include "worker/base/status.h"
+#include "worker/base/tls.h"
 
 namespace cohort::client {
 
@@ -42,19 +43,25 @@ inline constexpr std::chrono::seconds kDefaultRpcTimeout{10};
 // that vanished without closing the connection (host down, network cut) must still be noticed.
 // A ping every kKeepaliveTime, also while no call runs; no answer within kKeepaliveTimeout closes
 // the connection and the stream ends UNAVAILABLE. The daemon's server accepts pings this often.
-inline constexpr std::chrono::milliseconds kKeepaliveTime{30000};
-inline constexpr std::chrono::milliseconds kKeepaliveTimeout{10000};
+inline constexpr std::chrono::milliseconds kKeepaliveTime = tls::kKeepaliveTime;
+inline constexpr std::chrono::milliseconds kKeepaliveTimeout = tls::kKeepaliveTimeout;
 // The coordinator address when neither --coordinator nor $COHORT_COORDINATOR gives one.
 inline constexpr const char* kDefaultCoordinatorAddress = "127.0.0.1:7070";
 
 // The coordinator address: $COHORT_COORDINATOR, else 127.0.0.1:7070.
 std::string default_coordinator_address();
 
-// An insecure channel to `address` with the keepalive above.
-std::shared_ptr<grpc::Channel> make_channel(const std::string& address);
-
 struct ClientOptions {
   std::chrono::milliseconds rpc_timeout = kDefaultRpcTimeout;  // each unary call
+  // TLS and the user's token, usually from a credentials file (security_from_credentials); the
+  // default is plaintext, which only a daemon started with `insecure: true` accepts.
+  tls::ChannelSecurity security = plaintext();
+
+  static tls::ChannelSecurity plaintext() {
+    tls::ChannelSecurity security;
+    security.insecure = true;
+    return security;
+  }
 };
 
 // How long a stream (watch, logs) may run; nullopt: until it ends by itself (the job finishes,
@@ -82,14 +89,28 @@ class Client {
   // The daemon's version and roles. Blocks up to the RPC timeout.
   StatusOr<cohort::v1::VersionInfo> server_version();
 
-  // Submits a job; returns its id. INVALID_ARGUMENT naming the bad fields. Blocks up to the RPC timeout.
-  StatusOr<std::string> submit(const cohort::v1::JobSpec& spec);
+  // Submits a job; returns its id. INVALID_ARGUMENT naming the bad fields; RESOURCE_EXHAUSTED when
+  // the cluster is too small for it, unless `wait_for_capacity` queues it until nodes join. Blocks
+  // up to the RPC timeout.
+  StatusOr<std::string> submit(const cohort::v1::JobSpec& spec, bool wait_for_capacity = false);
 
   // One job's record. NOT_FOUND for an unknown id. Blocks up to the RPC timeout.
   StatusOr<cohort::v1::JobRecord> get(const std::string& job_id);
 
-  // Job records in submission order, only those in `states` when it is non-empty.
-  StatusOr<std::vector<cohort::v1::JobRecord>> list(const std::vector<cohort::v1::JobState>& states = {});
+  // Job records in submission order, only those in `states` when it is non-empty. Follows every
+  // page of ListJobs (one RPC per kMaxJobsPageSize jobs), so it may block for several RPC timeouts.
+  // The caller's jobs; every user's with `all_users` (admins only).
+  StatusOr<std::vector<cohort::v1::JobRecord>> list(const std::vector<cohort::v1::JobState>& states = {},
+                                                    bool all_users = false);
+
+  // Users and nodes (admins). add_user returns the new user's credentials file text; join_token a
+  // token for `cohortd --join-token` (ttl 0: the coordinator's default). Each blocks up to the
+  // RPC timeout.
+  StatusOr<std::string> add_user(const std::string& name, bool admin);
+  StatusOr<std::vector<cohort::v1::UserInfo>> list_users();
+  Status revoke_user(const std::string& name);
+  StatusOr<cohort::v1::CreateJoinTokenResponse> join_token(std::chrono::milliseconds ttl);
+  Status revoke_node(const std::string& node_id);
 
   // Cancels a job (empty `reason`: the coordinator's default); returns its record after.
   // FAILED_PRECONDITION for a finished job.
@@ -118,7 +139,6 @@ class Client {
   void set_deadline(grpc::ClientContext* context) const;
   // `status` as a cohort Status naming the rpc and target, with what to do when unreachable.
   Status rpc_error(const grpc::Status& status, std::string_view rpc, const std::string& target) const;
-  cohort::v1::Agent::Stub& agent_stub(const std::string& address);
 
   const std::string address_;
   const ClientOptions options_;
@@ -127,7 +147,6 @@ class Client {
   std::unique_ptr<cohort::v1::Coordinator::Stub> coordinator_;
 
   std::mutex mu_;
-  std::map<std::string, std::unique_ptr<cohort::v1::Agent::Stub>> agents_;  // guarded by mu_; by address
 };
 
 }  // namespace cohort::client

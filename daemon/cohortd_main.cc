@@ -32,13 +32,19 @@ namespace {
 
 constexpr const char* kUsageHead = R"(usage: cohortd --config FILE [flags]
        cohortd --role coordinator [--listen HOST:PORT] --data-dir DIR
-       cohortd --role agent --coordinator HOST:PORT [--listen HOST:PORT] [--slots N] --data-dir DIR
+       cohortd --role agent --coordinator HOST:PORT --join-token TOKEN [--listen HOST:PORT] [--slots N]
+               --data-dir DIR
        cohortd --role all [--listen HOST:PORT] [--slots N] --data-dir DIR
        cohortd --version | --help
 
 cohortd runs on every node of a cohort cluster: it owns the node's devices and launches and
 supervises training workers; one daemon also acts as coordinator (rendezvous, job placement,
 job records).
+
+Secure by default: every port serves TLS only. On first start the coordinator creates a cluster CA
+in DATA_DIR/ca and the first admin's credentials in DATA_DIR/admin.credentials (use them with
+`cohort --credentials FILE`). An agent on another node joins once with --join-token (an admin
+prints one with `cohort node token`) and keeps its node certificate in DATA_DIR/node.
 
   --config FILE      read settings from a YAML file (configs/cohortd.yaml lists every key);
                      flags given as well override the file

@@ -1,5 +1,7 @@
 #include "worker/metrics_reporter.h"
 
+#include "worker/base/tls.h"
+
 #include <cstdlib>
 #include <utility>
 
@@ -20,8 +22,8 @@ std::string env_or_empty(const char* name) {
 
 MetricsReporter::MetricsReporter(MetricsReporterOptions options)
     : options_(std::move(options)),
-      stub_(v1::Coordinator::NewStub(
-          grpc::CreateChannel(options_.coordinator, grpc::InsecureChannelCredentials()))),
+      // The attempt's secret authenticates the reports (COHORT_JOB_SECRET, from the agent).
+      stub_(v1::Coordinator::NewStub(tls::make_channel(options_.coordinator, tls::worker_security_from_environment()))),
       thread_([this] { send_loop(); }) {}
 
 MetricsReporter::~MetricsReporter() {

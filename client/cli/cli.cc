@@ -8,12 +8,18 @@
 #include "client/commands/commands.h"
 #include "worker/base/version.h"
 
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "worker/base/credentials_file.h"
+
 namespace cohort::client::cli {
 namespace {
 
 std::string tool_usage() {
   std::string text =
-      "usage: cohort [--coordinator HOST:PORT] [-o json] <command> [args]\n"
+      "usage: cohort [--credentials FILE] [--coordinator HOST:PORT] [-o json] <command> [args]\n"
       "       cohort <command> --help\n"
       "\n"
       "cohort submits training jobs to a cohort cluster, follows them, reads their logs, and runs one job\n"
@@ -26,7 +32,13 @@ std::string tool_usage() {
   text += fmt::format(
       "\n"
       "options (anywhere on the line):\n"
-      "  --coordinator HOST:PORT  the coordinator (default: $COHORT_COORDINATOR, else {})\n"
+      "  --credentials FILE       your credentials (YAML: coordinator, ca_certificate, token); default:\n"
+      "                           $COHORT_CREDENTIALS, else ~/.config/cohort/credentials. An admin makes\n"
+      "                           one with `cohort user add NAME`; the first admin's is\n"
+      "                           DATA_DIR/admin.credentials on the coordinator. Without one, cohort\n"
+      "                           talks plaintext (only a daemon with `insecure: true` accepts that)\n"
+      "  --coordinator HOST:PORT  the coordinator (default: $COHORT_COORDINATOR, else the credentials\n"
+      "                           file's, else {})\n"
       "  -o, --output FORMAT      human (default) or json: the records in protobuf's JSON mapping\n"
       "  -h, --help               this help, or a command's with `cohort <command> --help`\n"
       "  --version                print the client's version\n"
@@ -51,6 +63,8 @@ int run_cli(const std::vector<std::string>& args, const CliIo& io) {
   context.program_path = io.program_path;
   const Command* command = nullptr;
   bool help = false;
+  bool coordinator_given = std::getenv("COHORT_COORDINATOR") != nullptr;
+  std::string credentials_flag;
   std::vector<std::string> rest;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
@@ -73,6 +87,16 @@ int run_cli(const std::vector<std::string>& args, const CliIo& io) {
         return kExitUsage;
       }
       context.coordinator = value;
+      coordinator_given = true;
+      continue;
+    }
+    matched = value_of("--credentials", &value);
+    if (matched != 0) {
+      if (matched < 0 || value.empty()) {
+        *io.err << "cohort: --credentials needs FILE\n";
+        return kExitUsage;
+      }
+      credentials_flag = value;
       continue;
     }
     matched = value_of("--output", &value);
@@ -128,6 +152,22 @@ int run_cli(const std::vector<std::string>& args, const CliIo& io) {
   if (help) {
     *io.out << command->help;
     return kExitOk;
+  }
+  // `run` starts its own cluster in-process and needs no credentials.
+  if (std::string(command->name) != "run") {
+    const std::string path = credentials_path(credentials_flag);
+    const bool explicit_path = !credentials_flag.empty() || std::getenv(kCredentialsEnv) != nullptr;
+    if (explicit_path || (!path.empty() && ::access(path.c_str(), F_OK) == 0)) {
+      StatusOr<Credentials> credentials = load_credentials(path);
+      if (!credentials.ok()) {
+        *io.err << "cohort: " << credentials.status().message() << '\n';
+        return kExitUsage;
+      }
+      context.client_options.security.insecure = false;
+      context.client_options.security.ca_pem = credentials->ca_certificate;
+      context.client_options.security.bearer_token = credentials->token;
+      if (!coordinator_given) context.coordinator = credentials->coordinator;
+    }
   }
   return command->run(context, rest);
 }

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "client/client.h"
+
 namespace cohort::client::cli {
 
 // Exit statuses of the CLI.
@@ -22,6 +24,7 @@ enum class OutputFormat {
 
 struct CommandContext {
   std::string coordinator;                     // HOST:PORT of the coordinator
+  ClientOptions client_options;                // TLS and token from the credentials file
   OutputFormat format = OutputFormat::kHuman;  // -o json
   std::ostream* out = nullptr;                 // results
   std::ostream* err = nullptr;                 // errors and progress that is not the result

@@ -29,7 +29,7 @@ int run(const CommandContext& context, const std::vector<std::string>& raw_args)
   if (!args.ok()) return usage_error(context, "cancel", args.status().message());
   if (args->positional().size() != 1)
     return usage_error(context, "cancel", "give one job id: cohort cancel JOB");
-  Client client(context.coordinator);
+  Client client(context.coordinator, context.client_options);
   StatusOr<cohort::v1::JobRecord> job = client.cancel(args->positional()[0], args->value("--reason"));
   if (!job.ok()) return report_error(context, job.status());
   if (context.format == OutputFormat::kJson) {

@@ -4,7 +4,8 @@ namespace cohort::client::commands {
 
 std::vector<const cli::Command*> all_commands() {
   return {&kSubmitCommand, &kStatusCommand, &kListCommand, &kLogsCommand,
-          &kCancelCommand, &kNodesCommand,  &kRunCommand,  &kVersionCommand};
+          &kCancelCommand, &kNodesCommand,  &kRunCommand,  &kVersionCommand,
+          &kUserCommand,   &kNodeCommand};
 }
 
 }  // namespace cohort::client::commands

@@ -17,6 +17,8 @@ extern const cli::Command kCancelCommand;   // cancel_command.cc
 extern const cli::Command kNodesCommand;    // nodes_command.cc
 extern const cli::Command kRunCommand;      // run_command.cc
 extern const cli::Command kVersionCommand;  // version_command.cc
+extern const cli::Command kUserCommand;     // user_command.cc
+extern const cli::Command kNodeCommand;     // node_command.cc
 
 // Every command, in the order the tool's --help lists them.
 std::vector<const cli::Command*> all_commands();

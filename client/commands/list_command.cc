@@ -12,10 +12,11 @@ namespace {
 
 using namespace cli;
 
-constexpr const char* kHelp = R"(usage: cohort list [--state STATE]...
+constexpr const char* kHelp = R"(usage: cohort list [--state STATE]... [--all]
 
-Lists the coordinator's jobs in submission order as a table.
+Lists your jobs in submission order as a table.
 
+  --all           every user's jobs (admins only)
   --state STATE   only jobs in this state (pending, placed, running, succeeded, failed, cancelled);
                   repeat for several
 
@@ -47,12 +48,12 @@ int run(const CommandContext& context, const std::vector<std::string>& raw_args)
     if (!state.ok()) return usage_error(context, "list", state.status().message());
     states.push_back(*state);
   }
-  StatusOr<Args> args = Args::parse(rest, {});
+  StatusOr<Args> args = Args::parse(rest, {{"--all", "", false}});
   if (!args.ok()) return usage_error(context, "list", args.status().message());
   if (!args->positional().empty())
     return usage_error(context, "list", "list takes no job id; see `cohort status JOB`");
-  Client client(context.coordinator);
-  StatusOr<std::vector<cohort::v1::JobRecord>> jobs = client.list(states);
+  Client client(context.coordinator, context.client_options);
+  StatusOr<std::vector<cohort::v1::JobRecord>> jobs = client.list(states, args->has("--all"));
   if (!jobs.ok()) return report_error(context, jobs.status());
   if (context.format == OutputFormat::kJson) {
     cohort::v1::ListJobsResponse response;

@@ -41,7 +41,7 @@ int run(const CommandContext& context, const std::vector<std::string>& raw_args)
   if (!rank.ok()) return usage_error(context, "logs", rank.status().message());
   const std::string& job_id = args->positional()[0];
   const bool follow = args->has("--follow");
-  Client client(context.coordinator);
+  Client client(context.coordinator, context.client_options);
   // -o json: a character split across chunks is held back to the next one, so each object's text
   // is whole UTF-8.
   std::string held;

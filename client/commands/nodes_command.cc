@@ -27,7 +27,7 @@ int run(const CommandContext& context, const std::vector<std::string>& raw_args)
   StatusOr<Args> args = Args::parse(raw_args, {});
   if (!args.ok()) return usage_error(context, "nodes", args.status().message());
   if (!args->positional().empty()) return usage_error(context, "nodes", "nodes takes no arguments");
-  Client client(context.coordinator);
+  Client client(context.coordinator, context.client_options);
   StatusOr<std::vector<cohort::v1::NodeStatus>> nodes = client.nodes();
   if (!nodes.ok()) return report_error(context, nodes.status());
   if (context.format == OutputFormat::kJson) {

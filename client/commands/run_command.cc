@@ -1,12 +1,16 @@
-// cohort run JOB.yaml [--procs N] [--data-dir DIR] [--worker PATH]
+// cohort run JOB.yaml [--procs N] [--data-dir DIR] [--worker PATH] [--oversubscribe]
 //
 // The embedded default: an in-process coordinator and agent(s) on this machine, one job, the exit
 // status of the job. A job of several nodes gets one in-process agent per node (node ids local-0,
 // local-1, ...), so it runs exactly as it would on that many machines.
 
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdlib>
@@ -26,6 +30,7 @@
 #include "client/cli/output.h"
 #include "client/cli/worker_locator.h"
 #include "client/client.h"
+#include "worker/base/credentials_file.h"
 #include "client/commands/commands.h"
 #include "client/job_spec_yaml.h"
 #include "daemon/agent/node_inventory.h"
@@ -34,6 +39,12 @@
 namespace cohort::client::commands {
 namespace {
 
+int64_t unix_millis_now() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+
 using namespace cli;
 
 // The in-process coordinator places and notices exits this often: a short job should not wait a
@@ -41,8 +52,14 @@ using namespace cli;
 constexpr auto kRunTickInterval = std::chrono::milliseconds(100);
 // Lines of rank 0's output shown when the job did not succeed.
 constexpr size_t kFailureTailLines = 20;
+// What one machine is asked to host without --oversubscribe: every rank is a process training on
+// the machine's cores, and every simulated node an in-process agent with its own gRPC server and
+// heartbeats. Beyond these the machine thrashes (load in the hundreds) and heartbeats time out.
+constexpr int64_t kMaxLocalRanksPerCore = 4;
+constexpr int64_t kMaxLocalNodes = 64;
 
-constexpr const char* kHelp = R"(usage: cohort run JOB.yaml [--procs N] [--data-dir DIR] [--worker PATH]
+constexpr const char* kHelp =
+    R"(usage: cohort run JOB.yaml [--procs N] [--data-dir DIR] [--worker PATH] [--oversubscribe]
 
 Runs one job on this machine with no daemon: starts an in-process coordinator and agent (one agent
 per node of the job, all local), submits the job, shows its progress (a bar on a terminal), prints
@@ -53,6 +70,8 @@ rank 0's result lines (`test accuracy ...`), and exits 0 only if the job SUCCEED
                    removed after a successful run and kept after a failed one)
   --worker PATH    the worker binary; otherwise $COHORT_WORKER, cohort-worker next to this cohort
                    binary, <dir of cohort>/../worker/cohort-worker (bazel-bin), then $PATH
+  --oversubscribe  start the job even when it asks for more than this machine can host (more than
+                   4 ranks per core, or more than 64 simulated nodes)
 
   -o json prints the job's final record instead of the progress.
 
@@ -69,6 +88,7 @@ class LocalCluster {
   static StatusOr<std::unique_ptr<LocalCluster>> start(const std::string& data_dir, int nodes,
                                                        int procs_per_node, const std::string& worker) {
     auto cluster = std::unique_ptr<LocalCluster>(new LocalCluster());
+    cluster->data_dir_ = data_dir;
     for (int node = 0; node < nodes; ++node) {
       daemon::DaemonServerOptions options;
       options.role = node == 0 ? daemon::DaemonRole::kAll : daemon::DaemonRole::kAgent;
@@ -79,7 +99,14 @@ class LocalCluster {
       options.node_id = fmt::format("local-{}", node);
       options.slots = procs_per_node;
       options.worker_command = {worker};
-      if (node > 0) options.coordinator_address = cluster->servers_.front()->address();
+      if (node > 0) {
+        // Further nodes join like real ones: with a join token from the in-process coordinator.
+        daemon::DaemonServer& coordinator = *cluster->servers_.front();
+        options.coordinator_address = coordinator.address();
+        COHORT_ASSIGN_OR_RETURN(std::string secret, coordinator.security().identities()->add_join_token(
+                                                         std::chrono::hours(1), unix_millis_now()));
+        options.join_token = coordinator.security().join_token_text(secret);
+      }
       std::error_code ignored;
       std::filesystem::create_directories(options.data_dir, ignored);
       COHORT_ASSIGN_OR_RETURN(std::unique_ptr<daemon::DaemonServer> server,
@@ -92,10 +119,21 @@ class LocalCluster {
     for (auto it = servers_.rbegin(); it != servers_.rend(); ++it) (*it)->shutdown();
   }
   const std::string& address() const { return servers_.front()->address(); }
+  // The in-process coordinator's first admin (written to its data dir at start): TLS and a token.
+  StatusOr<ClientOptions> admin_options() const {
+    COHORT_ASSIGN_OR_RETURN(Credentials credentials,
+                            load_credentials(data_dir_ + "/" + security::kAdminCredentialsFile));
+    ClientOptions options;
+    options.security.insecure = false;
+    options.security.ca_pem = credentials.ca_certificate;
+    options.security.bearer_token = credentials.token;
+    return options;
+  }
 
  private:
   LocalCluster() = default;
   std::vector<std::unique_ptr<daemon::DaemonServer>> servers_;
+  std::string data_dir_;
 };
 
 // While alive, SIGINT and SIGTERM cancel the job instead of killing `cohort run`: the workers run
@@ -181,11 +219,43 @@ Status check_local_gpus(const cohort::v1::JobSpec& spec) {
       needed, spec.nodes(), spec.procs_per_node(), spec.gpus_per_proc(), available);
 }
 
+// The cores this process may run on (its affinity mask, which containers and taskset narrow).
+int64_t usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+// FAILED_PRECONDITION when the job asks for more simulated nodes or ranks than this machine can
+// host (unless --oversubscribe), naming the numbers and the flag. Checked before anything starts.
+Status check_local_capacity(const cohort::v1::JobSpec& spec, int64_t cores) {
+  if (spec.nodes() > kMaxLocalNodes) {
+    return failed_precondition_error(
+        "the job asks for {} nodes; cohort run simulates at most {} on one machine (each is an in-process "
+        "agent); lower nodes, submit it to a cluster, or pass --oversubscribe to start them anyway",
+        spec.nodes(), kMaxLocalNodes);
+  }
+  const int64_t ranks = static_cast<int64_t>(spec.nodes()) * spec.procs_per_node();
+  const int64_t most = kMaxLocalRanksPerCore * cores;
+  if (ranks > most) {
+    return failed_precondition_error(
+        "the job asks for {} ranks (nodes {} x procs_per_node {}) but this machine has {} core(s), and "
+        "cohort run starts at most {} ranks per core ({}); lower procs_per_node (--procs) or nodes, or "
+        "pass --oversubscribe to start them anyway",
+        ranks, spec.nodes(), spec.procs_per_node(), cores, kMaxLocalRanksPerCore, most);
+  }
+  return ok_status();
+}
+
 // A fresh directory under $TMPDIR (or /tmp).
 StatusOr<std::string> make_temp_dir() {
   const char* base = std::getenv("TMPDIR");
   std::string pattern = std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/cohort-run-XXXXXX";
   if (mkdtemp(pattern.data()) == nullptr) return errno_status("mkdtemp(" + pattern + ")", errno);
+  // mkdtemp makes it 0700; run as root, the ranks run as the job user (cohort-job), which must
+  // pass through it to its job directory and spec. 0711: searchable, not listable.
+  if (geteuid() == 0 && chmod(pattern.c_str(), 0711) != 0) return errno_status("chmod(" + pattern + ")", errno);
   return pattern;
 }
 
@@ -202,8 +272,10 @@ std::vector<std::string> pick_lines(const std::string& text, const std::string& 
 }
 
 int run(const CommandContext& context, const std::vector<std::string>& raw_args) {
-  StatusOr<Args> args =
-      Args::parse(raw_args, {{"--procs", "-n", true}, {"--data-dir", "", true}, {"--worker", "", true}});
+  StatusOr<Args> args = Args::parse(raw_args, {{"--procs", "-n", true},
+                                               {"--data-dir", "", true},
+                                               {"--worker", "", true},
+                                               {"--oversubscribe", "", false}});
   if (!args.ok()) return usage_error(context, "run", args.status().message());
   if (args->positional().size() != 1)
     return usage_error(context, "run", "give one job file: cohort run JOB.yaml");
@@ -213,6 +285,10 @@ int run(const CommandContext& context, const std::vector<std::string>& raw_args)
   if (!procs.ok()) return usage_error(context, "run", procs.status().message());
   spec->set_procs_per_node(*procs);
   if (spec->nodes() < 1) spec->set_nodes(1);
+  if (!args->has("--oversubscribe")) {
+    if (Status fits = check_local_capacity(*spec, usable_cores()); !fits.ok())
+      return report_error(context, fits);
+  }
   StatusOr<std::string> worker =
       locate_worker(worker_search_from_environment(args->value("--worker"), context.program_path));
   if (!worker.ok()) return report_error(context, worker.status());
@@ -236,12 +312,16 @@ int run(const CommandContext& context, const std::vector<std::string>& raw_args)
         LocalCluster::start(data_dir, spec->nodes(), spec->procs_per_node(), *worker);
     if (!cluster.ok())
       return report_error(context, cluster.status().with_context("cannot start the local cohortd"));
-    Client client((*cluster)->address());
-    StatusOr<std::string> id = client.submit(*spec);
+    StatusOr<ClientOptions> admin = (*cluster)->admin_options();
+    if (!admin.ok()) return report_error(context, admin.status().with_context("the local cohortd's credentials"));
+    Client client((*cluster)->address(), *admin);
+    // The local agents register as they start: the job waits for them rather than being refused
+    // by the coordinator's capacity check.
+    StatusOr<std::string> id = client.submit(*spec, /*wait_for_capacity=*/true);
     if (!id.ok()) return report_error(context, id.status());
-    interrupts.start([&context, address = (*cluster)->address(), job_id = *id](int signal) {
+    interrupts.start([&context, address = (*cluster)->address(), admin = *admin, job_id = *id](int signal) {
       *context.err << "\ncohort: " << strsignal(signal) << ": cancelling job " << job_id << '\n';
-      auto cancelled = Client(address).cancel(job_id, fmt::format("cohort run got {}", strsignal(signal)));
+      auto cancelled = Client(address, admin).cancel(job_id, fmt::format("cohort run got {}", strsignal(signal)));
       if (!cancelled.ok()) *context.err << "cohort: " << cancelled.status().message() << '\n';
     });
     if (context.format == OutputFormat::kHuman) {

@@ -68,7 +68,7 @@ int run(const CommandContext& context, const std::vector<std::string>& raw_args)
   if (!args.ok()) return usage_error(context, "status", args.status().message());
   if (args->positional().size() != 1)
     return usage_error(context, "status", "give one job id: cohort status JOB");
-  Client client(context.coordinator);
+  Client client(context.coordinator, context.client_options);
   StatusOr<cohort::v1::JobRecord> job = client.get(args->positional()[0]);
   if (!job.ok()) return report_error(context, job.status());
   if (context.format == OutputFormat::kJson) {

@@ -27,7 +27,7 @@ examples:
 int run(const CommandContext& context, const std::vector<std::string>& raw_args) {
   StatusOr<Args> args = Args::parse(raw_args, {});
   if (!args.ok()) return usage_error(context, "version", args.status().message());
-  Client client(context.coordinator);
+  Client client(context.coordinator, context.client_options);
   StatusOr<cohort::v1::VersionInfo> info = client.server_version();
   if (context.format == OutputFormat::kJson) {
     if (!info.ok()) return report_error(context, info.status());

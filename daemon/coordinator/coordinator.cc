@@ -128,7 +128,7 @@ JobSpecValidationOptions Coordinator::validation_options() const {
   return options;
 }
 
-StatusOr<std::string> Coordinator::submit(const cohort::v1::JobSpec& spec) {
+StatusOr<std::string> Coordinator::submit(const cohort::v1::JobSpec& spec, const std::string& owner) {
   COHORT_RETURN_IF_ERROR(validate_job_spec(spec, validation_options()));
   std::lock_guard<std::mutex> lock(mu_);
   if (shutting_down_)
@@ -141,6 +141,7 @@ StatusOr<std::string> Coordinator::submit(const cohort::v1::JobSpec& spec) {
   Job job;
   job.seq = next_job_seq_++;
   job.id = fmt::format("{}-{}", spec.name(), job.seq);
+  job.owner = owner;
   job.spec = spec;
   job.machine = JobStateMachine(spec.restart_policy().max_restarts());
   job.submit_unix_ms = clock_->unix_millis();

@@ -158,7 +158,8 @@ class Coordinator {
   // Validates `spec`, records the job (durably) and queues it; returns its id. INVALID_ARGUMENT
   // naming every bad field; UNAVAILABLE while shutting down; the store's error if it cannot write.
   // Placement happens at the next tick().
-  StatusOr<std::string> submit(const cohort::v1::JobSpec& spec);
+  // `owner`: the submitting user (recorded; empty in tests that need no owner).
+  StatusOr<std::string> submit(const cohort::v1::JobSpec& spec, const std::string& owner = "");
   // A copy of one job's record. NOT_FOUND for an unknown id.
   StatusOr<Job> get_job(const std::string& job_id) const;
   // Copies of every job's record in submission order.

@@ -3,7 +3,6 @@
 #include <regex>
 #include <utility>
 
-#include "daemon/coordinator/job_store.h"
 #include "worker/base/crypto.h"
 #include "worker/base/tls.h"
 
@@ -59,8 +58,12 @@ Status validate_node_id(const std::string& node_id) {
 }
 
 StatusOr<std::unique_ptr<IdentityStore>> IdentityStore::open(const std::string& data_dir) {
-  COHORT_ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> db,
-                          SqliteDb::open(data_dir + "/" + JobStore::kDatabaseFile));
+  COHORT_ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> db, SqliteDb::open(data_dir + "/" + kDatabaseFile));
+  // As the job store: one coordinator per data directory, every write durable before it is answered.
+  COHORT_SQLITE_CHECK(db->handle(), sqlite3_busy_timeout(db->handle(), 1000));
+  COHORT_RETURN_IF_ERROR(db->exec("PRAGMA locking_mode = EXCLUSIVE"));
+  COHORT_RETURN_IF_ERROR(db->exec("PRAGMA journal_mode = WAL"));
+  COHORT_RETURN_IF_ERROR(db->exec("PRAGMA synchronous = FULL"));
   COHORT_RETURN_IF_ERROR(db->exec(kSchema));
   std::unique_ptr<IdentityStore> store(new IdentityStore(std::move(db)));
   COHORT_RETURN_IF_ERROR(store->load());

@@ -3,8 +3,9 @@
 // IdentityStore: who may talk to the coordinator. Users (a name, an admin flag and the SHA-256 of
 // their bearer token: a token is shown once, when it is made, and never stored), join tokens (the
 // SHA-256 of their secret and an expiry) and the certificates issued to nodes (serial, node id,
-// revoked). Kept in the coordinator's job database (<data_dir>/coordinator.db), so a restarted
-// coordinator knows everyone it knew.
+// revoked). Kept in SQLite beside the job records, in <data_dir>/identity.db (its own file: the job
+// database holds an exclusive lock for its one connection), so a restarted coordinator knows
+// everyone it knew.
 //
 //   COHORT_ASSIGN_OR_RETURN(auto store, IdentityStore::open(data_dir));
 //   COHORT_ASSIGN_OR_RETURN(std::string token, store->add_user("alice", /*admin=*/false));
@@ -50,7 +51,8 @@ Status validate_node_id(const std::string& node_id);
 
 class IdentityStore {
  public:
-  // Opens (creating the tables if missing) <data_dir>/coordinator.db.
+  static constexpr const char* kDatabaseFile = "identity.db";
+  // Opens (creating the tables if missing) <data_dir>/identity.db.
   static StatusOr<std::unique_ptr<IdentityStore>> open(const std::string& data_dir);
 
   // Adds a user and returns their new token. ALREADY_EXISTS when the name is taken (revoked

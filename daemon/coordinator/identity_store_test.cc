@@ -38,7 +38,7 @@ TEST(IdentityStoreTest, TheDatabaseHoldsNoTokenInClear) {
   ASSERT_TRUE(store.ok());
   StatusOr<std::string> token = (*store)->add_user("root_admin", true);
   ASSERT_TRUE(token.ok());
-  FILE* f = std::fopen((dir.path() + "/coordinator.db").c_str(), "rb");
+  FILE* f = std::fopen((dir.path() + "/" + IdentityStore::kDatabaseFile).c_str(), "rb");
   ASSERT_NE(f, nullptr);
   std::string bytes;
   char buffer[4096];

@@ -26,6 +26,7 @@ struct Metrics {
 
 struct Job {
   std::string id;                       // "<name>-<seq>"
+  std::string owner;                    // the submitting user; only they or an admin act on it
   int64_t seq = 0;                      // submission number: FIFO order and id suffix
   cohort::v1::JobSpec spec;             // as submitted (validated)
   JobStateMachine machine;              // state, attempt, reason

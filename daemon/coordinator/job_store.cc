@@ -53,6 +53,10 @@ constexpr const char* kMigrations[] = {
       );
       CREATE INDEX events_by_job ON events (job_id, seq);
     )sql",
+    // v1 → v2: each job's owner (jobs recorded before users existed belong to nobody: admins only).
+    R"sql(
+      ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+    )sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == JobStore::kSchemaVersion,
               "one migration per schema version");
@@ -143,8 +147,8 @@ Status JobStore::write_job(const Job& job) {
   COHORT_ASSIGN_OR_RETURN(SqliteStatement upsert, db_->prepare(R"sql(
       INSERT INTO jobs (id, seq, spec, state, reason, attempt, submit_unix_ms, start_unix_ms, end_unix_ms,
                         metrics_step, metrics_epoch, metrics_loss, metrics_accuracy, metrics_samples_per_s,
-                        metrics_rank)
-      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+                        metrics_rank, owner)
+      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
       ON CONFLICT (id) DO UPDATE SET
         spec = excluded.spec, state = excluded.state, reason = excluded.reason,
         attempt = excluded.attempt, start_unix_ms = excluded.start_unix_ms,
@@ -155,7 +159,7 @@ Status JobStore::write_job(const Job& job) {
   COHORT_RETURN_IF_ERROR(upsert.bind(job.id, job.seq, SqliteBlob{spec_bytes},
                                      std::string(job_state_name(job.state())), job.machine.reason(),
                                      job.attempt(), job.submit_unix_ms, job.start_unix_ms, job.end_unix_ms,
-                                     step, epoch, loss, accuracy, samples_per_s, rank));
+                                     step, epoch, loss, accuracy, samples_per_s, rank, job.owner));
   COHORT_RETURN_IF_ERROR(upsert.run());
 
   // The placement is replaced whole: a restarted attempt may run on different nodes.
@@ -228,7 +232,8 @@ StatusOr<JobStore::Snapshot> JobStore::load_all() const {
   Snapshot snapshot;
   COHORT_ASSIGN_OR_RETURN(SqliteStatement jobs, db_->prepare(R"sql(
       SELECT id, seq, spec, state, reason, attempt, submit_unix_ms, start_unix_ms, end_unix_ms,
-             metrics_step, metrics_epoch, metrics_loss, metrics_accuracy, metrics_samples_per_s, metrics_rank
+             metrics_step, metrics_epoch, metrics_loss, metrics_accuracy, metrics_samples_per_s, metrics_rank,
+             owner
       FROM jobs ORDER BY seq)sql"));
   while (true) {
     COHORT_ASSIGN_OR_RETURN(bool row, jobs.step());
@@ -236,6 +241,7 @@ StatusOr<JobStore::Snapshot> JobStore::load_all() const {
     Job job;
     job.id = jobs.column_text(0);
     job.seq = jobs.column_int64(1);
+    job.owner = jobs.column_text(15);
     if (!job.spec.ParseFromString(jobs.column_blob(2))) {
       return data_loss_error("job '{}': its stored spec does not parse as cohort.v1.JobSpec", job.id);
     }

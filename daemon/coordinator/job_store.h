@@ -30,7 +30,7 @@ class JobStore {
   // The database file inside the data directory.
   static constexpr const char* kDatabaseFile = "coordinator.db";
   // The schema version this code writes; older databases are migrated on open.
-  static constexpr int kSchemaVersion = 1;
+  static constexpr int kSchemaVersion = 2;
 
   // Everything stored, in submission (jobs) and sequence (events) order.
   struct Snapshot {

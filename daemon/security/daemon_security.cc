@@ -138,9 +138,7 @@ Status DaemonSecurity::open_coordinator() {
   if (options_.agent && !options_.node_id.empty()) dns.push_back(options_.node_id);
   COHORT_ASSIGN_OR_RETURN(own_, ca_->issue(tls::kCoordinatorName, dns, ips));
   if (options_.agent) {
-    COHORT_RETURN_IF_ERROR(coordinator::validate_node_id(options_.node_id));
-    COHORT_ASSIGN_OR_RETURN(node_, ca_->issue(options_.node_id, {options_.node_id}, {}));
-    COHORT_RETURN_IF_ERROR(identities_->add_node_certificate(node_.serial, options_.node_id));
+    COHORT_ASSIGN_OR_RETURN(node_, issue_node_certificate(options_.node_id));
   }
   return ok_status();
 }
@@ -276,6 +274,14 @@ StatusOr<std::string> DaemonSecurity::sign_node(const std::string& node_id, cons
   COHORT_ASSIGN_OR_RETURN(IssuedCertificate issued, ca_->sign_csr(csr_pem, node_id, {node_id}, {}));
   COHORT_RETURN_IF_ERROR(identities_->add_node_certificate(issued.serial, node_id));
   return issued.certificate_pem;
+}
+
+StatusOr<KeyAndCertificate> DaemonSecurity::issue_node_certificate(const std::string& node_id) {
+  if (ca_ == nullptr) return failed_precondition_error("this daemon is not a coordinator; it cannot sign nodes");
+  COHORT_RETURN_IF_ERROR(coordinator::validate_node_id(node_id));
+  COHORT_ASSIGN_OR_RETURN(KeyAndCertificate issued, ca_->issue(node_id, {node_id}, {}));
+  COHORT_RETURN_IF_ERROR(identities_->add_node_certificate(issued.serial, node_id));
+  return issued;
 }
 
 StatusOr<std::vector<std::string>> fetch_server_chain(const std::string& address, std::chrono::milliseconds timeout) {

@@ -75,6 +75,8 @@ class DaemonSecurity {
   std::string join_token_text(const std::string& secret) const;
   // Signs a joining node's CSR (JoinCluster) and records the certificate.
   StatusOr<std::string> sign_node(const std::string& node_id, const std::string& csr_pem);
+  // A key and a recorded certificate for `node_id`, made here (the node of role all, tests).
+  StatusOr<KeyAndCertificate> issue_node_certificate(const std::string& node_id);
 
  private:
   explicit DaemonSecurity(DaemonSecurityOptions options) : options_(std::move(options)) {}

@@ -5,11 +5,14 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <type_traits>
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
+
+#include "worker/base/path_confinement.h"
 
 namespace cohort::daemon {
 namespace {
@@ -56,6 +59,20 @@ const std::vector<DaemonSetting>& daemon_settings() {
       {"shutdown_grace_ms", "--shutdown-grace-ms", "MS", "how long shutdown lets in-flight calls finish"},
       {"peer_rpc_timeout_ms", "--peer-rpc-timeout-ms", "MS", "deadline of one call between daemons"},
       {"log_level", "--log-level", "LEVEL", "trace, debug, info, warn, error or off"},
+      {"allowed_path_roots", "--allowed-path-roots", "DIR[,DIR...]",
+       "directories (besides each job's own) that a spec's checkpoint.dir, dataset.path and "
+       "torchscript_file may lie under (default /usr/share/datasets); a YAML list or comma-separated"},
+      {"job_user", "--job-user", "USER",
+       "the Unix user jobs run as when their owner has no user_map entry (an agent running as root; "
+       "default cohort-job)"},
+      {"user_map", "--user-map", "NAME=USER[,...]",
+       "cohort user -> Unix user that user's jobs run as; a YAML mapping or comma-separated NAME=USER"},
+      {"join_token", "--join-token", "TOKEN",
+       "agent role, first start: join the cluster with this token (`cohort node token` prints one); the "
+       "node's certificate is then kept in DATA_DIR/node"},
+      {"insecure", "--insecure", "true|false",
+       "serve plaintext without authentication (development only; refused unless listen is a loopback "
+       "address)"},
   };
   return settings;
 }
@@ -113,6 +130,37 @@ Status DaemonConfig::set(const std::string& key, const std::string& value, const
     return set_milliseconds(0, options_.shutdown_grace);
   } else if (key == "peer_rpc_timeout_ms") {
     return set_milliseconds(1, options_.peer_rpc_timeout);
+  } else if (key == "allowed_path_roots") {
+    std::vector<std::string> roots;
+    std::istringstream in(value);
+    for (std::string root; std::getline(in, root, ',');) {
+      if (!root.empty()) roots.push_back(root);
+    }
+    if (Status valid = validate_path_roots(roots); !valid.ok())
+      return invalid_argument_error("{}: {}", where, valid.message());
+    options_.allowed_path_roots = std::move(roots);
+  } else if (key == "job_user") {
+    if (value.empty())
+      return invalid_argument_error("{}: job_user is empty; name a Unix user, e.g. cohort-job", where);
+    options_.job_user = value;
+  } else if (key == "user_map") {
+    std::map<std::string, std::string> map;
+    std::istringstream in(value);
+    for (std::string entry; std::getline(in, entry, ',');) {
+      const size_t eq = entry.find('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == entry.size()) {
+        return invalid_argument_error("{}: user_map: '{}' is not NAME=USER (cohort user = Unix user)", where,
+                                      entry);
+      }
+      map[entry.substr(0, eq)] = entry.substr(eq + 1);
+    }
+    options_.user_map = std::move(map);
+  } else if (key == "join_token") {
+    options_.join_token = value;
+  } else if (key == "insecure") {
+    if (value != "true" && value != "false")
+      return invalid_argument_error("{}: insecure: '{}' is not true or false", where, value);
+    options_.insecure = value == "true";
   } else if (key == "log_level") {
     bool known = false;
     for (const char* level : kLogLevels) known = known || value == level;
@@ -150,6 +198,22 @@ Status DaemonConfig::apply_yaml(const std::string& text, const std::string& file
     const std::string where = fmt::format("{}:{}", file_name, entry.first.Mark().line + 1);
     const std::string key = entry.first.Scalar();
     if (entry.second.IsNull()) continue;  // `log_dir:` with no value keeps the default
+    if (key == "allowed_path_roots" && entry.second.IsSequence()) {  // the one list-valued setting
+      std::string joined;
+      for (const auto& item : entry.second) joined += (joined.empty() ? "" : ",") + item.as<std::string>("");
+      Status status = set(key, joined, where);
+      if (!status.ok()) problems.push_back(status.message());
+      continue;
+    }
+    if (key == "user_map" && entry.second.IsMap()) {  // the one mapping-valued setting
+      std::string joined;
+      for (const auto& pair : entry.second)
+        joined += (joined.empty() ? "" : ",") + pair.first.as<std::string>("") + "=" +
+                  pair.second.as<std::string>("");
+      Status status = set(key, joined, where);
+      if (!status.ok()) problems.push_back(status.message());
+      continue;
+    }
     if (!entry.second.IsScalar()) {
       problems.push_back(fmt::format("{}: {}: expected a single value, not a list or mapping", where, key));
       continue;

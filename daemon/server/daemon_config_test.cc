@@ -4,7 +4,9 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -69,6 +71,22 @@ TEST(DaemonConfigTest, EveryProblemIsReportedWithFileAndLine) {
   EXPECT_NE(message.find("cohortd.yaml:5: listen: expected a single value"), std::string::npos) << message;
 }
 
+TEST(DaemonConfigTest, AllowedPathRootsTakeAListOrCommaSeparatedFlag) {
+  DaemonConfig config;
+  ASSERT_TRUE(config.apply_yaml("role: all\ndata_dir: /d\n", "c.yaml").ok());
+  EXPECT_EQ(config.options()->allowed_path_roots, std::vector<std::string>{"/usr/share/datasets"});
+  ASSERT_TRUE(config.apply_yaml("allowed_path_roots: [/srv/data, /usr/share/datasets]\n", "c.yaml").ok());
+  EXPECT_EQ(config.options()->allowed_path_roots,
+            (std::vector<std::string>{"/srv/data", "/usr/share/datasets"}));
+  ASSERT_TRUE(config.apply_flag("--allowed-path-roots", "/scratch").ok());
+  EXPECT_EQ(config.options()->allowed_path_roots, std::vector<std::string>{"/scratch"});
+  Status relative = config.apply_yaml("allowed_path_roots: [data]\n", "c.yaml");
+  ASSERT_FALSE(relative.ok());
+  EXPECT_NE(relative.message().find("c.yaml:1: allowed_path_roots: 'data' is not an absolute directory"),
+            std::string::npos)
+      << relative.message();
+}
+
 TEST(DaemonConfigTest, MalformedYamlAndMissingFileAreNamed) {
   DaemonConfig config;
   Status bad = config.apply_yaml("role: all\n  data_dir: [\n", "c.yaml");
@@ -97,6 +115,24 @@ TEST(DaemonConfigTest, RequiredSettingsAndBadFlags) {
   EXPECT_FALSE(config.apply_flag("--frobnicate", "1").ok());
   EXPECT_TRUE(DaemonConfig::is_setting_flag("--stop-grace-ms"));
   EXPECT_FALSE(DaemonConfig::is_setting_flag("--config"));
+}
+
+TEST(DaemonConfigTest, JobUserAndUserMap) {
+  DaemonConfig config;
+  Status applied =
+      config.apply_yaml("job_user: svc-jobs\nuser_map:\n  alice: alice\n  bob: svc-bob\n", "c.yaml");
+  ASSERT_TRUE(applied.ok()) << applied.to_string();
+  ASSERT_TRUE(config.apply_flag("--role", "all").ok());
+  ASSERT_TRUE(config.apply_flag("--data-dir", "/tmp/d").ok());
+  auto options = config.options();
+  ASSERT_TRUE(options.ok()) << options.status().to_string();
+  EXPECT_EQ(options->job_user, "svc-jobs");
+  EXPECT_EQ(options->user_map, (std::map<std::string, std::string>{{"alice", "alice"}, {"bob", "svc-bob"}}));
+  ASSERT_TRUE(config.apply_flag("--user-map", "carol=carol").ok());
+  EXPECT_EQ(config.options()->user_map.size(), 1u);
+  Status bad = config.apply_flag("--user-map", "carol");
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("NAME=USER"), std::string::npos) << bad.message();
 }
 
 TEST(DaemonConfigTest, TheShippedExampleConfigLoads) {

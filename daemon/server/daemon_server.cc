@@ -2,7 +2,10 @@
 
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <cstdio>
 
 #include <utility>
@@ -12,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/agent/free_port.h"
+#include "daemon/server/server_limits.h"
 #include "daemon/coordinator/rendezvous.h"
 #include "daemon/service/grpc_status.h"
 
@@ -94,19 +98,47 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
                              static_cast<int>(kMinClientPingInterval.count()));
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
-  builder.AddListeningPort(server->options_.listen, grpc::InsecureServerCredentials(), &server->port_);
+  apply_server_limits(builder);
+
+  // The node id is needed before the port opens: it names this node's certificate.
+  char hostname[256] = {};
+  if (gethostname(hostname, sizeof(hostname) - 1) != 0) std::snprintf(hostname, sizeof(hostname), "node");
+  // One agent per machine is the deployment, so the host name is a unique default id.
+  if (server->has_agent())
+    server->node_id_ = server->options_.node_id.empty() ? std::string(hostname) : server->options_.node_id;
+  security::DaemonSecurityOptions security_options;
+  security_options.coordinator = server->has_coordinator();
+  security_options.agent = server->has_agent();
+  security_options.data_dir = server->options_.data_dir;
+  security_options.listen_host = host;
+  security_options.node_id = server->node_id_;
+  security_options.coordinator_address = server->options_.coordinator_address;
+  security_options.join_token = server->options_.join_token;
+  security_options.insecure = server->options_.insecure;
+  // The data directory is traversable (0711) but not listable: job users reach their own job
+  // directory under it; keys and databases inside are private on their own.
+  std::error_code created;
+  if (std::filesystem::create_directories(server->options_.data_dir, created)) {
+    ::chmod(server->options_.data_dir.c_str(), 0711);
+  } else if (created) {
+    return internal_error("cannot create the data directory {}: {}", server->options_.data_dir, created.message());
+  }
+  COHORT_ASSIGN_OR_RETURN(server->security_, security::DaemonSecurity::open(security_options));
+  builder.AddListeningPort(server->options_.listen, server->security_->server_credentials(), &server->port_);
 
   if (server->has_coordinator()) {
     roles.push_back("coordinator");
     coordinator::CoordinatorOptions coordinator_options;
     coordinator_options.data_dir = server->options_.data_dir;
     coordinator_options.node_lease = server->options_.node_lease;
+    coordinator_options.allowed_path_roots = server->options_.allowed_path_roots;
     COHORT_ASSIGN_OR_RETURN(server->coordinator_,
                             coordinator::Coordinator::open(coordinator_options, &server->clock_));
     server->coordinator_service_ = std::make_unique<CoordinatorService>(
-        server->coordinator_.get(), &server->clock_,
+        server->coordinator_.get(), &server->clock_, server->security_.get(),
         [self](coordinator::AgentOrders orders) { self->dispatch(std::move(orders)); });
-    server->rendezvous_service_ = std::make_unique<RendezvousService>(server->coordinator_.get());
+    server->rendezvous_service_ =
+        std::make_unique<RendezvousService>(server->coordinator_.get(), server->security_.get());
     builder.RegisterService(server->coordinator_service_.get());
     builder.RegisterService(server->rendezvous_service_.get());
   }
@@ -119,10 +151,6 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
     // The node id and addresses are known only once the port is bound; the supervisor gets the
     // coordinator address it can know now (COHORT_COORDINATOR), the node id below.
     supervisor_options.coordinator_address = server->options_.coordinator_address;
-    char hostname[256] = {};
-    if (gethostname(hostname, sizeof(hostname) - 1) != 0) std::snprintf(hostname, sizeof(hostname), "node");
-    // One agent per machine is the deployment, so the host name is a unique default id.
-    server->node_id_ = server->options_.node_id.empty() ? std::string(hostname) : server->options_.node_id;
     supervisor_options.node_id = server->node_id_;
     server->supervisor_ = std::make_unique<agent::TaskSupervisor>(
         supervisor_options, &server->launcher_, [self](const agent::TaskExit& exit) {
@@ -139,6 +167,11 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
     agent_options.worker_command = server->options_.worker_command;
     agent_options.spec_dir = supervisor_options.log_dir;
     agent_options.coordinator_address = server->options_.coordinator_address;
+    agent_options.ca_certificate_pem = server->security_->ca_pem();
+    agent_options.job_dir_root = server->options_.data_dir + "/jobs";
+    agent_options.job_user = server->options_.job_user;
+    agent_options.user_map = server->options_.user_map;
+    agent_options.allowed_path_roots = server->options_.allowed_path_roots;
     server->agent_service_ = std::make_unique<AgentService>(server->supervisor_.get(), agent_options);
     builder.RegisterService(server->agent_service_.get());
   }
@@ -155,6 +188,10 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
   server->address_ = host.find(':') != std::string::npos && host.front() != '['
                          ? fmt::format("[{}]:{}", host, server->port_)
                          : fmt::format("{}:{}", host, server->port_);
+  if (server->has_coordinator()) {
+    server->coordinator_service_->set_address(server->address_);
+    COHORT_RETURN_IF_ERROR(server->security_->write_first_admin_credentials(server->address_));
+  }
   server->tick_healthy_until_ns_ = server->healthy_deadline_ns(server->options_.tick_interval);
   server->agent_healthy_until_ns_ = server->healthy_deadline_ns(std::chrono::milliseconds(0));
   if (server->has_coordinator()) {
@@ -239,10 +276,10 @@ bool DaemonServer::attempt_is_active(const std::string& job_id, int attempt) con
   return job->state() == coordinator::JobState::kPlaced || job->state() == coordinator::JobState::kRunning;
 }
 
-cohort::v1::Agent::Stub& DaemonServer::agent_stub(const std::string& address) {
-  std::unique_ptr<cohort::v1::Agent::Stub>& stub = agent_stubs_[address];
+cohort::v1::Agent::Stub& DaemonServer::agent_stub(const std::string& address, const std::string& node_id) {
+  std::unique_ptr<cohort::v1::Agent::Stub>& stub = agent_stubs_[address + "/" + node_id];
   if (stub == nullptr) {
-    stub = cohort::v1::Agent::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    stub = cohort::v1::Agent::NewStub(tls::make_channel(address, security_->to_agent(node_id)));
   }
   return *stub;
 }
@@ -258,6 +295,8 @@ void DaemonServer::send_launch(const coordinator::LaunchOrder& order) {
   request.set_master_address(order.master_address);
   request.set_coordinator_address(address_);
   request.set_master_port(master_port_for(order));
+  request.set_job_secret(security_->attempt_secret(order.job_id, order.attempt));
+  if (StatusOr<coordinator::Job> job = coordinator_->get_job(order.job_id); job.ok()) request.set_owner(job->owner);
   for (int local_rank = 0; local_rank < order.node.num_ranks; ++local_rank) {
     cohort::v1::Task* task = request.add_tasks();
     task->set_rank(order.node.first_rank + local_rank);
@@ -267,7 +306,7 @@ void DaemonServer::send_launch(const coordinator::LaunchOrder& order) {
   cohort::v1::LaunchTasksResponse response;
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + options_.peer_rpc_timeout);
-  Status status = from_grpc_status(agent_stub(order.node.address).LaunchTasks(&context, request, &response),
+  Status status = from_grpc_status(agent_stub(order.node.address, order.node.node_id).LaunchTasks(&context, request, &response),
                                    "Agent.LaunchTasks", order.node.address);
   if (!status.ok()) {
     // Nothing runs there, so the attempt can never start: fail it now (the restart policy decides
@@ -327,7 +366,7 @@ void DaemonServer::send_stop(const coordinator::StopOrder& order) {
   // The agent answers once its tasks are reaped: up to its grace period plus the SIGKILL wait.
   context.set_deadline(std::chrono::system_clock::now() + options_.peer_rpc_timeout +
                        options_.stop_grace_period + agent::kKillWaitTimeout);
-  Status status = from_grpc_status(agent_stub(order.address).StopTasks(&context, request, &response),
+  Status status = from_grpc_status(agent_stub(order.address, order.node_id).StopTasks(&context, request, &response),
                                    "Agent.StopTasks", order.address);
   if (!status.ok()) {
     spdlog::error("stop of job {} attempt {} on node {} failed: {}", order.job_id, order.attempt,
@@ -339,8 +378,8 @@ void DaemonServer::start_agent() {
   agent_service_->set_address(address_);
   const std::string coordinator_address =
       options_.coordinator_address.empty() ? address_ : options_.coordinator_address;
-  coordinator_stub_ = cohort::v1::Coordinator::NewStub(
-      grpc::CreateChannel(coordinator_address, grpc::InsecureChannelCredentials()));
+  coordinator_stub_ =
+      cohort::v1::Coordinator::NewStub(tls::make_channel(coordinator_address, security_->to_coordinator()));
   agent_thread_ = std::thread([this] { agent_loop(); });
 }
 

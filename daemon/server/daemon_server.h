@@ -56,6 +56,7 @@
 #include "daemon/agent/task_supervisor.h"
 #include "daemon/coordinator/clock.h"
 #include "daemon/coordinator/coordinator.h"
+#include "daemon/security/daemon_security.h"
 #include "daemon/service/agent_service.h"
 #include "daemon/service/coordinator_service.h"
 #include "daemon/service/info_service.h"
@@ -114,6 +115,15 @@ struct DaemonServerOptions {
   agent::Duration stop_grace_period = agent::kDefaultStopGracePeriod;   // SIGTERM → SIGKILL
   std::chrono::milliseconds peer_rpc_timeout = kDefaultPeerRpcTimeout;  // one call to a peer
   std::chrono::milliseconds max_loop_silence = kDefaultMaxLoopSilence;  // see healthy()
+  // Jobs (agent roles): who the ranks run as, and where spec paths may point.
+  std::string job_user = "cohort-job";          // Unix user for owners without a user_map entry
+  std::map<std::string, std::string> user_map;  // cohort user -> Unix user
+  // Roots (besides each job's own directory) for checkpoint.dir, dataset.path, torchscript_file.
+  std::vector<std::string> allowed_path_roots = {"/usr/share/datasets"};
+  // Security (see daemon/security/): plaintext only with insecure (loopback listen only).
+  bool insecure = false;
+  std::string join_token;        // agent role: joins the cluster with it on first start
+  std::string credentials_file;  // agent role: written by the join (node key + certificate dir)
 };
 
 class DaemonServer {
@@ -135,6 +145,8 @@ class DaemonServer {
   // The coordinator this server serves (for in-process callers and tests); owned by the server.
   // Only for the kCoordinator and kAll roles.
   coordinator::Coordinator& coordinator() { return *coordinator_; }
+  // TLS, users, nodes and job secrets of this daemon; owned by the server.
+  security::DaemonSecurity& security() { return *security_; }
   // The node id the agent registers as (kAgent, kAll); empty for kCoordinator.
   const std::string& node_id() const { return node_id_; }
 
@@ -172,7 +184,8 @@ class DaemonServer {
   // The MASTER_PORT of the order's attempt (picked free on this host the first time).
   int master_port_for(const coordinator::LaunchOrder& order);
   void send_stop(const coordinator::StopOrder& order);
-  cohort::v1::Agent::Stub& agent_stub(const std::string& address);
+  // The Agent stub for the node `node_id` at `address` (mutual TLS with the coordinator's certificate).
+  cohort::v1::Agent::Stub& agent_stub(const std::string& address, const std::string& node_id);
   // Agent side: register, heartbeat, report exits.
   void start_agent();
   void agent_loop();
@@ -184,6 +197,7 @@ class DaemonServer {
 
   const DaemonServerOptions options_;
   coordinator::SystemClock clock_;
+  std::unique_ptr<security::DaemonSecurity> security_;
   std::unique_ptr<coordinator::Coordinator> coordinator_;
   std::unique_ptr<InfoService> info_service_;
   std::unique_ptr<CoordinatorService> coordinator_service_;

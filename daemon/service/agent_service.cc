@@ -128,6 +128,7 @@ Status AgentService::launch(const cohort::v1::LaunchTasksRequest& request,
   // Relative paths a rank writes land in its own directory, which its user may write.
   job.working_dir = job_dir;
   if (!request.job_secret().empty()) job.env["COHORT_JOB_SECRET"] = request.job_secret();
+  if (!options_.ca_certificate_pem.empty()) job.env["COHORT_CA_CERTIFICATE"] = options_.ca_certificate_pem;
   COHORT_ASSIGN_OR_RETURN(const std::string spec_path, write_job_spec(options_.spec_dir, request, job.run_as));
   job.env["COHORT_JOB_SPEC"] = spec_path;
   COHORT_RETURN_IF_ERROR(supervisor_->launch(job));

@@ -50,6 +50,9 @@ struct AgentServiceOptions {
   std::string spec_dir;
   // Unix user the ranks of a job run as when its owner has no entry in user_map (an agent running
   // as root never runs a job as root).
+  // The cluster CA (PEM), handed to ranks as COHORT_CA_CERTIFICATE so they can reach the
+  // coordinator over TLS; empty for a plaintext development daemon.
+  std::string ca_certificate_pem;
   std::string job_user = "cohort-job";
   // cohort user name -> Unix user name for the ranks of that user's jobs.
   std::map<std::string, std::string> user_map;

@@ -130,6 +130,7 @@ void to_proto(const coordinator::Placement& placement, cohort::v1::Placement* ou
 
 void to_proto(const coordinator::Job& job, cohort::v1::JobRecord* out) {
   out->set_id(job.id);
+  out->set_owner(job.owner);
   *out->mutable_spec() = job.spec;
   out->set_state(to_proto(job.state()));
   out->set_reason(job.machine.reason());

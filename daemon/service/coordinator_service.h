@@ -14,9 +14,12 @@
 #include <chrono>
 #include <functional>
 
+#include "cohort/v1/agent.grpc.pb.h"
 #include "cohort/v1/coordinator.grpc.pb.h"
 #include "daemon/coordinator/clock.h"
 #include "daemon/coordinator/coordinator.h"
+#include "daemon/security/authenticator.h"
+#include "daemon/security/daemon_security.h"
 
 namespace cohort::daemon {
 
@@ -32,10 +35,12 @@ inline constexpr const char* kDefaultCancelReason = "cancelled by a client";
 
 class CoordinatorService final : public cohort::v1::Coordinator::Service {
  public:
-  // `coordinator` and `clock` are not owned and must outlive the service; `orders` may be empty
-  // (orders are then dropped).
+  // `coordinator`, `clock` and `security` are not owned and must outlive the service; `orders` may
+  // be empty (orders are then dropped). Who may call each method is security::method_policy()'s;
+  // the handlers add the checks that need the request: a job's owner, the node a report names, the
+  // attempt a job secret belongs to.
   CoordinatorService(coordinator::Coordinator* coordinator, const coordinator::Clock* clock,
-                     OrdersHandler orders);
+                     security::DaemonSecurity* security, OrdersHandler orders);
 
   grpc::Status RegisterNode(grpc::ServerContext* context, const cohort::v1::RegisterNodeRequest* request,
                             cohort::v1::RegisterNodeResponse* response) override;
@@ -62,12 +67,36 @@ class CoordinatorService final : public cohort::v1::Coordinator::Service {
                                   cohort::v1::ReportTasksStartedResponse* response) override;
   grpc::Status ReportMetrics(grpc::ServerContext* context, const cohort::v1::ReportMetricsRequest* request,
                              cohort::v1::ReportMetricsResponse* response) override;
+  // Forwards Agent.StreamLogs from the node the rank ran on (agents take calls only from here).
+  grpc::Status StreamLogs(grpc::ServerContext* context, const cohort::v1::StreamLogsRequest* request,
+                          grpc::ServerWriter<cohort::v1::LogChunk>* writer) override;
+
+  // The address new credentials files name (the server's, once bound). Call before serving.
+  void set_address(const std::string& address) { address_ = address; }
+
+  // Users and nodes (identity_rpcs.cc).
+  grpc::Status AddUser(grpc::ServerContext* context, const cohort::v1::AddUserRequest* request,
+                       cohort::v1::AddUserResponse* response) override;
+  grpc::Status ListUsers(grpc::ServerContext* context, const cohort::v1::ListUsersRequest* request,
+                         cohort::v1::ListUsersResponse* response) override;
+  grpc::Status RevokeUser(grpc::ServerContext* context, const cohort::v1::RevokeUserRequest* request,
+                          cohort::v1::RevokeUserResponse* response) override;
+  grpc::Status CreateJoinToken(grpc::ServerContext* context, const cohort::v1::CreateJoinTokenRequest* request,
+                               cohort::v1::CreateJoinTokenResponse* response) override;
+  grpc::Status JoinCluster(grpc::ServerContext* context, const cohort::v1::JoinClusterRequest* request,
+                           cohort::v1::JoinClusterResponse* response) override;
+  grpc::Status RevokeNode(grpc::ServerContext* context, const cohort::v1::RevokeNodeRequest* request,
+                          cohort::v1::RevokeNodeResponse* response) override;
 
  private:
   void dispatch(coordinator::AgentOrders orders) const;
+  // The job, if `caller` may act on it (its owner or an admin).
+  StatusOr<coordinator::Job> job_for(const security::Caller& caller, const std::string& job_id) const;
 
   coordinator::Coordinator* const coordinator_;
   const coordinator::Clock* const clock_;
+  security::DaemonSecurity* const security_;
+  std::string address_;
   const OrdersHandler orders_;
 };
 

@@ -5,6 +5,7 @@
 
 #include "daemon/service/grpc_status.h"
 #include "daemon/service/rpc_deadline.h"
+#include "daemon/security/authenticator.h"
 
 namespace cohort::daemon {
 namespace {
@@ -36,12 +37,21 @@ Status require_key(const std::string& key) {
 
 }  // namespace
 
-StatusOr<std::shared_ptr<Rendezvous>> RendezvousService::find(const cohort::v1::AttemptRef& ref) const {
+StatusOr<std::shared_ptr<Rendezvous>> RendezvousService::find(const grpc::ServerContext& context,
+                                                               const cohort::v1::AttemptRef& ref) const {
   if (ref.job_id().empty())
     return invalid_argument_error("attempt.job_id is empty; give the job the worker runs for");
   if (ref.attempt() < 1) {
     return invalid_argument_error("attempt.attempt is {} for job {}; attempts are numbered from 1",
                                   ref.attempt(), ref.job_id());
+  }
+  // Only the attempt's own ranks hold its secret (the agent hands it to them), so no other job,
+  // user or host can join, read or rewrite this attempt's store.
+  COHORT_ASSIGN_OR_RETURN(security::Caller caller, security::caller_of(context));
+  if (!security_->attempt_secret_valid(ref.job_id(), ref.attempt(), caller.secret)) {
+    return permission_denied_error("the job secret is not the one of job {} attempt {}; only that attempt's ranks "
+                                   "(COHORT_JOB_SECRET, set by the agent) may use its rendezvous",
+                                   ref.job_id(), ref.attempt());
   }
   return coordinator_->rendezvous(ref.job_id(), ref.attempt());
 }
@@ -51,7 +61,7 @@ grpc::Status RendezvousService::Join(grpc::ServerContext* context, const cohort:
   if (request->node_id().empty()) {
     return to_grpc_status(invalid_argument_error("node_id is empty; give the node the worker runs on"));
   }
-  COHORT_GRPC_ASSIGN_OR_RETURN(auto rendezvous, find(request->attempt()));
+  COHORT_GRPC_ASSIGN_OR_RETURN(auto rendezvous, find(*context, request->attempt()));
   COHORT_GRPC_ASSIGN_OR_RETURN(
       Duration wait, bounded_wait(*context, request->timeout_ms(), coordinator::kDefaultRendezvousTimeout));
   COHORT_GRPC_ASSIGN_OR_RETURN(coordinator::RankAssignment assignment,
@@ -66,17 +76,17 @@ grpc::Status RendezvousService::Join(grpc::ServerContext* context, const cohort:
   return grpc::Status::OK;
 }
 
-grpc::Status RendezvousService::Set(grpc::ServerContext* /*context*/, const cohort::v1::SetRequest* request,
+grpc::Status RendezvousService::Set(grpc::ServerContext* context, const cohort::v1::SetRequest* request,
                                     cohort::v1::SetResponse* /*response*/) {
   COHORT_GRPC_RETURN_IF_ERROR(require_key(request->key()));
-  COHORT_GRPC_ASSIGN_OR_RETURN(auto rendezvous, find(request->attempt()));
+  COHORT_GRPC_ASSIGN_OR_RETURN(auto rendezvous, find(*context, request->attempt()));
   return to_grpc_status(rendezvous->store().set(request->key(), request->value()));
 }
 
 grpc::Status RendezvousService::Get(grpc::ServerContext* context, const cohort::v1::GetRequest* request,
                                     cohort::v1::GetResponse* response) {
   COHORT_GRPC_RETURN_IF_ERROR(require_key(request->key()));
-  COHORT_GRPC_ASSIGN_OR_RETURN(auto rendezvous, find(request->attempt()));
+  COHORT_GRPC_ASSIGN_OR_RETURN(auto rendezvous, find(*context, request->attempt()));
   COHORT_GRPC_ASSIGN_OR_RETURN(
       Duration wait, bounded_wait(*context, request->timeout_ms(), coordinator::kDefaultStoreTimeout));
   COHORT_GRPC_ASSIGN_OR_RETURN(std::string value, rendezvous->store().get(request->key(), wait));
@@ -84,20 +94,20 @@ grpc::Status RendezvousService::Get(grpc::ServerContext* context, const cohort::
   return grpc::Status::OK;
 }
 
-grpc::Status RendezvousService::Add(grpc::ServerContext* /*context*/, const cohort::v1::AddRequest* request,
+grpc::Status RendezvousService::Add(grpc::ServerContext* context, const cohort::v1::AddRequest* request,
                                     cohort::v1::AddResponse* response) {
   COHORT_GRPC_RETURN_IF_ERROR(require_key(request->key()));
-  COHORT_GRPC_ASSIGN_OR_RETURN(auto rendezvous, find(request->attempt()));
+  COHORT_GRPC_ASSIGN_OR_RETURN(auto rendezvous, find(*context, request->attempt()));
   COHORT_GRPC_ASSIGN_OR_RETURN(int64_t value, rendezvous->store().add(request->key(), request->delta()));
   response->set_value(value);
   return grpc::Status::OK;
 }
 
-grpc::Status RendezvousService::CompareSet(grpc::ServerContext* /*context*/,
+grpc::Status RendezvousService::CompareSet(grpc::ServerContext* context,
                                            const cohort::v1::CompareSetRequest* request,
                                            cohort::v1::CompareSetResponse* response) {
   COHORT_GRPC_RETURN_IF_ERROR(require_key(request->key()));
-  COHORT_GRPC_ASSIGN_OR_RETURN(auto rendezvous, find(request->attempt()));
+  COHORT_GRPC_ASSIGN_OR_RETURN(auto rendezvous, find(*context, request->attempt()));
   COHORT_GRPC_ASSIGN_OR_RETURN(
       std::string value,
       rendezvous->store().compare_set(request->key(), request->expected(), request->desired()));
@@ -107,35 +117,35 @@ grpc::Status RendezvousService::CompareSet(grpc::ServerContext* /*context*/,
 
 grpc::Status RendezvousService::Wait(grpc::ServerContext* context, const cohort::v1::WaitRequest* request,
                                      cohort::v1::WaitResponse* /*response*/) {
-  COHORT_GRPC_ASSIGN_OR_RETURN(auto rendezvous, find(request->attempt()));
+  COHORT_GRPC_ASSIGN_OR_RETURN(auto rendezvous, find(*context, request->attempt()));
   COHORT_GRPC_ASSIGN_OR_RETURN(
       Duration wait, bounded_wait(*context, request->timeout_ms(), coordinator::kDefaultStoreTimeout));
   return to_grpc_status(rendezvous->store().wait(keys_of(request->keys()), wait));
 }
 
-grpc::Status RendezvousService::Check(grpc::ServerContext* /*context*/,
+grpc::Status RendezvousService::Check(grpc::ServerContext* context,
                                       const cohort::v1::CheckRequest* request,
                                       cohort::v1::CheckResponse* response) {
-  COHORT_GRPC_ASSIGN_OR_RETURN(auto rendezvous, find(request->attempt()));
+  COHORT_GRPC_ASSIGN_OR_RETURN(auto rendezvous, find(*context, request->attempt()));
   COHORT_GRPC_ASSIGN_OR_RETURN(bool all_set, rendezvous->store().check(keys_of(request->keys())));
   response->set_all_set(all_set);
   return grpc::Status::OK;
 }
 
-grpc::Status RendezvousService::Delete(grpc::ServerContext* /*context*/,
+grpc::Status RendezvousService::Delete(grpc::ServerContext* context,
                                        const cohort::v1::DeleteRequest* request,
                                        cohort::v1::DeleteResponse* response) {
   COHORT_GRPC_RETURN_IF_ERROR(require_key(request->key()));
-  COHORT_GRPC_ASSIGN_OR_RETURN(auto rendezvous, find(request->attempt()));
+  COHORT_GRPC_ASSIGN_OR_RETURN(auto rendezvous, find(*context, request->attempt()));
   COHORT_GRPC_ASSIGN_OR_RETURN(bool existed, rendezvous->store().delete_key(request->key()));
   response->set_existed(existed);
   return grpc::Status::OK;
 }
 
-grpc::Status RendezvousService::NumKeys(grpc::ServerContext* /*context*/,
+grpc::Status RendezvousService::NumKeys(grpc::ServerContext* context,
                                         const cohort::v1::NumKeysRequest* request,
                                         cohort::v1::NumKeysResponse* response) {
-  COHORT_GRPC_ASSIGN_OR_RETURN(auto rendezvous, find(request->attempt()));
+  COHORT_GRPC_ASSIGN_OR_RETURN(auto rendezvous, find(*context, request->attempt()));
   COHORT_GRPC_ASSIGN_OR_RETURN(int64_t num_keys, rendezvous->store().num_keys());
   response->set_num_keys(num_keys);
   return grpc::Status::OK;
@@ -144,16 +154,16 @@ grpc::Status RendezvousService::NumKeys(grpc::ServerContext* /*context*/,
 grpc::Status RendezvousService::Barrier(grpc::ServerContext* context,
                                         const cohort::v1::BarrierRequest* request,
                                         cohort::v1::BarrierResponse* /*response*/) {
-  COHORT_GRPC_ASSIGN_OR_RETURN(auto rendezvous, find(request->attempt()));
+  COHORT_GRPC_ASSIGN_OR_RETURN(auto rendezvous, find(*context, request->attempt()));
   COHORT_GRPC_ASSIGN_OR_RETURN(
       Duration wait, bounded_wait(*context, request->timeout_ms(), coordinator::kDefaultRendezvousTimeout));
   return to_grpc_status(rendezvous->barrier(request->rank(), wait));
 }
 
-grpc::Status RendezvousService::Leave(grpc::ServerContext* /*context*/,
+grpc::Status RendezvousService::Leave(grpc::ServerContext* context,
                                       const cohort::v1::LeaveRequest* request,
                                       cohort::v1::LeaveResponse* /*response*/) {
-  COHORT_GRPC_ASSIGN_OR_RETURN(auto rendezvous, find(request->attempt()));
+  COHORT_GRPC_ASSIGN_OR_RETURN(auto rendezvous, find(*context, request->attempt()));
   return to_grpc_status(rendezvous->leave(request->rank()));
 }
 

@@ -14,12 +14,15 @@
 
 #include "cohort/v1/rendezvous.grpc.pb.h"
 #include "daemon/coordinator/coordinator.h"
+#include "daemon/security/daemon_security.h"
 
 namespace cohort::daemon {
 
 class RendezvousService final : public cohort::v1::Rendezvous::Service {
  public:
-  explicit RendezvousService(coordinator::Coordinator* coordinator) : coordinator_(coordinator) {}
+  // Neither is owned; both must outlive the service. Every call must carry its attempt's secret.
+  RendezvousService(coordinator::Coordinator* coordinator, const security::DaemonSecurity* security)
+      : coordinator_(coordinator), security_(security) {}
 
   grpc::Status Join(grpc::ServerContext* context, const cohort::v1::JoinRequest* request,
                     cohort::v1::JoinResponse* response) override;
@@ -47,9 +50,11 @@ class RendezvousService final : public cohort::v1::Rendezvous::Service {
  private:
   // The rendezvous `ref` names. INVALID_ARGUMENT for an empty job id or attempt < 1; the
   // coordinator's NOT_FOUND / FAILED_PRECONDITION otherwise.
-  StatusOr<std::shared_ptr<coordinator::Rendezvous>> find(const cohort::v1::AttemptRef& ref) const;
+  StatusOr<std::shared_ptr<coordinator::Rendezvous>> find(const grpc::ServerContext& context,
+                                                          const cohort::v1::AttemptRef& ref) const;
 
   coordinator::Coordinator* const coordinator_;
+  const security::DaemonSecurity* const security_;
 };
 
 }  // namespace cohort::daemon

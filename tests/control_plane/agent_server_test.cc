@@ -21,6 +21,8 @@
 #include "daemon/coordinator/temp_dir.h"
 #include "daemon/coordinator/test_specs.h"
 #include "daemon/server/daemon_server.h"
+#include "daemon/server/testing/test_credentials.h"
+#include "worker/base/tls.h"
 #include "tests/control_plane/coordinator_calls.h"
 
 namespace cohort::daemon {
@@ -61,9 +63,11 @@ class AgentServerTest : public ::testing::Test {
     auto server = DaemonServer::start(options);
     ASSERT_TRUE(server.ok()) << server.status().to_string();
     server_ = std::move(*server);
-    auto channel = grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials());
-    coordinator_ = cohort::v1::Coordinator::NewStub(channel);
-    agent_ = cohort::v1::Agent::NewStub(channel);
+    // A user (the first admin) calls the coordinator; the Agent service obeys only the
+    // coordinator's certificate, which calls it exactly like this.
+    coordinator_ = cohort::v1::Coordinator::NewStub(
+        tls::make_channel(server_->address(), testing::admin_security(data_dir_.path())));
+    agent_ = cohort::v1::Agent::NewStub(tls::make_channel(server_->address(), server_->security().to_agent("node-a")));
     wait_for_node();
   }
   void TearDown() override {
@@ -193,8 +197,17 @@ TEST(AgentRoleTest, SeparateAgentRegistersAndRunsJobs) {
   auto coordinator_server = DaemonServer::start(coordinator_options);
   ASSERT_TRUE(coordinator_server.ok()) << coordinator_server.status().to_string();
 
+  auto stub = cohort::v1::Coordinator::NewStub(
+      tls::make_channel((*coordinator_server)->address(), testing::admin_security(coordinator_dir.path())));
+  cohort::v1::CreateJoinTokenResponse token;
+  {
+    grpc::ClientContext context;
+    set_deadline(&context);
+    ASSERT_TRUE(stub->CreateJoinToken(&context, {}, &token).ok());
+  }
   DaemonServerOptions agent_options;
   agent_options.role = DaemonRole::kAgent;
+  agent_options.join_token = token.token();
   agent_options.listen = "127.0.0.1:0";
   agent_options.data_dir = agent_dir.path();
   agent_options.coordinator_address = (*coordinator_server)->address();
@@ -205,8 +218,6 @@ TEST(AgentRoleTest, SeparateAgentRegistersAndRunsJobs) {
   ASSERT_TRUE(agent_server.ok()) << agent_server.status().to_string();
   EXPECT_EQ((*agent_server)->node_id(), "node-b");
 
-  auto stub = cohort::v1::Coordinator::NewStub(
-      grpc::CreateChannel((*coordinator_server)->address(), grpc::InsecureChannelCredentials()));
   cohort::v1::ListNodesResponse nodes = testing::wait_for_nodes(*stub, 1);
   ASSERT_EQ(nodes.nodes_size(), 1) << "node-b did not register with the coordinator";
   EXPECT_EQ(nodes.nodes(0).node().address(), (*agent_server)->address());

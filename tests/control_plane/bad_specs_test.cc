@@ -29,6 +29,8 @@
 #include "daemon/coordinator/temp_dir.h"
 #include "daemon/coordinator/test_specs.h"
 #include "daemon/server/daemon_server.h"
+#include "daemon/server/testing/test_credentials.h"
+#include "worker/base/tls.h"
 #include "tests/control_plane/coordinator_calls.h"
 #include "worker/graph/shape_inference.h"
 
@@ -195,7 +197,7 @@ class BadSpecsServerTest : public ::testing::Test {
     auto server = daemon::DaemonServer::start(options);
     ASSERT_TRUE(server.ok()) << server.status().to_string();
     server_ = std::move(*server);
-    auto channel = grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials());
+    auto channel = tls::make_channel(server_->address(), daemon::testing::admin_security(data_dir_.path()));
     coordinator_ = cohort::v1::Coordinator::NewStub(channel);
     wait_for_node();
   }

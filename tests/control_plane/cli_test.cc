@@ -28,6 +28,7 @@
 #include "cohort/v1/coordinator.pb.h"
 #include "daemon/coordinator/temp_dir.h"
 #include "daemon/server/daemon_server.h"
+#include "daemon/server/testing/test_credentials.h"
 
 namespace cohort::client::cli {
 namespace {
@@ -127,7 +128,9 @@ class CliTest : public ::testing::Test {
     auto server = daemon::DaemonServer::start(options);
     ASSERT_TRUE(server.ok()) << server.status().to_string();
     server_ = std::move(*server);
-    Client client(server_->address());
+    ClientOptions admin;
+    admin.security = daemon::testing::admin_security(data_dir_.path());
+    Client client(server_->address(), admin);
     const auto give_up = std::chrono::steady_clock::now() + kTimeout;
     while (std::chrono::steady_clock::now() < give_up) {
       auto nodes = client.nodes();
@@ -144,10 +147,10 @@ class CliTest : public ::testing::Test {
     return path;
   }
 
-  // `cohort ARGS --coordinator <the server>`.
+  // `cohort ARGS --credentials <the first admin's file>`, as an admin types it.
   CliResult cohort(std::vector<std::string> args) {
-    args.push_back("--coordinator");
-    args.push_back(server_->address());
+    args.push_back("--credentials");
+    args.push_back(data_dir_.path() + "/admin.credentials");
     return cli(args);
   }
 
@@ -250,8 +253,13 @@ TEST_F(CliTest, MessagesSayWhatHappened) {
   EXPECT_NE(no_value.status, kExitOk);
   EXPECT_NE(no_value.err.find("--state needs a value"), std::string::npos) << no_value.err;
 
-  // Two nodes on a one-node cluster: PENDING until cancelled, never placed.
-  CliResult submitted = cohort({"submit", write_job("ok", /*nodes=*/2), "-o", "json"});
+  // Two nodes on a one-node cluster: refused, naming both numbers; with --wait-for-capacity,
+  // PENDING until cancelled, never placed.
+  CliResult refused = cohort({"submit", write_job("ok", /*nodes=*/2)});
+  EXPECT_EQ(refused.status, kExitFailure);
+  EXPECT_NE(refused.err.find("needs 2 node(s)"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("the cluster has 1 live node(s)"), std::string::npos) << refused.err;
+  CliResult submitted = cohort({"submit", write_job("ok", /*nodes=*/2), "-o", "json", "--wait-for-capacity"});
   ASSERT_EQ(submitted.status, kExitOk) << submitted.err;
   std::smatch match;
   ASSERT_TRUE(std::regex_search(submitted.out, match, std::regex("\"job_id\": \"([^\"]+)\"")));
@@ -324,9 +332,11 @@ TEST_F(CliTest, CancelStopsARunningJob) {
 }
 
 TEST_F(CliTest, RestartedAttemptResumesFromCheckpointWhenTheSpecAsks) {
-  CliResult followed =
-      cohort({"submit",
-              write_job("resume", 1, 1, "restart_policy: {max_restarts: 1, from_checkpoint: true}\n"), "-f"});
+  CliResult followed = cohort({"submit",
+                               write_job("resume", 1, 1,
+                                         "restart_policy: {max_restarts: 1, from_checkpoint: true}\n"
+                                         "checkpoint: {dir: ckpt, interval_epochs: 1}\n"),
+                               "-f"});
   ASSERT_EQ(followed.status, kExitOk) << followed.out << followed.err;
   EXPECT_NE(followed.out.find("[attempt 2]"), std::string::npos) << followed.out;
   CliResult logs = cohort({"logs", "resume-1"});
@@ -347,7 +357,9 @@ TEST_F(CliTest, LaunchThatCannotStartFailsTheJobNamingNodeAndError) {
   start_server({"/nonexistent/cohort-worker"});
   CliResult followed = cohort({"submit", write_job("ok"), "--follow"});
   EXPECT_EQ(followed.status, kExitFailure) << followed.out;
-  auto jobs = Client(server_->address()).list();
+  ClientOptions admin;
+  admin.security = daemon::testing::admin_security(data_dir_.path());
+  auto jobs = Client(server_->address(), admin).list();
   ASSERT_TRUE(jobs.ok());
   ASSERT_EQ(jobs->size(), 1u);
   const cohort::v1::JobRecord& job = jobs->front();
@@ -403,6 +415,29 @@ TEST(CliRunTest, RunsOneJobInProcessAndExitsWithItsResult) {
   EXPECT_EQ(too_many.status, kExitFailure);
   EXPECT_NE(too_many.err.find("needs 8192 GPU(s)"), std::string::npos) << too_many.err;
   EXPECT_NE(too_many.err.find("gpus_per_proc: 0"), std::string::npos) << too_many.err;
+}
+
+// More ranks or simulated nodes than this machine can host: refused before anything starts, naming
+// the numbers and --oversubscribe.
+TEST(CliRunTest, RefusesMoreRanksOrNodesThanTheMachineCanHost) {
+  TempDir scratch;
+  const std::string worker = scratch.path() + "/fake-worker.sh";
+  std::ofstream(worker) << kWorkerScript;
+  chmod(worker.c_str(), 0755);
+  const std::string wide = scratch.path() + "/wide.yaml";
+  std::ofstream(wide) << job_yaml("wide", /*nodes=*/1, /*procs=*/4096);
+  CliResult ranks = cli({"run", wide, "--worker", worker, "--data-dir", scratch.path() + "/data"});
+  EXPECT_EQ(ranks.status, kExitFailure);
+  EXPECT_NE(ranks.err.find("asks for 4096 ranks"), std::string::npos) << ranks.err;
+  EXPECT_NE(ranks.err.find("--oversubscribe"), std::string::npos) << ranks.err;
+  const std::string many = scratch.path() + "/many.yaml";
+  std::ofstream(many) << job_yaml("many", /*nodes=*/100000, /*procs=*/1);
+  CliResult nodes = cli({"run", many, "--worker", worker, "--data-dir", scratch.path() + "/data"});
+  EXPECT_EQ(nodes.status, kExitFailure);
+  EXPECT_NE(nodes.err.find("asks for 100000 nodes"), std::string::npos) << nodes.err;
+  EXPECT_NE(nodes.err.find("--oversubscribe"), std::string::npos) << nodes.err;
+  // Refused before anything started: no job database was created.
+  EXPECT_FALSE(std::filesystem::exists(scratch.path() + "/data"));
 }
 
 }  // namespace

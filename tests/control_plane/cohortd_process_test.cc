@@ -17,6 +17,8 @@
 
 #include "cohort/v1/info.grpc.pb.h"
 #include "daemon/coordinator/temp_dir.h"
+#include "daemon/server/testing/test_credentials.h"
+#include "worker/base/tls.h"
 
 namespace cohort::daemon {
 namespace {
@@ -113,7 +115,8 @@ TEST(CohortdProcessTest, ServesOnAnAnnouncedPortAndStopsOnSigterm) {
   {
     // Scoped: an idle client channel in this process (nobody polling it while the test sits in
     // waitpid) would not answer the server's GOAWAY, holding its drain for the whole grace period.
-    auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+    // As a user would: the first admin's credentials file from the data dir, over TLS.
+    auto channel = tls::make_channel(address, testing::admin_security(data_dir.path()));
     auto info = cohort::v1::Info::NewStub(channel);
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + kRpcTimeout);

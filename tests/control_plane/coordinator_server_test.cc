@@ -4,6 +4,7 @@
 // coordinator keeps its jobs.
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -17,6 +18,8 @@
 #include "daemon/coordinator/temp_dir.h"
 #include "daemon/coordinator/test_specs.h"
 #include "daemon/server/daemon_server.h"
+#include "daemon/server/testing/test_credentials.h"
+#include "worker/base/tls.h"
 #include "worker/comm/init/cohort/cohort_init_method.h"
 #include "worker/comm/init/init_options.h"
 
@@ -54,9 +57,27 @@ class CoordinatorServerTest : public ::testing::Test {
     ASSERT_TRUE(server.ok()) << server.status().to_string();
     server_ = std::move(*server);
     ASSERT_GT(server_->port(), 0);
-    auto channel = grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials());
-    coordinator_ = cohort::v1::Coordinator::NewStub(channel);
-    rendezvous_ = cohort::v1::Rendezvous::NewStub(channel);
+    // A user (the first admin, from the data dir) submits and inspects; each registered node and
+    // each attempt's ranks use their own credentials (node_stub, rendezvous_for).
+    coordinator_ = cohort::v1::Coordinator::NewStub(
+        tls::make_channel(server_->address(), testing::admin_security(data_dir_.path())));
+    node_stubs_.clear();
+  }
+
+  // The Coordinator as node `id`'s agent calls it (its certificate from the cluster CA).
+  cohort::v1::Coordinator::Stub& node_stub(const std::string& id) {
+    std::unique_ptr<cohort::v1::Coordinator::Stub>& stub = node_stubs_[id];
+    if (stub == nullptr) {
+      stub = cohort::v1::Coordinator::NewStub(
+          tls::make_channel(server_->address(), testing::node_security(*server_, id)));
+    }
+    return *stub;
+  }
+
+  // Rendezvous as a rank of `job_id` attempt `attempt` calls it (the attempt's secret).
+  std::unique_ptr<cohort::v1::Rendezvous::Stub> rendezvous_for(const std::string& job_id, int attempt) {
+    return cohort::v1::Rendezvous::NewStub(
+        tls::make_channel(server_->address(), testing::job_security(*server_, job_id, attempt)));
   }
 
   void restart_server() {
@@ -74,16 +95,19 @@ class CoordinatorServerTest : public ::testing::Test {
     cohort::v1::RegisterNodeResponse response;
     grpc::ClientContext context;
     set_deadline(&context);
-    grpc::Status status = coordinator_->RegisterNode(&context, request, &response);
+    grpc::Status status = node_stub(id).RegisterNode(&context, request, &response);
     ASSERT_TRUE(status.ok()) << status.error_message();
     EXPECT_GT(response.lease_ms(), 0);
     EXPECT_GT(response.heartbeat_interval_ms(), 0);
     EXPECT_LT(response.heartbeat_interval_ms(), response.lease_ms());
   }
 
-  grpc::Status submit(const cohort::v1::JobSpec& spec, std::string* job_id) {
+  // These tests drive queueing and placement, often with nodes that register later (or never), so
+  // they queue past the capacity check by default; CapacityIsCheckedAtSubmit covers the refusal.
+  grpc::Status submit(const cohort::v1::JobSpec& spec, std::string* job_id, bool wait_for_capacity = true) {
     cohort::v1::SubmitJobRequest request;
     *request.mutable_spec() = spec;
+    request.set_wait_for_capacity(wait_for_capacity);
     cohort::v1::SubmitJobResponse response;
     grpc::ClientContext context;
     set_deadline(&context);
@@ -121,7 +145,7 @@ class CoordinatorServerTest : public ::testing::Test {
   TempDir data_dir_;
   std::unique_ptr<DaemonServer> server_;
   std::unique_ptr<cohort::v1::Coordinator::Stub> coordinator_;
-  std::unique_ptr<cohort::v1::Rendezvous::Stub> rendezvous_;
+  std::map<std::string, std::unique_ptr<cohort::v1::Coordinator::Stub>> node_stubs_;
 };
 
 TEST_F(CoordinatorServerTest, TwoWorkersBootstrapThroughCohortUrlsAndExchangeKeys) {
@@ -145,7 +169,10 @@ TEST_F(CoordinatorServerTest, TwoWorkersBootstrapThroughCohortUrlsAndExchangeKey
   EXPECT_EQ(placed.attempt(), 1);
   EXPECT_EQ(placed.placement().world_size(), 2);
 
-  // The agent would start these workers with the URL and COHORT_NODE_ID; threads stand in for them.
+  // The agent would start these workers with the URL, COHORT_NODE_ID, the cluster CA and the
+  // attempt's secret; threads stand in for them.
+  ::setenv(tls::kCaCertificateEnv, server_->security().ca_pem().c_str(), 1);
+  ::setenv(tls::kJobSecretEnv, server_->security().attempt_secret(job_id, 1).c_str(), 1);
   ASSERT_TRUE(comm::register_cohort_init_method().ok());
   ASSERT_TRUE(comm::register_cohort_init_method().ok()) << "registering twice is harmless";
   const std::string url = "cohort://" + server_->address() + "/" + job_id + "?attempt=1&local_rank=0";
@@ -310,7 +337,68 @@ TEST_F(CoordinatorServerTest, InvalidSpecIsRejectedNamingTheField) {
   EXPECT_EQ(jobs.jobs_size(), 0) << "a rejected job is not recorded";
 }
 
+// A job larger than the cluster is refused naming both numbers, unless it asks to wait; a model
+// that cannot fit any rank (a 2-billion-unit linear layer) is refused either way.
+TEST_F(CoordinatorServerTest, CapacityIsCheckedAtSubmit) {
+  std::string job_id;
+  grpc::Status none = submit(valid_spec("early", 1, 1), &job_id, /*wait_for_capacity=*/false);
+  EXPECT_EQ(none.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(none.error_message().find("the cluster has 0 live node(s)"), std::string::npos)
+      << none.error_message();
+  register_node("node-a", 2, 7071);
+  EXPECT_TRUE(submit(valid_spec("fits", 1, 2), &job_id, false).ok());
+  grpc::Status wide = submit(valid_spec("wide", 1, 3), &job_id, false);
+  EXPECT_EQ(wide.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(wide.error_message().find("needs 1 node(s) with 3 slot(s) each"), std::string::npos)
+      << wide.error_message();
+  EXPECT_TRUE(submit(valid_spec("wide", 1, 3), &job_id, /*wait_for_capacity=*/true).ok());
+
+  cohort::v1::JobSpec huge = valid_spec("huge", 1, 1);
+  cohort::v1::Layer* layer = huge.mutable_data_parallel()->mutable_graph()->mutable_layers(0);
+  layer->set_out_features(2'000'000'000);
+  huge.mutable_dataset()->set_num_classes(2'000'000'000);
+  grpc::Status refused = submit(huge, &job_id, /*wait_for_capacity=*/true);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
+  EXPECT_NE(refused.error_message().find("kMaxEstimatedBytesPerRank"), std::string::npos)
+      << refused.error_message();
+}
+
+// ListJobs pages: page_size, page_token and next_page_token walk every job once, in order.
+TEST_F(CoordinatorServerTest, ListJobsPages) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) {
+    std::string job_id;
+    ASSERT_TRUE(submit(valid_spec("job" + std::to_string(i), 1, 1), &job_id).ok());
+    ids.push_back(job_id);
+  }
+  cohort::v1::ListJobsRequest request;
+  request.set_page_size(2);
+  std::vector<std::string> seen;
+  int pages = 0;
+  do {
+    cohort::v1::ListJobsResponse response;
+    grpc::ClientContext context;
+    set_deadline(&context);
+    ASSERT_TRUE(coordinator_->ListJobs(&context, request, &response).ok());
+    EXPECT_LE(response.jobs_size(), 2);
+    for (const cohort::v1::JobRecord& job : response.jobs()) seen.push_back(job.id());
+    request.set_page_token(response.next_page_token());
+    ASSERT_LT(++pages, 10) << "the pages never end";
+  } while (!request.page_token().empty());
+  EXPECT_EQ(seen, ids);
+  EXPECT_EQ(pages, 3);
+
+  request.set_page_token("not-a-token");
+  cohort::v1::ListJobsResponse response;
+  grpc::ClientContext context;
+  set_deadline(&context);
+  grpc::Status bad = coordinator_->ListJobs(&context, request, &response);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(bad.error_message().find("page_token 'not-a-token'"), std::string::npos) << bad.error_message();
+}
+
 TEST_F(CoordinatorServerTest, RendezvousCallsAreValidatedAndBoundedByTheirTimeout) {
+  std::unique_ptr<cohort::v1::Rendezvous::Stub> rendezvous_ = rendezvous_for("no-such-job-1", 1);
   cohort::v1::JoinRequest join;
   join.mutable_attempt()->set_job_id("no-such-job-1");
   join.mutable_attempt()->set_attempt(1);
@@ -337,6 +425,13 @@ TEST_F(CoordinatorServerTest, RendezvousCallsAreValidatedAndBoundedByTheirTimeou
   join.mutable_attempt()->set_job_id(job_id);
   join.mutable_attempt()->set_attempt(1);
   join.set_timeout_ms(300);
+  {
+    // Another attempt's secret (or another job's) is refused before anything is read.
+    grpc::ClientContext context;
+    set_deadline(&context);
+    EXPECT_EQ(rendezvous_->Join(&context, join, &joined).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  }
+  rendezvous_ = rendezvous_for(job_id, 1);
   grpc::ClientContext context;
   set_deadline(&context);
   const auto started = std::chrono::steady_clock::now();

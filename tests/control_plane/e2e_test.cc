@@ -30,6 +30,8 @@
 #include "cohort/v1/coordinator.grpc.pb.h"
 #include "daemon/coordinator/temp_dir.h"
 #include "daemon/server/daemon_server.h"
+#include "daemon/server/testing/test_credentials.h"
+#include "worker/base/tls.h"
 #include "tests/control_plane/coordinator_calls.h"
 
 namespace cohort::daemon {
@@ -161,6 +163,8 @@ class EndToEndTest : public ::testing::Test {
       options.listen = "127.0.0.1:0";
       options.data_dir = dir->path();
       options.coordinator_address = coordinator_->address();
+      // Each agent joins as a real node does: a join token from the admin, then its certificate.
+      options.join_token = join_token();
       options.node_id = node;
       options.slots = 3;
       options.worker_command = {worker_};
@@ -188,7 +192,16 @@ class EndToEndTest : public ::testing::Test {
     coordinator_ = std::move(*server);
     coordinator_port_ = coordinator_->port();
     stub_ = cohort::v1::Coordinator::NewStub(
-        grpc::CreateChannel(coordinator_->address(), grpc::InsecureChannelCredentials()));
+        tls::make_channel(coordinator_->address(), testing::admin_security(coordinator_dir_.path())));
+  }
+
+  std::string join_token() {
+    cohort::v1::CreateJoinTokenResponse token;
+    grpc::ClientContext context;
+    set_deadline(&context);
+    grpc::Status status = stub_->CreateJoinToken(&context, {}, &token);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return token.token();
   }
 
   // Job names carry this process's pid: the workers are found through /proc by their job id, which
@@ -202,26 +215,14 @@ class EndToEndTest : public ::testing::Test {
     return wait_for_job_state(*stub_, id, state, kJobTimeout);
   }
 
-  // The agent serving `rank` of a placed job.
-  std::unique_ptr<cohort::v1::Agent::Stub> agent_for(const cohort::v1::JobRecord& job, int rank) {
-    for (const auto& node : job.placement().nodes()) {
-      if (rank >= node.first_rank() && rank < node.first_rank() + node.num_ranks()) {
-        return cohort::v1::Agent::NewStub(grpc::CreateChannel(node.address(), grpc::InsecureChannelCredentials()));
-      }
-    }
-    ADD_FAILURE() << "rank " << rank << " is not in the placement of " << job.id();
-    return nullptr;
-  }
-
   std::string read_logs(const cohort::v1::JobRecord& job, int rank) {
-    auto agent = agent_for(job, rank);
-    if (agent == nullptr) return "";
+    // Through the coordinator, as `cohort logs` reads them (agents answer only the coordinator).
     cohort::v1::StreamLogsRequest request;
     request.set_job_id(job.id());
     request.set_rank(rank);
     grpc::ClientContext context;
     set_deadline(&context);
-    auto reader = agent->StreamLogs(&context, request);
+    auto reader = stub_->StreamLogs(&context, request);
     std::string text;
     cohort::v1::LogChunk chunk;
     while (reader->Read(&chunk)) text += chunk.data();

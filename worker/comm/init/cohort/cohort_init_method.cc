@@ -10,6 +10,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "cohort/v1/rendezvous.grpc.pb.h"
+#include "worker/base/tls.h"
 #include "daemon/service/grpc_status.h"
 #include "worker/comm/init/cohort/rendezvous_store.h"
 
@@ -59,7 +60,9 @@ StatusOr<Bootstrap> cohort_init(const InitUrl& url, const InitOptions& options) 
   }
 
   const std::string target = url.authority;
-  auto channel = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+  // TLS with the cluster CA and the attempt's secret, both from the agent (COHORT_CA_CERTIFICATE,
+  // COHORT_JOB_SECRET): the coordinator admits only this attempt's ranks to its rendezvous.
+  auto channel = tls::make_channel(target, tls::worker_security_from_environment());
   auto stub = cohort::v1::Rendezvous::NewStub(channel);
   cohort::v1::JoinRequest request;
   request.mutable_attempt()->set_job_id(job_id);
