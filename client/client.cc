@@ -35,19 +35,17 @@ void Client::set_deadline(grpc::ClientContext* context) const {
 
 Status Client::rpc_error(const grpc::Status& status, std::string_view rpc, const std::string& target) const {
   const grpc::StatusCode code = status.error_code();
-  if (code == grpc::StatusCode::UNAVAILABLE && options_.security.insecure) {
-    return Status(StatusCode::kUnavailable,
-                  fmt::format("cannot reach cohortd at {} over plaintext ({}: {}); is cohortd running? It serves "
-                              "TLS unless started with insecure: pass --credentials FILE or set COHORT_CREDENTIALS "
-                              "(the first admin's are DATA_DIR/admin.credentials on the coordinator)",
-                              target, rpc, status.error_message()));
-  }
   if (code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::DEADLINE_EXCEEDED) {
     return Status(
         static_cast<StatusCode>(code),
         fmt::format("cannot reach cohortd at {} ({}: {}); is cohortd running? start it with `cohortd "
-                    "--role all --data-dir DIR`, or point --coordinator / COHORT_COORDINATOR at it",
-                    target, rpc, status.error_message()));
+                    "--role all --data-dir DIR`, or point --coordinator / COHORT_COORDINATOR at it{}",
+                    target, rpc, status.error_message(),
+                    options_.security.insecure
+                        ? ". This call went plaintext, which cohortd accepts only with insecure: true: pass "
+                          "--credentials FILE or set COHORT_CREDENTIALS (the first admin's file is "
+                          "DATA_DIR/admin.credentials on the coordinator)"
+                        : ""));
   }
   return daemon::from_grpc_status(status, rpc, target);
 }

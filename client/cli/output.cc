@@ -179,7 +179,11 @@ std::string format_bytes(int64_t bytes) {
 }
 
 int report_error(const CommandContext& context, const Status& status) {
-  *context.err << "cohort: " << status.message() << '\n';
+  // Who-may-do-what refusals name their kind, so a user tells "who are you?" (UNAUTHENTICATED:
+  // credentials missing, wrong or revoked) from "not yours" (PERMISSION_DENIED).
+  const bool access = status.code() == StatusCode::kUnauthenticated || status.code() == StatusCode::kPermissionDenied;
+  *context.err << "cohort: " << (access ? std::string(status_code_name(status.code())) + ": " : "")
+               << status.message() << '\n';
   return kExitFailure;
 }
 

@@ -128,9 +128,7 @@ class CliTest : public ::testing::Test {
     auto server = daemon::DaemonServer::start(options);
     ASSERT_TRUE(server.ok()) << server.status().to_string();
     server_ = std::move(*server);
-    ClientOptions admin;
-    admin.security = daemon::testing::admin_security(data_dir_.path());
-    Client client(server_->address(), admin);
+    Client client = admin_client();
     const auto give_up = std::chrono::steady_clock::now() + kTimeout;
     while (std::chrono::steady_clock::now() < give_up) {
       auto nodes = client.nodes();
@@ -147,10 +145,21 @@ class CliTest : public ::testing::Test {
     return path;
   }
 
-  // `cohort ARGS --credentials <the first admin's file>`, as an admin types it.
+  // A client holding the first admin's credentials (the file cohortd wrote in its data dir).
+  Client admin_client() const {
+    ClientOptions admin;
+    admin.security = daemon::testing::admin_security(data_dir_.path());
+    return Client(server_->address(), admin);
+  }
+
+  // `cohort ARGS --credentials <the first admin's file> --coordinator <the server>`, as an admin
+  // types it (the file names the address of the first start; a restarted test server on port 0
+  // listens elsewhere).
   CliResult cohort(std::vector<std::string> args) {
     args.push_back("--credentials");
     args.push_back(data_dir_.path() + "/admin.credentials");
+    args.push_back("--coordinator");
+    args.push_back(server_->address());
     return cli(args);
   }
 
@@ -164,7 +173,7 @@ class CliTest : public ::testing::Test {
   }
 
   cohort::v1::JobRecord wait_for_state(const std::string& id, cohort::v1::JobState state) {
-    Client client(server_->address());
+    Client client = admin_client();
     const auto give_up = std::chrono::steady_clock::now() + kTimeout;
     cohort::v1::JobRecord job;
     while (std::chrono::steady_clock::now() < give_up) {
@@ -295,7 +304,7 @@ TEST_F(CliTest, FollowRetriesWhileTheCoordinatorRestarts) {
   context.coordinator = server_->address();
   context.out = &out;
   context.err = &err;
-  Client client(server_->address());
+  Client client = admin_client();
   std::optional<StatusOr<cohort::v1::JobRecord>> followed;
   std::thread follower([&] { followed = follow_job(client, id, context); });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -344,6 +353,67 @@ TEST_F(CliTest, RestartedAttemptResumesFromCheckpointWhenTheSpecAsks) {
   EXPECT_TRUE(std::filesystem::exists(data_dir_.path() + "/logs/resume-1/attempt-2/job_spec.pb"));
 }
 
+TEST_F(CliTest, UsersOwnTheirJobsAndAdminsManageUsersAndNodes) {
+  // The admin makes a user; the credentials file it prints is all the user needs.
+  CliResult added = cohort({"user", "add", "alice"});
+  ASSERT_EQ(added.status, kExitOk) << added.err;
+  EXPECT_NE(added.out.find("ca_certificate:"), std::string::npos) << added.out;
+  EXPECT_NE(added.out.find("token:"), std::string::npos) << added.out;
+  const std::string alice_file = scratch_.path() + "/alice.credentials";
+  std::ofstream(alice_file) << added.out;
+  ASSERT_EQ(cohort({"user", "add", "bob"}).status, kExitOk);
+  const std::string bob_file = scratch_.path() + "/bob.credentials";
+  std::ofstream(bob_file) << cohort({"user", "add", "bob2"}).out;
+  auto as = [&](const std::string& file, std::vector<std::string> args) {
+    args.insert(args.end(), {"--credentials", file, "--coordinator", server_->address()});
+    return cli(args);
+  };
+
+  CliResult submitted = as(alice_file, {"submit", write_job("ok"), "--follow"});
+  ASSERT_EQ(submitted.status, kExitOk) << submitted.out << submitted.err;
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(submitted.out, match, std::regex("submitted job (ok-[0-9]+)")));
+  const std::string id = match[1].str();
+  EXPECT_NE(as(alice_file, {"list"}).out.find(id), std::string::npos);
+  EXPECT_EQ(as(bob_file, {"list"}).out, "no jobs\n");
+  CliResult denied = as(bob_file, {"status", id});
+  EXPECT_EQ(denied.status, kExitFailure);
+  EXPECT_NE(denied.err.find("PERMISSION_DENIED"), std::string::npos) << denied.err;
+  EXPECT_NE(denied.err.find("belongs to alice"), std::string::npos) << denied.err;
+  CliResult not_admin = as(bob_file, {"list", "--all"});
+  EXPECT_NE(not_admin.err.find("for admins"), std::string::npos) << not_admin.err;
+  EXPECT_NE(cohort({"list", "--all"}).out.find(id), std::string::npos);
+  EXPECT_NE(cohort({"user", "add", "mallory"}).status, kExitUsage);
+  CliResult users = cohort({"user", "list"});
+  EXPECT_NE(users.out.find("alice"), std::string::npos) << users.out;
+  EXPECT_NE(as(bob_file, {"user", "add", "eve"}).err.find("for admins only"), std::string::npos);
+
+  // A join token pins this cluster's CA.
+  CliResult token = cohort({"node", "token", "--ttl", "1"});
+  ASSERT_EQ(token.status, kExitOk) << token.err;
+  EXPECT_TRUE(std::regex_match(token.out, std::regex("K1-[0-9a-f]{64}-[0-9a-f]{64}\n"))) << token.out;
+
+  // Revoked: alice's token stops working at once.
+  ASSERT_EQ(cohort({"user", "revoke", "alice"}).status, kExitOk);
+  CliResult revoked = as(alice_file, {"list"});
+  EXPECT_EQ(revoked.status, kExitFailure);
+  EXPECT_NE(revoked.err.find("UNAUTHENTICATED"), std::string::npos) << revoked.err;
+  EXPECT_NE(revoked.err.find("revoked"), std::string::npos) << revoked.err;
+}
+
+TEST_F(CliTest, NoCredentialsSaysHowToGetThem) {
+  const std::string missing = scratch_.path() + "/none.credentials";
+  CliResult result = cli({"list", "--credentials", missing});
+  EXPECT_EQ(result.status, kExitUsage);
+  EXPECT_NE(result.err.find(missing), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("cohort user add"), std::string::npos) << result.err;
+  // Plaintext to the TLS port (no credentials file anywhere): the message says what to pass.
+  ::setenv("HOME", scratch_.path().c_str(), 1);
+  CliResult plaintext = cli({"list", "--coordinator", server_->address()});
+  EXPECT_EQ(plaintext.status, kExitFailure);
+  EXPECT_NE(plaintext.err.find("--credentials"), std::string::npos) << plaintext.err;
+}
+
 TEST_F(CliTest, UnreachableCoordinatorSaysWhatToDo) {
   CliResult result = cli({"status", "x-1", "--coordinator", "127.0.0.1:1"});
   EXPECT_EQ(result.status, kExitFailure);
@@ -357,9 +427,7 @@ TEST_F(CliTest, LaunchThatCannotStartFailsTheJobNamingNodeAndError) {
   start_server({"/nonexistent/cohort-worker"});
   CliResult followed = cohort({"submit", write_job("ok"), "--follow"});
   EXPECT_EQ(followed.status, kExitFailure) << followed.out;
-  ClientOptions admin;
-  admin.security = daemon::testing::admin_security(data_dir_.path());
-  auto jobs = Client(server_->address(), admin).list();
+  auto jobs = admin_client().list();
   ASSERT_TRUE(jobs.ok());
   ASSERT_EQ(jobs->size(), 1u);
   const cohort::v1::JobRecord& job = jobs->front();
