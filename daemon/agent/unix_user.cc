@@ -5,6 +5,8 @@
 #include <pwd.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace cohort::agent {
@@ -66,9 +68,11 @@ StatusOr<std::optional<UnixUser>> unix_user_for_job(const std::string& owner, co
   if (!user.ok()) {
     return failed_precondition_error("cannot run the job of owner '{}': {}", owner, user.status().message());
   }
-  if (user->uid == 0 || user->gid == 0) {
+  const bool root_group = std::find(user->groups.begin(), user->groups.end(), gid_t{0}) != user->groups.end();
+  if (user->uid == 0 || user->gid == 0 || root_group) {
     return failed_precondition_error(
-        "job user '{}' (for owner '{}') is root (uid {} gid {}); jobs never run as root: map the owner to an "
+        "job user '{}' (for owner '{}') is root or in group root (uid {} gid {}); jobs never run as root: map "
+        "the owner to an "
         "unprivileged user in user_map, or set job_user",
         name, owner, user->uid, user->gid);
   }

@@ -263,6 +263,19 @@ StatusOr<AgentOrders> Coordinator::cancel(const std::string& job_id, const std::
   return orders;
 }
 
+AgentOrders Coordinator::remove_node(const std::string& node_id, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  AgentOrders orders;
+  if (!nodes_.remove(node_id)) return orders;
+  spdlog::warn("coordinator: node {} removed: {}", node_id, reason);
+  node_lost_locked(node_id, fmt::format("node {} removed: {}", node_id, reason), orders);
+  // The node is no longer trusted: nothing is sent to it.
+  auto to_node = [&](const auto& order) { return order.node_id == node_id; };
+  orders.stops.erase(std::remove_if(orders.stops.begin(), orders.stops.end(), to_node), orders.stops.end());
+  place_locked(orders);
+  return orders;
+}
+
 AgentOrders Coordinator::tick() {
   std::lock_guard<std::mutex> lock(mu_);
   AgentOrders orders;

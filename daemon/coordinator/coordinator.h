@@ -147,6 +147,9 @@ class Coordinator {
   StatusOr<AgentOrders> register_node(NodeInfo info);
   // Renews a node's lease. NOT_FOUND: the node must register again.
   Status heartbeat(const std::string& node_id, bool unschedulable = false);
+  // Drops a node now, as if its lease had run out (`cohort node revoke`): its attempts fail over
+  // by their restart policy. No orders go to the node itself.
+  AgentOrders remove_node(const std::string& node_id, const std::string& reason);
   // Live nodes with free capacity, by node id.
   std::vector<NodeStatus> list_nodes() const;
   Duration node_lease() const { return nodes_.lease(); }

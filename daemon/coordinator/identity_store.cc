@@ -47,11 +47,12 @@ Status validate_user_name(const std::string& name) {
 }
 
 Status validate_node_id(const std::string& node_id) {
-  static const std::regex kPattern("[A-Za-z0-9][A-Za-z0-9.-]{0,62}");
-  if (!std::regex_match(node_id, kPattern) || node_id == tls::kCoordinatorName) {
+  static const std::regex kPattern("[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?");
+  if (!std::regex_match(node_id, kPattern) || node_id.find("..") != std::string::npos ||
+      node_id == tls::kCoordinatorName) {
     return invalid_argument_error(
-        "node id {:?} is not valid: use a host name (1-63 letters, digits, '.' or '-', starting with a letter or "
-        "digit), not {:?}",
+        "node id {:?} is not valid: use a lower-case host name (1-63 lower-case letters, digits, '.' or '-', "
+        "starting and ending with a letter or digit), not {:?}",
         node_id, tls::kCoordinatorName);
   }
   return ok_status();
@@ -86,11 +87,11 @@ Status IdentityStore::load() {
     if (!row) break;
     join_tokens_[tokens.column_text(0)] = tokens.column_int64(1);
   }
-  COHORT_ASSIGN_OR_RETURN(SqliteStatement certs, db_->prepare("SELECT serial FROM node_certificates WHERE revoked != 0"));
+  COHORT_ASSIGN_OR_RETURN(SqliteStatement certs, db_->prepare("SELECT serial, node_id, revoked FROM node_certificates"));
   while (true) {
     COHORT_ASSIGN_OR_RETURN(bool row, certs.step());
     if (!row) break;
-    revoked_serials_.insert(certs.column_text(0));
+    certificates_[certs.column_text(0)] = NodeCertificate{certs.column_text(1), certs.column_int64(2) != 0};
   }
   return ok_status();
 }
@@ -177,12 +178,30 @@ bool IdentityStore::join_token_valid(const std::string& secret, int64_t now_unix
   return it != join_tokens_.end() && now_unix_ms < it->second;
 }
 
+Status IdentityStore::consume_join_token(const std::string& secret, int64_t now_unix_ms) {
+  const std::string hash = sha256_hex(secret);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = join_tokens_.find(hash);
+  if (it == join_tokens_.end() || now_unix_ms >= it->second) {
+    return permission_denied_error(
+        "the join token is not valid (unknown, expired, or already used by another node); an admin makes a new "
+        "one with `cohort node token`");
+  }
+  COHORT_ASSIGN_OR_RETURN(SqliteStatement remove, db_->prepare("DELETE FROM join_tokens WHERE secret_sha256 = ?"));
+  COHORT_RETURN_IF_ERROR(remove.bind(hash));
+  COHORT_RETURN_IF_ERROR(remove.run());
+  join_tokens_.erase(it);
+  return ok_status();
+}
+
 Status IdentityStore::add_node_certificate(const std::string& serial, const std::string& node_id) {
   std::lock_guard<std::mutex> lock(mu_);
   COHORT_ASSIGN_OR_RETURN(SqliteStatement insert,
                           db_->prepare("INSERT INTO node_certificates (serial, node_id, revoked) VALUES (?, ?, 0)"));
   COHORT_RETURN_IF_ERROR(insert.bind(serial, node_id));
-  return insert.run();
+  COHORT_RETURN_IF_ERROR(insert.run());
+  certificates_[serial] = NodeCertificate{node_id, false};
+  return ok_status();
 }
 
 Status IdentityStore::revoke_node(const std::string& node_id) {
@@ -201,13 +220,21 @@ Status IdentityStore::revoke_node(const std::string& node_id) {
                           db_->prepare("UPDATE node_certificates SET revoked = 1 WHERE node_id = ?"));
   COHORT_RETURN_IF_ERROR(update.bind(node_id));
   COHORT_RETURN_IF_ERROR(update.run());
-  revoked_serials_.insert(serials.begin(), serials.end());
+  for (const std::string& serial : serials) certificates_[serial].revoked = true;
   return ok_status();
 }
 
-bool IdentityStore::certificate_revoked(const std::string& serial) const {
+bool IdentityStore::certificate_valid(const std::string& serial, const std::string& node_id) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return revoked_serials_.count(serial) != 0;
+  auto it = certificates_.find(serial);
+  return it != certificates_.end() && !it->second.revoked && it->second.node_id == node_id;
+}
+
+bool IdentityStore::node_has_valid_certificate(const std::string& node_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [serial, certificate] : certificates_)
+    if (certificate.node_id == node_id && !certificate.revoked) return true;
+  return false;
 }
 
 }  // namespace cohort::coordinator

@@ -45,8 +45,9 @@ struct User {
 // Whether `name` is a valid user name: [a-z_][a-z0-9_-]{0,31} (a Unix user name's shape, so a
 // user_map entry can use the same name).
 Status validate_user_name(const std::string& name);
-// Whether `node_id` is a valid node id: a host name, [A-Za-z0-9][A-Za-z0-9.-]{0,62}, and not the
-// coordinator's certificate name.
+// Whether `node_id` is a valid node id: a lower-case host name, [a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?
+// without "..". Lower case only, because certificate names match case-insensitively: "NODE-A"
+// must not pass for "node-a".
 Status validate_node_id(const std::string& node_id);
 
 class IdentityStore {
@@ -71,14 +72,19 @@ class IdentityStore {
   StatusOr<std::string> add_join_token(std::chrono::milliseconds ttl, int64_t now_unix_ms);
   // Whether `secret` is a join token valid at `now_unix_ms`.
   bool join_token_valid(const std::string& secret, int64_t now_unix_ms) const;
+  // Uses up a join token (one node joins per token). PERMISSION_DENIED when it is not valid (any
+  // more).
+  Status consume_join_token(const std::string& secret, int64_t now_unix_ms);
 
   // Records a certificate issued to `node_id`.
   Status add_node_certificate(const std::string& serial, const std::string& node_id);
   // Revokes every certificate issued to `node_id`. NOT_FOUND when none was.
   Status revoke_node(const std::string& node_id);
-  // Whether the certificate with `serial` was revoked (unknown serials are not: the coordinator's
-  // own certificate is never recorded).
-  bool certificate_revoked(const std::string& serial) const;
+  // Whether the certificate with `serial` was issued to `node_id` and is not revoked. Unknown
+  // serials are not valid: only certificates this coordinator recorded are accepted.
+  bool certificate_valid(const std::string& serial, const std::string& node_id) const;
+  // Whether `node_id` holds a certificate that is not revoked (a second join for it is refused).
+  bool node_has_valid_certificate(const std::string& node_id) const;
 
  private:
   explicit IdentityStore(std::unique_ptr<SqliteDb> db) : db_(std::move(db)) {}
@@ -89,7 +95,11 @@ class IdentityStore {
   std::map<std::string, User> users_;                  // by name
   std::map<std::string, std::string> token_hashes_;    // SHA-256 hex -> user name
   std::map<std::string, int64_t> join_tokens_;         // SHA-256 hex -> expiry (unix ms)
-  std::set<std::string> revoked_serials_;
+  struct NodeCertificate {
+    std::string node_id;
+    bool revoked = false;
+  };
+  std::map<std::string, NodeCertificate> certificates_;  // by serial
 };
 
 }  // namespace cohort::coordinator

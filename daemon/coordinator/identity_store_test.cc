@@ -57,14 +57,24 @@ TEST(IdentityStoreTest, JoinTokensExpireAndNodeCertificatesRevoke) {
   EXPECT_TRUE((*store)->join_token_valid(*secret, 1000 + 59000));
   EXPECT_FALSE((*store)->join_token_valid(*secret, 1000 + 60000));
   EXPECT_FALSE((*store)->join_token_valid("nope", 1000));
+  ASSERT_TRUE((*store)->consume_join_token(*secret, 2000).ok());
+  EXPECT_FALSE((*store)->join_token_valid(*secret, 2000)) << "a join token admits one node";
+  EXPECT_EQ((*store)->consume_join_token(*secret, 2000).code(), StatusCode::kPermissionDenied);
   ASSERT_TRUE((*store)->add_node_certificate("AB01", "node-a").ok());
-  EXPECT_FALSE((*store)->certificate_revoked("AB01"));
+  EXPECT_TRUE((*store)->certificate_valid("AB01", "node-a"));
+  EXPECT_FALSE((*store)->certificate_valid("AB01", "node-b")) << "a serial belongs to one node";
+  EXPECT_FALSE((*store)->certificate_valid("CD02", "node-a")) << "unrecorded serials are not valid";
+  EXPECT_TRUE((*store)->node_has_valid_certificate("node-a"));
   ASSERT_TRUE((*store)->revoke_node("node-a").ok());
-  EXPECT_TRUE((*store)->certificate_revoked("AB01"));
+  EXPECT_FALSE((*store)->certificate_valid("AB01", "node-a"));
+  EXPECT_FALSE((*store)->node_has_valid_certificate("node-a"));
   EXPECT_EQ((*store)->revoke_node("node-b").code(), StatusCode::kNotFound);
   EXPECT_FALSE(validate_node_id("cohort-coordinator").ok());
   EXPECT_FALSE(validate_node_id("../x").ok());
   EXPECT_TRUE(validate_node_id("node-a.cluster").ok());
+  EXPECT_FALSE(validate_node_id("NODE-A").ok()) << "certificate names match case-insensitively";
+  EXPECT_FALSE(validate_node_id("node-a.").ok());
+  EXPECT_FALSE(validate_node_id("a..b").ok());
 }
 
 }  // namespace

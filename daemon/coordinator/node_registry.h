@@ -75,6 +75,8 @@ class NodeRegistry {
 
   // Removes every node whose lease ended before `now` and returns their ids, ascending.
   std::vector<std::string> expire(TimePoint now);
+  // Forgets a node at once (its certificate was revoked). Whether it was registered.
+  bool remove(const std::string& node_id) { return nodes_.erase(node_id) != 0; }
 
   bool contains(const std::string& node_id) const { return nodes_.count(node_id) != 0; }
 

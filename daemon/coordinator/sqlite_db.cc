@@ -1,5 +1,12 @@
 #include "daemon/coordinator/sqlite_db.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include <climits>
 
 namespace cohort::coordinator {
@@ -154,6 +161,12 @@ std::string SqliteStatement::column_blob(int column) const {
 }
 
 StatusOr<std::unique_ptr<SqliteDb>> SqliteDb::open(const std::string& path) {
+  // Created (or narrowed to) 0600 before SQLite opens it: job specs and token hashes are the
+  // coordinator's alone, and SQLite gives its -wal and -shm files the database file's mode.
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return internal_error("cannot open the database {}: {}", path, std::strerror(errno));
+  ::fchmod(fd, 0600);
+  ::close(fd);
   sqlite3* raw = nullptr;
   const int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
   // sqlite3_open_v2 hands back a handle even on failure (for its message); it must be closed.

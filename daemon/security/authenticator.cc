@@ -146,10 +146,14 @@ grpc::Status Authenticator::Process(const InputMetadata& auth_metadata, grpc::Au
     if (peer_cn == tls::kCoordinatorName) {
       caller.kind = Caller::Kind::kCoordinator;
     } else {
+      // On the coordinator: only certificates it recorded for that node id, and not revoked
+      // (fails closed: a certificate that does not parse is refused too). An agent-only daemon
+      // keeps no record; the TLS layer verified the CA, and no agent method is for nodes anyway.
       StatusOr<CertificateInfo> info = certificate_info(property(*context, "x509_pem_cert"));
-      if (info.ok() && options_.identities != nullptr && options_.identities->certificate_revoked(info->serial)) {
-        refusal = fmt::format("the certificate of node {} was revoked (`cohort node revoke`); the node must join "
-                              "again with a new join token",
+      if (options_.identities != nullptr &&
+          (!info.ok() || !options_.identities->certificate_valid(info->serial, peer_cn))) {
+        refusal = fmt::format("the certificate of node {} is not valid here (revoked with `cohort node revoke`, or "
+                              "not issued by this coordinator); the node must join again with a new join token",
                               peer_cn);
       } else {
         caller.kind = Caller::Kind::kNode;
@@ -162,12 +166,14 @@ grpc::Status Authenticator::Process(const InputMetadata& auth_metadata, grpc::Au
     caller.secret = secret;
   } else if (std::string join = first_value(auth_metadata, tls::kJoinTokenMetadata); !join.empty()) {
     has_credentials = true;
+    // Checked here and used up by JoinCluster itself (one node per token).
     if (options_.identities != nullptr &&
         options_.identities->join_token_valid(
             join, std::chrono::duration_cast<std::chrono::milliseconds>(
                       std::chrono::system_clock::now().time_since_epoch())
                       .count())) {
       caller.kind = Caller::Kind::kJoinToken;
+      caller.secret = join;
     } else {
       refusal = "the join token is not valid (unknown or expired); an admin makes a new one with "
                 "`cohort node token`";
@@ -215,6 +221,7 @@ StatusOr<Caller> caller_of(const grpc::ServerContext& context) {
       local.kind = Caller::Kind::kUser;
       local.name = "local";
       local.admin = true;
+      local.plaintext = true;
       return local;
     }
     return unauthenticated_error("the call was not authenticated");
@@ -239,7 +246,7 @@ Status require_job_access(const Caller& caller, const std::string& job_id, const
 
 Status require_node(const Caller& caller, const std::string& node_id) {
   if (caller.kind == Caller::Kind::kNode && caller.name == node_id) return ok_status();
-  if (caller.admin && caller.name == "local") return ok_status();  // plaintext development daemon
+  if (caller.plaintext) return ok_status();  // a plaintext development daemon has no node identities
   return permission_denied_error("the certificate of node {} cannot act for node {}",
                                  caller.name.empty() ? kind_name(caller.kind) : caller.name, node_id);
 }

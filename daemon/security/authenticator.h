@@ -48,7 +48,8 @@ struct Caller {
   Kind kind = Kind::kPublic;
   std::string name;    // user name (kUser) or node id (kNode)
   bool admin = false;  // kUser: an admin; also true for every caller of a plaintext development daemon
-  std::string secret;  // kJobSecret: the secret presented
+  std::string secret;  // kJobSecret, kJoinToken: the secret presented
+  bool plaintext = false;  // a plaintext development daemon (insecure: true): no identities at all
 };
 
 struct AuthenticatorOptions {

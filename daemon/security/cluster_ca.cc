@@ -243,6 +243,10 @@ StatusOr<ClusterCa> ClusterCa::load_or_create(const std::string& dir) {
     if (!cert.ok()) return cert.status().with_context(cert_path);
     keys->key = std::move(*key);
     keys->certificate = std::move(*cert);
+    if (X509_check_private_key(keys->certificate.get(), keys->key.get()) != 1) {
+      return failed_precondition_error("{} is not the key of {}; restore the matching pair from a backup", key_path,
+                                       cert_path);
+    }
   } else {
     COHORT_ASSIGN_OR_RETURN(keys->key, new_ec_key());
     COHORT_ASSIGN_OR_RETURN(keys->certificate,

@@ -82,7 +82,21 @@ Status make_private_dir(const std::string& dir) {
 
 bool file_exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
 
+// A coordinator listening on every interface is reached by its host name, not 0.0.0.0.
+std::string dialable_address(const std::string& address) {
+  for (const char* wildcard : {"0.0.0.0:", "[::]:"}) {
+    if (address.rfind(wildcard, 0) == 0) {
+      char hostname[256] = {};
+      if (gethostname(hostname, sizeof(hostname) - 1) != 0 || hostname[0] == '\0') return address;
+      return std::string(hostname) + address.substr(std::string(wildcard).size() - 1);
+    }
+  }
+  return address;
+}
+
 }  // namespace
+
+std::string node_tls_name(const std::string& node_id) { return node_id + ".node.cohort"; }
 
 StatusOr<JoinToken> parse_join_token(const std::string& text) {
   static const std::regex kPattern("K1-([0-9a-f]{64})-([0-9a-f]{64})");
@@ -128,14 +142,11 @@ Status DaemonSecurity::open_coordinator() {
   if (!file_exists(key_path)) COHORT_RETURN_IF_ERROR(write_private_file(key_path, random_hex(32), 0600));
   COHORT_ASSIGN_OR_RETURN(job_key_, read_file(key_path));
   COHORT_ASSIGN_OR_RETURN(identities_, coordinator::IdentityStore::open(options_.data_dir));
-  if (!identities_->has_admin()) {
-    COHORT_ASSIGN_OR_RETURN(first_admin_token_, identities_->add_user(kFirstAdminName, /*admin=*/true));
-  }
   std::vector<std::string> dns = {tls::kCoordinatorName};
   std::vector<std::string> ips;
   add_host_names(options_.listen_host, &dns, &ips);
-  // Role all: the agent's service is on this port too, and the coordinator dials it by node id.
-  if (options_.agent && !options_.node_id.empty()) dns.push_back(options_.node_id);
+  // Role all: the agent's service is on this port too, and the coordinator dials it by node name.
+  if (options_.agent && !options_.node_id.empty()) dns.push_back(node_tls_name(options_.node_id));
   COHORT_ASSIGN_OR_RETURN(own_, ca_->issue(tls::kCoordinatorName, dns, ips));
   if (options_.agent) {
     COHORT_ASSIGN_OR_RETURN(node_, issue_node_certificate(options_.node_id));
@@ -236,7 +247,7 @@ tls::ChannelSecurity DaemonSecurity::to_agent(const std::string& node_id) const 
   tls::ChannelSecurity security;
   security.insecure = options_.insecure;
   security.ca_pem = ca_pem_;
-  security.target_name = node_id;
+  security.target_name = node_tls_name(node_id);
   security.certificate_pem = own_.certificate_pem;
   security.key_pem = own_.key_pem;
   return security;
@@ -252,7 +263,7 @@ bool DaemonSecurity::attempt_secret_valid(const std::string& job_id, int attempt
 }
 
 std::string DaemonSecurity::credentials_text(const std::string& coordinator_address, const std::string& token) const {
-  return format_credentials(Credentials{coordinator_address, ca_pem_, token});
+  return format_credentials(Credentials{dialable_address(coordinator_address), ca_pem_, token});
 }
 
 std::string DaemonSecurity::join_token_text(const std::string& secret) const {
@@ -260,18 +271,37 @@ std::string DaemonSecurity::join_token_text(const std::string& secret) const {
 }
 
 Status DaemonSecurity::write_first_admin_credentials(const std::string& coordinator_address) {
-  if (first_admin_token_.empty()) return ok_status();
+  // Only once the address is known (after the port is bound), so a start that fails to bind does
+  // not leave an admin whose token nobody holds.
+  if (identities_ == nullptr || options_.insecure || identities_->has_admin()) return ok_status();
+  COHORT_ASSIGN_OR_RETURN(std::string token, identities_->add_user(kFirstAdminName, /*admin=*/true));
   const std::string path = options_.data_dir + "/" + kAdminCredentialsFile;
-  COHORT_RETURN_IF_ERROR(write_private_file(path, credentials_text(coordinator_address, first_admin_token_), 0600));
+  Status written = write_private_file(path, credentials_text(coordinator_address, token), 0600);
+  if (!written.ok()) {
+    // No one could ever use this admin's token: take it back so the next start makes a new one.
+    identities_->revoke_user(kFirstAdminName).ignore_error();
+    return written.with_context("the first admin's credentials");
+  }
   spdlog::info("created the cluster's first admin; credentials in {} (use: cohort --credentials {} ...)", path, path);
-  first_admin_token_.clear();
   return ok_status();
 }
 
-StatusOr<std::string> DaemonSecurity::sign_node(const std::string& node_id, const std::string& csr_pem) {
+StatusOr<std::string> DaemonSecurity::sign_node(const std::string& node_id, const std::string& csr_pem,
+                                                const std::string& join_token_secret) {
   if (ca_ == nullptr) return failed_precondition_error("this daemon is not a coordinator; it cannot sign nodes");
   COHORT_RETURN_IF_ERROR(coordinator::validate_node_id(node_id));
-  COHORT_ASSIGN_OR_RETURN(IssuedCertificate issued, ca_->sign_csr(csr_pem, node_id, {node_id}, {}));
+  // A second join for a live node would let a token holder take over its launches and secrets.
+  if (identities_->node_has_valid_certificate(node_id)) {
+    return already_exists_error(
+        "node {} already joined; if this is a reinstalled node, an admin revokes the old certificate first with "
+        "`cohort node revoke {}` and makes a new join token",
+        node_id, node_id);
+  }
+  COHORT_RETURN_IF_ERROR(identities_->consume_join_token(
+      join_token_secret, std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count()));
+  COHORT_ASSIGN_OR_RETURN(IssuedCertificate issued, ca_->sign_csr(csr_pem, node_id, {node_tls_name(node_id)}, {}));
   COHORT_RETURN_IF_ERROR(identities_->add_node_certificate(issued.serial, node_id));
   return issued.certificate_pem;
 }
@@ -279,7 +309,7 @@ StatusOr<std::string> DaemonSecurity::sign_node(const std::string& node_id, cons
 StatusOr<KeyAndCertificate> DaemonSecurity::issue_node_certificate(const std::string& node_id) {
   if (ca_ == nullptr) return failed_precondition_error("this daemon is not a coordinator; it cannot sign nodes");
   COHORT_RETURN_IF_ERROR(coordinator::validate_node_id(node_id));
-  COHORT_ASSIGN_OR_RETURN(KeyAndCertificate issued, ca_->issue(node_id, {node_id}, {}));
+  COHORT_ASSIGN_OR_RETURN(KeyAndCertificate issued, ca_->issue(node_id, {node_tls_name(node_id)}, {}));
   COHORT_RETURN_IF_ERROR(identities_->add_node_certificate(issued.serial, node_id));
   return issued;
 }
@@ -310,7 +340,11 @@ StatusOr<std::vector<std::string>> fetch_server_chain(const std::string& address
   freeaddrinfo(found);
   if (fd < 0) return unavailable_error("cannot connect to the coordinator at {}: {}", address, std::strerror(errno));
   std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> ctx(SSL_CTX_new(TLS_client_method()), SSL_CTX_free);
-  std::unique_ptr<SSL, decltype(&SSL_free)> ssl(SSL_new(ctx.get()), SSL_free);
+  std::unique_ptr<SSL, decltype(&SSL_free)> ssl(ctx ? SSL_new(ctx.get()) : nullptr, SSL_free);
+  if (!ssl) {
+    ::close(fd);
+    return internal_error("cannot set up a TLS client (SSL_CTX_new / SSL_new failed)");
+  }
   static const unsigned char kAlpn[] = {2, 'h', '2'};
   SSL_set_alpn_protos(ssl.get(), kAlpn, sizeof(kAlpn));
   // Not verified here on purpose: the caller pins the CA by the join token's fingerprint.

@@ -32,6 +32,10 @@ namespace cohort::security {
 // The first admin's name and credentials file (under the data dir).
 inline constexpr const char* kFirstAdminName = "admin";
 inline constexpr const char* kAdminCredentialsFile = "admin.credentials";
+// The DNS name in node `node_id`'s certificate, and what the coordinator checks when it dials
+// that agent: "<node id>.node.cohort", a namespace no node id can turn into the coordinator's name.
+std::string node_tls_name(const std::string& node_id);
+
 // Join tokens: "K1-<CA fingerprint, 64 hex>-<secret, 64 hex>".
 inline constexpr const char* kJoinTokenPrefix = "K1-";
 // How long the join's TLS handshake and JoinCluster call may take.
@@ -73,8 +77,10 @@ class DaemonSecurity {
   std::string credentials_text(const std::string& coordinator_address, const std::string& token) const;
   // The join token text for a join token secret.
   std::string join_token_text(const std::string& secret) const;
-  // Signs a joining node's CSR (JoinCluster) and records the certificate.
-  StatusOr<std::string> sign_node(const std::string& node_id, const std::string& csr_pem);
+  // Signs a joining node's CSR (JoinCluster) and records the certificate, using up the join token.
+  // ALREADY_EXISTS when the node id holds a certificate that is not revoked.
+  StatusOr<std::string> sign_node(const std::string& node_id, const std::string& csr_pem,
+                                  const std::string& join_token_secret);
   // A key and a recorded certificate for `node_id`, made here (the node of role all, tests).
   StatusOr<KeyAndCertificate> issue_node_certificate(const std::string& node_id);
 
@@ -88,7 +94,7 @@ class DaemonSecurity {
   std::unique_ptr<coordinator::IdentityStore> identities_;
   std::string ca_pem_;
   std::string job_key_;                // HMAC key for attempt secrets (coordinator)
-  std::string first_admin_token_;      // set when this start created the first admin
+
   KeyAndCertificate own_;              // what this daemon serves with (coordinator cert, or the node's)
   KeyAndCertificate node_;             // the agent's node certificate (calls to the coordinator)
 };

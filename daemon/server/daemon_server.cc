@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <cstdio>
 
@@ -39,6 +40,12 @@ StatusOr<std::string> listen_host(const std::string& listen) {
         "listen address {:?} is not HOST:PORT (e.g. 127.0.0.1:7070, or port 0 for any free one)", listen);
   }
   return listen.substr(0, colon);
+}
+
+// Host names are case-insensitive; node ids are lower case (they name certificates).
+std::string lower_case(std::string text) {
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text;
 }
 
 void log_orders(const coordinator::AgentOrders& orders) {
@@ -105,7 +112,7 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
   if (gethostname(hostname, sizeof(hostname) - 1) != 0) std::snprintf(hostname, sizeof(hostname), "node");
   // One agent per machine is the deployment, so the host name is a unique default id.
   if (server->has_agent())
-    server->node_id_ = server->options_.node_id.empty() ? std::string(hostname) : server->options_.node_id;
+    server->node_id_ = server->options_.node_id.empty() ? lower_case(hostname) : server->options_.node_id;
   security::DaemonSecurityOptions security_options;
   security_options.coordinator = server->has_coordinator();
   security_options.agent = server->has_agent();

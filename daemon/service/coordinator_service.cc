@@ -329,14 +329,14 @@ grpc::Status CoordinatorService::StreamLogs(grpc::ServerContext* context, const 
         request->rank()));
   }
   auto agent = cohort::v1::Agent::NewStub(tls::make_channel(node->address, security_->to_agent(node->node_id)));
-  grpc::ClientContext agent_context;
-  // The client's deadline and cancellation carry over to the agent call.
-  agent_context.set_deadline(context->deadline());
-  std::unique_ptr<grpc::ClientReader<cohort::v1::LogChunk>> reader = agent->StreamLogs(&agent_context, *request);
+  // The client's deadline and cancellation carry over to the agent call, so a client that leaves
+  // a `logs -f` frees this thread and the agent's at once, not at the rank's next output.
+  std::unique_ptr<grpc::ClientContext> agent_context = grpc::ClientContext::FromServerContext(*context);
+  std::unique_ptr<grpc::ClientReader<cohort::v1::LogChunk>> reader = agent->StreamLogs(agent_context.get(), *request);
   cohort::v1::LogChunk chunk;
   while (reader->Read(&chunk)) {
     if (context->IsCancelled() || !writer->Write(chunk)) {
-      agent_context.TryCancel();
+      agent_context->TryCancel();
       break;
     }
   }

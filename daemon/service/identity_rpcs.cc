@@ -71,10 +71,13 @@ grpc::Status CoordinatorService::CreateJoinToken(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::JoinCluster(grpc::ServerContext* /*context*/,
+grpc::Status CoordinatorService::JoinCluster(grpc::ServerContext* context,
                                              const cohort::v1::JoinClusterRequest* request,
                                              cohort::v1::JoinClusterResponse* response) {
-  StatusOr<std::string> certificate = security_->sign_node(request->node_id(), request->csr_pem());
+  // The token the Authenticator admitted (call metadata), not the request field's copy.
+  StatusOr<security::Caller> caller = security::caller_of(*context);
+  if (!caller.ok()) return to_grpc_status(caller.status());
+  StatusOr<std::string> certificate = security_->sign_node(request->node_id(), request->csr_pem(), caller->secret);
   if (!certificate.ok()) return to_grpc_status(certificate.status());
   response->set_certificate_pem(*certificate);
   response->set_ca_certificate_pem(security_->ca_pem());
@@ -85,8 +88,12 @@ grpc::Status CoordinatorService::JoinCluster(grpc::ServerContext* /*context*/,
 grpc::Status CoordinatorService::RevokeNode(grpc::ServerContext* context, const cohort::v1::RevokeNodeRequest* request,
                                             cohort::v1::RevokeNodeResponse* /*response*/) {
   Status status = security_->identities()->revoke_node(request->node_id());
-  if (status.ok()) spdlog::info("node {} revoked by {}", request->node_id(), caller_name(*context));
-  return to_grpc_status(status);
+  if (!status.ok()) return to_grpc_status(status);
+  spdlog::info("node {} revoked by {}", request->node_id(), caller_name(*context));
+  // Untrusted from now on: dropped from the registry at once (its attempts fail over), not when its
+  // lease would have run out.
+  dispatch(coordinator_->remove_node(request->node_id(), "its certificate was revoked"));
+  return grpc::Status::OK;
 }
 
 }  // namespace cohort::daemon

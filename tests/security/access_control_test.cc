@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include <future>
+#include <thread>
 #include <map>
 #include <memory>
 #include <string>
@@ -133,6 +134,7 @@ class AccessControlTest : public ::testing::Test {
     agent_options.coordinator_address = coordinator_->address();
     agent_options.join_token = token.token();
     agent_options.worker_command = {"/bin/true"};
+    first_token_ = token.token();
     auto agent = DaemonServer::start(agent_options);
     ASSERT_TRUE(agent.ok()) << agent.status().to_string();
     agent_ = std::move(*agent);
@@ -148,7 +150,7 @@ class AccessControlTest : public ::testing::Test {
   }
   std::shared_ptr<grpc::Channel> channel(const std::string& service, const tls::ChannelSecurity& security) const {
     tls::ChannelSecurity s = security;
-    if (service == "cohort.v1.Agent") s.target_name = "node-a";
+    if (service == "cohort.v1.Agent") s.target_name = security::node_tls_name("node-a");
     return tls::make_channel(address_for(service), s);
   }
 
@@ -157,6 +159,32 @@ class AccessControlTest : public ::testing::Test {
   std::unique_ptr<DaemonServer> coordinator_;
   std::unique_ptr<DaemonServer> agent_;
   tls::ChannelSecurity admin_;
+  std::string first_token_;
+
+  std::string new_join_token() {
+    auto stub = cohort::v1::Coordinator::NewStub(tls::make_channel(coordinator_->address(), admin_));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + kCallTimeout);
+    cohort::v1::CreateJoinTokenResponse token;
+    EXPECT_TRUE(stub->CreateJoinToken(&context, {}, &token).ok());
+    return token.token();
+  }
+  // Starts an agent that joins as `node_id` with `token`; its error, or OK.
+  Status join_as(const std::string& node_id, const std::string& token) {
+    coordinator::testing::TempDir dir;
+    DaemonServerOptions options;
+    options.role = DaemonRole::kAgent;
+    options.listen = "127.0.0.1:0";
+    options.data_dir = dir.path();
+    options.node_id = node_id;
+    options.coordinator_address = coordinator_->address();
+    options.join_token = token;
+    options.worker_command = {"/bin/true"};
+    auto agent = DaemonServer::start(options);
+    if (!agent.ok()) return agent.status();
+    (*agent)->shutdown();
+    return ok_status();
+  }
 };
 
 TEST_F(AccessControlTest, EveryMethodIsInThePolicyTable) {
@@ -338,6 +366,43 @@ TEST_F(AccessControlTest, RevokedUsersAndNodesAreRefused) {
                            request_bytes(heartbeat, {{"node_id", "node-c"}}));
   EXPECT_EQ(node.error_code(), grpc::StatusCode::UNAUTHENTICATED) << node.error_message();
   EXPECT_NE(node.error_message().find("revoked"), std::string::npos) << node.error_message();
+}
+
+TEST_F(AccessControlTest, JoinTokensAdmitOneNodeAndALiveNodeCannotBeClaimed) {
+  // The token node-a joined with is used up.
+  Status reused = join_as("node-c", first_token_);
+  EXPECT_EQ(reused.code(), StatusCode::kUnauthenticated) << reused.to_string();
+  // A fresh token cannot take over node-a's identity while node-a's certificate is valid...
+  Status claimed = join_as("node-a", new_join_token());
+  EXPECT_EQ(claimed.code(), StatusCode::kAlreadyExists) << claimed.to_string();
+  EXPECT_NE(claimed.message().find("cohort node revoke node-a"), std::string::npos) << claimed.to_string();
+  // ...nor a name that matches another node's certificate name case-insensitively.
+  Status upper = join_as("NODE-A", new_join_token());
+  EXPECT_EQ(upper.code(), StatusCode::kInvalidArgument) << upper.to_string();
+  // A new node joins with a new token.
+  EXPECT_TRUE(join_as("node-c", new_join_token()).ok());
+}
+
+TEST_F(AccessControlTest, ARevokedNodeLeavesTheRegistryAtOnce) {
+  auto stub = cohort::v1::Coordinator::NewStub(tls::make_channel(coordinator_->address(), admin_));
+  auto live_nodes = [&] {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + kCallTimeout);
+    cohort::v1::ListNodesResponse nodes;
+    EXPECT_TRUE(stub->ListNodes(&context, {}, &nodes).ok());
+    return nodes.nodes_size();
+  };
+  const auto give_up = std::chrono::steady_clock::now() + kCallTimeout;
+  while (live_nodes() != 1 && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_EQ(live_nodes(), 1);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kCallTimeout);
+  cohort::v1::RevokeNodeRequest request;
+  request.set_node_id("node-a");
+  cohort::v1::RevokeNodeResponse response;
+  ASSERT_TRUE(stub->RevokeNode(&context, request, &response).ok());
+  EXPECT_EQ(live_nodes(), 0);
 }
 
 TEST_F(AccessControlTest, FirstStartWritesPrivateAdminCredentials) {
