@@ -118,11 +118,22 @@ Status add_extension(X509* cert, X509* issuer, int nid, const std::string& value
   return ok_status();
 }
 
-// A certificate for `public_key` with a random 128-bit serial, CN = `common_name`, valid from an
-// hour ago (clock skew between nodes) for `validity`, signed by `signer_key` as `issuer` (null:
-// self-signed).
+Status add_alt_names(X509* cert, X509* issuer, const std::vector<std::string>& dns_names,
+                     const std::vector<std::string>& ip_addresses) {
+  std::string value;
+  for (const std::string& dns : dns_names) value += (value.empty() ? "" : ",") + ("DNS:" + dns);
+  for (const std::string& ip : ip_addresses) value += (value.empty() ? "" : ",") + ("IP:" + ip);
+  if (value.empty()) return ok_status();
+  return add_extension(cert, issuer, NID_subject_alt_name, value);
+}
+
+// A certificate for `public_key` with a random 128-bit serial, CN = `common_name` and the given
+// alternative names, valid from an hour ago (clock skew between nodes) for `validity`, signed by
+// `signer_key` as `issuer` (null: self-signed, a CA).
 StatusOr<X509Ptr> make_certificate(EVP_PKEY* public_key, const std::string& common_name, X509* issuer,
-                                   EVP_PKEY* signer_key, std::chrono::hours validity) {
+                                   EVP_PKEY* signer_key, std::chrono::hours validity,
+                                   const std::vector<std::string>& dns_names = {},
+                                   const std::vector<std::string>& ip_addresses = {}) {
   X509Ptr cert(X509_new());
   COHORT_OPENSSL_CHECK(X509_set_version(cert.get(), 2));
   const std::string serial_hex = random_hex(16);
@@ -151,19 +162,11 @@ StatusOr<X509Ptr> make_certificate(EVP_PKEY* public_key, const std::string& comm
         add_extension(cert.get(), issuer_or_self, NID_key_usage, "critical,digitalSignature,keyEncipherment"));
     COHORT_RETURN_IF_ERROR(add_extension(cert.get(), issuer_or_self, NID_ext_key_usage, "serverAuth,clientAuth"));
     COHORT_RETURN_IF_ERROR(add_extension(cert.get(), issuer_or_self, NID_authority_key_identifier, "keyid:always"));
+    COHORT_RETURN_IF_ERROR(add_alt_names(cert.get(), issuer_or_self, dns_names, ip_addresses));
   }
   if (X509_sign(cert.get(), signer_key, EVP_sha256()) == 0)
     return internal_error("X509_sign failed: {}", openssl_error());
   return cert;
-}
-
-Status add_alt_names(X509* cert, X509* issuer, const std::vector<std::string>& dns_names,
-                     const std::vector<std::string>& ip_addresses) {
-  std::string value;
-  for (const std::string& dns : dns_names) value += (value.empty() ? "" : ",") + ("DNS:" + dns);
-  for (const std::string& ip : ip_addresses) value += (value.empty() ? "" : ",") + ("IP:" + ip);
-  if (value.empty()) return ok_status();
-  return add_extension(cert, issuer, NID_subject_alt_name, value);
 }
 
 }  // namespace
@@ -262,20 +265,26 @@ StatusOr<ClusterCa> ClusterCa::load_or_create(const std::string& dir) {
   return ca;
 }
 
-StatusOr<KeyAndCertificate> ClusterCa::issue(const std::string& common_name, const std::vector<std::string>& dns_names,
-                                             const std::vector<std::string>& ip_addresses) const {
-  COHORT_ASSIGN_OR_RETURN(PkeyPtr key, new_ec_key());
-  COHORT_ASSIGN_OR_RETURN(X509Ptr cert, make_certificate(key.get(), common_name, keys_->certificate.get(),
-                                                         keys_->key.get(), kLeafValidity));
-  // Alt names are added after the signature's extensions, so sign again with them in place.
-  COHORT_RETURN_IF_ERROR(add_alt_names(cert.get(), keys_->certificate.get(), dns_names, ip_addresses));
-  if (X509_sign(cert.get(), keys_->key.get(), EVP_sha256()) == 0)
-    return internal_error("X509_sign failed: {}", openssl_error());
-  KeyAndCertificate out;
-  COHORT_ASSIGN_OR_RETURN(out.key_pem, key_pem(key.get()));
+StatusOr<IssuedCertificate> ClusterCa::sign_leaf(EVP_PKEY* public_key, const std::string& common_name,
+                                                 const std::vector<std::string>& dns_names,
+                                                 const std::vector<std::string>& ip_addresses) const {
+  COHORT_ASSIGN_OR_RETURN(X509Ptr cert, make_certificate(public_key, common_name, keys_->certificate.get(),
+                                                         keys_->key.get(), kLeafValidity, dns_names, ip_addresses));
+  IssuedCertificate out;
   COHORT_ASSIGN_OR_RETURN(out.certificate_pem, cert_pem(cert.get()));
   COHORT_ASSIGN_OR_RETURN(CertificateInfo info, certificate_info(out.certificate_pem));
   out.serial = info.serial;
+  return out;
+}
+
+StatusOr<KeyAndCertificate> ClusterCa::issue(const std::string& common_name, const std::vector<std::string>& dns_names,
+                                             const std::vector<std::string>& ip_addresses) const {
+  COHORT_ASSIGN_OR_RETURN(PkeyPtr key, new_ec_key());
+  COHORT_ASSIGN_OR_RETURN(IssuedCertificate issued, sign_leaf(key.get(), common_name, dns_names, ip_addresses));
+  KeyAndCertificate out;
+  COHORT_ASSIGN_OR_RETURN(out.key_pem, key_pem(key.get()));
+  out.certificate_pem = std::move(issued.certificate_pem);
+  out.serial = std::move(issued.serial);
   return out;
 }
 
@@ -288,16 +297,7 @@ StatusOr<IssuedCertificate> ClusterCa::sign_csr(const std::string& csr_pem, cons
   PkeyPtr public_key(X509_REQ_get_pubkey(request.get()));
   if (!public_key || X509_REQ_verify(request.get(), public_key.get()) != 1)
     return invalid_argument_error("csr_pem's signature does not verify: {}", openssl_error());
-  COHORT_ASSIGN_OR_RETURN(X509Ptr cert, make_certificate(public_key.get(), common_name, keys_->certificate.get(),
-                                                         keys_->key.get(), kLeafValidity));
-  COHORT_RETURN_IF_ERROR(add_alt_names(cert.get(), keys_->certificate.get(), dns_names, ip_addresses));
-  if (X509_sign(cert.get(), keys_->key.get(), EVP_sha256()) == 0)
-    return internal_error("X509_sign failed: {}", openssl_error());
-  IssuedCertificate out;
-  COHORT_ASSIGN_OR_RETURN(out.certificate_pem, cert_pem(cert.get()));
-  COHORT_ASSIGN_OR_RETURN(CertificateInfo info, certificate_info(out.certificate_pem));
-  out.serial = info.serial;
-  return out;
+  return sign_leaf(public_key.get(), common_name, dns_names, ip_addresses);
 }
 
 StatusOr<KeyAndCsr> make_key_and_csr(const std::string& common_name) {

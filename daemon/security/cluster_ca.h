@@ -12,6 +12,8 @@
 // Files (directory mode 0700): ca.key (0600), ca.crt. Not thread-safe for load_or_create; the
 // signing methods are const and may run concurrently.
 
+#include <openssl/types.h>
+
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -74,6 +76,10 @@ class ClusterCa {
  private:
   struct Keys;
   explicit ClusterCa(std::unique_ptr<Keys> keys);
+  // The one signing step of issue() and sign_csr(): a leaf certificate for `public_key`.
+  StatusOr<IssuedCertificate> sign_leaf(EVP_PKEY* public_key, const std::string& common_name,
+                                        const std::vector<std::string>& dns_names,
+                                        const std::vector<std::string>& ip_addresses) const;
   std::unique_ptr<Keys> keys_;
   std::string certificate_pem_;
   std::string fingerprint_;
