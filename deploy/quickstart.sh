@@ -7,10 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 deploy/install-deps.sh
 echo "quickstart: building cohort (first build takes a few minutes)"
-bazel build //daemon:cohortd //client:cohort //worker:cohort-worker
+bazel build //daemon:cohortd //client:cohort //worker/runner:cohort-worker
 bin=$(bazel info bazel-bin)
 "$bin/daemon/cohortd" --version
 "$bin/client/cohort" --version
-"$bin/worker/cohort-worker" --version
+"$bin/worker/runner/cohort-worker" --version
 echo "quickstart: cohort run configs/jobs/fashion_mnist_dp.yaml"
-exec "$bin/client/cohort" run configs/jobs/fashion_mnist_dp.yaml --worker "$bin/worker/cohort-worker" "$@"
+exec "$bin/client/cohort" run configs/jobs/fashion_mnist_dp.yaml --worker "$bin/worker/runner/cohort-worker" "$@"

@@ -72,13 +72,13 @@ TEST(WorkerLocatorTest, SearchOrderFlagEnvBesideBazelPath) {
   ASSERT_FALSE(none.ok());
   EXPECT_EQ(none.status().code(), StatusCode::kNotFound);
   EXPECT_NE(none.status().message().find(dir.path() + "/bin/cohort-worker"), std::string::npos);
-  EXPECT_NE(none.status().message().find(dir.path() + "/worker/cohort-worker"), std::string::npos);
+  EXPECT_NE(none.status().message().find(dir.path() + "/worker/runner/cohort-worker"), std::string::npos);
   EXPECT_NE(none.status().message().find("$PATH"), std::string::npos);
   EXPECT_NE(none.status().message().find("--worker"), std::string::npos);
 
   const std::string on_path = dir.executable("path/cohort-worker");
   EXPECT_EQ(*locate_worker(search), on_path);
-  const std::string bazel = dir.executable("worker/cohort-worker");
+  const std::string bazel = dir.executable("worker/runner/cohort-worker");
   EXPECT_EQ(*locate_worker(search), bazel);
   const std::string beside = dir.executable("bin/cohort-worker");
   EXPECT_EQ(*locate_worker(search), beside);

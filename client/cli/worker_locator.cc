@@ -60,7 +60,7 @@ StatusOr<std::string> locate_worker(const WorkerSearch& search) {
     const std::filesystem::path dir = std::filesystem::path(search.program_path).parent_path();
     const std::string beside = (dir / kWorkerBinaryName).string();
     if (try_path("next to cohort", beside)) return absolute(beside);
-    const std::string bazel = (dir / ".." / "worker" / kWorkerBinaryName).lexically_normal().string();
+    const std::string bazel = (dir / ".." / "worker" / "runner" / kWorkerBinaryName).lexically_normal().string();
     if (try_path("Bazel layout", bazel)) return absolute(bazel);
   } else {
     looked.push_back("  next to cohort: the running binary's path is unknown");
@@ -83,7 +83,7 @@ StatusOr<std::string> locate_worker(const WorkerSearch& search) {
   std::string list;
   for (const std::string& line : looked) list += line + "\n";
   return not_found_error(
-      "cannot find the {} binary; looked in:\n{}build it with `bazel build //worker:cohort-worker`, or give "
+      "cannot find the {} binary; looked in:\n{}build it with `bazel build //worker/runner:cohort-worker`, or give "
       "--worker PATH or COHORT_WORKER=PATH",
       kWorkerBinaryName, list);
 }

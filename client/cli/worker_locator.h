@@ -4,8 +4,8 @@
 //   1. --worker PATH
 //   2. $COHORT_WORKER
 //   3. cohort-worker next to the running cohort binary (an installed bin/ directory)
-//   4. <dir of cohort>/../worker/cohort-worker (Bazel's bazel-bin layout: client/cohort,
-//   worker/cohort-worker)
+//   4. <dir of cohort>/../worker/runner/cohort-worker (Bazel's bazel-bin layout: client/cohort,
+//   worker/runner/cohort-worker)
 //   5. cohort-worker on $PATH
 // The first executable file wins; the error names every place looked.
 

@@ -69,7 +69,7 @@ rank 0's result lines (`test accuracy ...`), and exits 0 only if the job SUCCEED
   --data-dir DIR   keep the job database and rank logs in DIR (default: a temporary directory,
                    removed after a successful run and kept after a failed one)
   --worker PATH    the worker binary; otherwise $COHORT_WORKER, cohort-worker next to this cohort
-                   binary, <dir of cohort>/../worker/cohort-worker (bazel-bin), then $PATH
+                   binary, <dir of cohort>/../worker/runner/cohort-worker (bazel-bin), then $PATH
   --oversubscribe  start the job even when it asks for more than this machine can host (more than
                    4 ranks per core, or more than 64 simulated nodes)
 
@@ -78,7 +78,7 @@ rank 0's result lines (`test accuracy ...`), and exits 0 only if the job SUCCEED
 examples:
   cohort run configs/jobs/fashion_mnist_dp.yaml
   cohort run job.yaml --procs 4 --data-dir /tmp/run1
-  COHORT_WORKER=$PWD/bazel-bin/worker/cohort-worker cohort run job.yaml
+  COHORT_WORKER=$PWD/bazel-bin/worker/runner/cohort-worker cohort run job.yaml
 )";
 
 // The job's in-process cluster: a coordinator with node local-0's agent, plus one agent server per

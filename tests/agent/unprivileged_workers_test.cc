@@ -33,7 +33,7 @@ using testing::wait_until;
 // In the test's runfiles.
 constexpr const char* kCohort = "client/cohort";
 constexpr const char* kCohortd = "daemon/cohortd";
-constexpr const char* kWorker = "worker/cohort-worker";
+constexpr const char* kWorker = "worker/runner/cohort-worker";
 // From the submit to both workers exec'd (they are found by their command line, which exec sets,
 // before libtorch loads), on a loaded 2-core machine.
 constexpr auto kWorkersStartTimeout = std::chrono::seconds(30);

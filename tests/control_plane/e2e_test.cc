@@ -48,8 +48,8 @@ using testing::wait_for_nodes;
 // Each job here trains for seconds; the bound covers worker start-up (libtorch) on a busy machine.
 constexpr auto kJobTimeout = std::chrono::seconds(120);
 constexpr auto kTestTickInterval = std::chrono::milliseconds(50);
-// The worker binary, from the test's runfiles (data = ["//worker:cohort-worker"]).
-constexpr const char* kWorkerRunfile = "worker/cohort-worker";
+// The worker binary, from the test's runfiles (data = ["//worker/runner:cohort-worker"]).
+constexpr const char* kWorkerRunfile = "worker/runner/cohort-worker";
 
 // A small synthetic MLP job: `epochs` passes over `train_size` samples of 64 features.
 cohort::v1::JobSpec mlp_job(const std::string& name, int nodes, int procs_per_node, int epochs,

@@ -34,7 +34,7 @@
 #include "worker/comm/communicator_factory.h"
 #include "worker/comm/testing/loopback_world.h"
 #include "worker/comm/testing/rank_threads.h"
-#include "worker/job_runner.h"
+#include "worker/runner/job_runner.h"
 #include "worker/train/multi_node_batch_norm.h"
 #include "worker/train/multi_node_checkpointer.h"
 #include "worker/train/multi_node_optimizer.h"

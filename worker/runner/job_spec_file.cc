@@ -1,4 +1,4 @@
-#include "worker/job_spec_file.h"
+#include "worker/runner/job_spec_file.h"
 
 #include <fstream>
 #include <sstream>

@@ -1,4 +1,4 @@
-#include "worker/metrics_reporter.h"
+#include "worker/runner/metrics_reporter.h"
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>

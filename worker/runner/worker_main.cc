@@ -1,5 +1,5 @@
 // cohort-worker: one training process (one rank) of a cohort job. It reads the job spec, joins
-// the job's rendezvous, trains what the spec describes (worker/job_runner.h) and exits 0, or 1
+// the job's rendezvous, trains what the spec describes (worker/runner/job_runner.h) and exits 0, or 1
 // with a one-line error naming what failed.
 //
 //   cohort-worker                                      # started by cohortd's agent: all from the environment
@@ -27,12 +27,12 @@
 #include "worker/base/status.h"
 #include "worker/comm/bootstrap.h"
 #include "worker/comm/init/cohort/cohort_init_method.h"
-#include "worker/device_selection.h"
-#include "worker/job_runner.h"
-#include "worker/job_spec_file.h"
-#include "worker/metrics_reporter.h"
-#include "worker/spec_path_check.h"
-#include "worker/worker_info.h"
+#include "worker/runner/device_selection.h"
+#include "worker/runner/job_runner.h"
+#include "worker/runner/job_spec_file.h"
+#include "worker/runner/metrics_reporter.h"
+#include "worker/runner/spec_path_check.h"
+#include "worker/runner/worker_info.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "worker/worker_info.h"
+#include "worker/runner/worker_info.h"
 
 #include <torch/version.h>
 #include <ucp/api/ucp.h>

@@ -1,4 +1,4 @@
-#include "worker/job_runner.h"
+#include "worker/runner/job_runner.h"
 
 #include <ATen/Parallel.h>
 #include <google/protobuf/text_format.h>
@@ -16,7 +16,7 @@
 #include "worker/comm/communicator_factory.h"
 #include "worker/comm/testing/loopback_world.h"
 #include "worker/comm/testing/rank_threads.h"
-#include "worker/job_spec_file.h"
+#include "worker/runner/job_spec_file.h"
 
 namespace cohort::worker {
 namespace {

@@ -1,4 +1,4 @@
-#include "worker/job_runner.h"
+#include "worker/runner/job_runner.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "worker/worker_info.h"
+#include "worker/runner/worker_info.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-#include "worker/spec_path_check.h"
+#include "worker/runner/spec_path_check.h"
 
 #include <cstdlib>
 #include <string>

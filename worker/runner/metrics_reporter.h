@@ -23,7 +23,7 @@
 #include <thread>
 
 #include "cohort/v1/coordinator.grpc.pb.h"
-#include "worker/job_runner.h"
+#include "worker/runner/job_runner.h"
 
 namespace cohort::worker {
 

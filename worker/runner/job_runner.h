@@ -19,7 +19,7 @@
 // (create_multi_node_iterator), so every rank walks the same batches; the ranks whose last stage
 // has no rank_out compute the loss; each rank steps its own optimizer over its own stages.
 //
-// Device: options.device (worker/device_selection.h picks it from gpus_per_proc). On CUDA the model
+// Device: options.device (worker/runner/device_selection.h picks it from gpus_per_proc). On CUDA the model
 // is moved there after it is built (so CPU and CUDA runs start from the same weights), every batch
 // is moved there before the forward pass, evaluation runs there, and the communicator gets the
 // device tensors (pure_nccl carries them with NCCL; the other kinds stage through host memory).

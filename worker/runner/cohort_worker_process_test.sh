@@ -4,7 +4,7 @@
 # "test accuracy X.XXXX" line the CLI parses. A missing spec must fail with exit 1 and a one-line
 # error naming the file.
 set -u
-bin="${TEST_SRCDIR}/${TEST_WORKSPACE}/worker/cohort-worker"
+bin="${TEST_SRCDIR}/${TEST_WORKSPACE}/worker/runner/cohort-worker"
 tmp="$(mktemp -d "${TEST_TMPDIR:-/tmp}/cohort-worker-test.XXXXXX")"
 trap 'rm -rf "${tmp}"' EXIT
 failed=0

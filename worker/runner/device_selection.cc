@@ -1,4 +1,4 @@
-#include "worker/device_selection.h"
+#include "worker/runner/device_selection.h"
 
 #include <cstdlib>
 #include <exception>
@@ -38,7 +38,7 @@ StatusOr<c10::Device> select_device(int64_t gpus_per_proc, const DeviceEnvironme
     return failed_precondition_error(
         "the job asks for {} GPU(s) per rank but this cohort-worker's libtorch has no CUDA; rebuild "
         "cohort-worker with "
-        "`bazel build --repo_env=COHORT_LIBTORCH=<a CUDA libtorch> --config=cuda //worker:cohort-worker`, or "
+        "`bazel build --repo_env=COHORT_LIBTORCH=<a CUDA libtorch> --config=cuda //worker/runner:cohort-worker`, or "
         "set "
         "`gpus_per_proc: 0` in the job spec to train on the CPU",
         gpus_per_proc);
@@ -47,7 +47,7 @@ StatusOr<c10::Device> select_device(int64_t gpus_per_proc, const DeviceEnvironme
     return failed_precondition_error(
         "the job asks for {} GPU(s) per rank but this cohort-worker was built without --config=cuda, so its "
         "communicators cannot read GPU memory; rebuild with `bazel build --repo_env=COHORT_LIBTORCH=<a CUDA "
-        "libtorch> --config=cuda //worker:cohort-worker`, or set `gpus_per_proc: 0` in the job spec",
+        "libtorch> --config=cuda //worker/runner:cohort-worker`, or set `gpus_per_proc: 0` in the job spec",
         gpus_per_proc);
   }
   if (environment.cuda_device_count < 1) {

@@ -1,4 +1,4 @@
-#include "worker/device_selection.h"
+#include "worker/runner/device_selection.h"
 
 #include <gtest/gtest.h>
 
