@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "worker/comm/init/launcher_environment.h"
 #include "worker/comm/store/file_store.h"
 #include "worker/comm/store/tcp_store.h"
 #include "worker/comm/store/tcp_store_auth.h"
@@ -21,30 +22,32 @@ constexpr const char* kSlurmTasksPerNode = "SLURM_TASKS_PER_NODE";
 struct EnvField {
   const char* what;                    // "rank", in messages
   const char* option;                  // the InitOptions field that overrides it
-  std::vector<const char*> variables;  // in precedence order: torchrun, SLURM, Open MPI
+  // In precedence order: torchrun, Open MPI, SLURM. mpirun run inside a Slurm allocation passes
+  // the surrounding step's SLURM_PROCID on to its ranks; OMPI_COMM_WORLD_* describe the rank.
+  std::vector<const char*> variables;
   int min;                             // smallest valid value
   const char* hint;                    // what to set
 };
 
 const EnvField kRankField{"rank",
                           "rank",
-                          {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"},
+                          {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"},
                           0,
                           "set RANK to this process's rank (0..WORLD_SIZE-1)"};
 const EnvField kWorldSizeField{"world size",
                                "world_size",
-                               {"WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"},
+                               {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"},
                                1,
                                "set WORLD_SIZE to the number of processes in the job"};
 const EnvField kLocalRankField{"local rank",
                                "local_rank",
-                               {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"},
+                               {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"},
                                0,
                                "set LOCAL_RANK to this process's rank on its node, or unset it"};
 const EnvField kLocalWorldSizeField{
     "local world size",
     "local_world_size",
-    {"LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", kSlurmTasksPerNode, "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE", kSlurmTasksPerNode},
     1,
     "set LOCAL_WORLD_SIZE to the number of processes on this node, or unset it"};
 
@@ -98,8 +101,12 @@ Status missing_field_error(const EnvField& field) {
       field.what, fmt::join(field.variables, ", "), field.hint, field.option);
 }
 
+// MASTER_ADDR, else what the launcher implies (launcher_environment.h): srun's node list, or
+// under mpirun an error that says which init URL to pass.
 StatusOr<std::string> read_master_address(const EnvLookup& env) {
   const std::optional<std::string> address = env("MASTER_ADDR");
+  if (!address && launched_by_mpirun(env)) return mpirun_without_master_address_error(env);
+  if (!address && launched_by_srun(env)) return slurm_master_address(env);
   if (!address || address->empty()) {
     return invalid_argument_error(
         "env:// init: MASTER_ADDR is {}; set MASTER_ADDR to the host name or IP address of the node running "
@@ -111,6 +118,7 @@ StatusOr<std::string> read_master_address(const EnvLookup& env) {
 
 StatusOr<int> read_master_port(const EnvLookup& env) {
   const std::optional<std::string> text = env("MASTER_PORT");
+  if (!text && launched_by_srun(env)) return slurm_master_port(env);
   if (!text) {
     return invalid_argument_error(
         "env:// init: MASTER_PORT is not set; set MASTER_PORT to a free TCP port on "
@@ -156,22 +164,43 @@ Status check_query(const InitUrl& url) {
   return ok_status();
 }
 
-// tcp:// and file:// take rank and world size from InitOptions or the URL query only.
-StatusOr<std::pair<Sourced, Sourced>> explicit_ranks(const InitUrl& url, const InitOptions& options) {
+// A tcp:// or file:// process's place in the job.
+struct ExplicitRanks {
+  Sourced rank;
+  Sourced world_size;
+  int local_rank = -1;        // -1: derived through the store
+  int local_world_size = -1;  // -1: derived through the store
+};
+
+// tcp:// and file:// take the ranks from InitOptions or the URL query, else from the launcher's
+// variables (RANK, OMPI_COMM_WORLD_*, SLURM_*: mpirun has no MASTER_ADDR for env://, so its
+// ranks meet through a store named in the URL; see launcher_environment.h). MASTER_ADDR and
+// MASTER_PORT are never read: the URL names the store.
+StatusOr<ExplicitRanks> explicit_ranks(const InitUrl& url, const InitOptions& options) {
   const std::string context = fmt::format("{}:// init {:?}", url.scheme, url.text);
-  if (options.rank < 0) {
-    return invalid_argument_error("{}: the rank is not set; add ?rank=R to the URL or set InitOptions::rank",
-                                  context);
-  }
-  if (options.world_size < 1) {
+  const EnvLookup env = options.env ? options.env : process_environment();
+  ExplicitRanks out;
+  COHORT_ASSIGN_OR_RETURN(out.rank, read_field(env, kRankField, options.rank));
+  if (out.rank.value < 0) {
     return invalid_argument_error(
-        "{}: the world size is not set; add &world_size=N to the URL or set InitOptions::world_size",
-        context);
+        "{}: the rank is not set; add ?rank=R to the URL or set InitOptions::rank, or start it under a "
+        "launcher that sets one of {}",
+        context, fmt::join(kRankField.variables, ", "));
   }
-  Sourced rank{options.rank, fmt::format("rank={}", options.rank)};
-  Sourced world_size{options.world_size, fmt::format("world_size={}", options.world_size)};
-  COHORT_RETURN_IF_ERROR(check_rank(context, rank, world_size));
-  return std::make_pair(rank, world_size);
+  COHORT_ASSIGN_OR_RETURN(out.world_size, read_field(env, kWorldSizeField, options.world_size));
+  if (out.world_size.value < 1) {
+    return invalid_argument_error(
+        "{}: the world size is not set; add &world_size=N to the URL or set InitOptions::world_size, or start "
+        "it under a launcher that sets one of {}",
+        context, fmt::join(kWorldSizeField.variables, ", "));
+  }
+  COHORT_RETURN_IF_ERROR(check_rank(context, out.rank, out.world_size));
+  COHORT_ASSIGN_OR_RETURN(Sourced local_rank, read_field(env, kLocalRankField, options.local_rank));
+  COHORT_ASSIGN_OR_RETURN(Sourced local_world_size,
+                          read_field(env, kLocalWorldSizeField, options.local_world_size));
+  out.local_rank = local_rank.value;
+  out.local_world_size = local_world_size.value;
+  return out;
 }
 
 // True when a standalone server (cohort-store) serves the store: the URL's store=external, or
@@ -248,12 +277,12 @@ StatusOr<Bootstrap> tcp_init_method(const InitUrl& url, const InitOptions& optio
   COHORT_ASSIGN_OR_RETURN(auto ranks, explicit_ranks(url, options));
   Bootstrap boot;
   COHORT_ASSIGN_OR_RETURN(boot.store,
-                          tcp_store_for(master.host, master.port, ranks.first.value,
+                          tcp_store_for(master.host, master.port, ranks.rank.value,
                                         external_store(url, options), options));
-  boot.rank = ranks.first.value;
-  boot.world_size = ranks.second.value;
-  boot.local_rank = options.local_rank;
-  boot.local_world_size = options.local_world_size;
+  boot.rank = ranks.rank.value;
+  boot.world_size = ranks.world_size.value;
+  boot.local_rank = ranks.local_rank;
+  boot.local_world_size = ranks.local_world_size;
   boot.master_address = master.host;
   return boot;
 }
@@ -270,10 +299,10 @@ StatusOr<Bootstrap> file_init_method(const InitUrl& url, const InitOptions& opti
   Bootstrap boot;
   COHORT_ASSIGN_OR_RETURN(std::unique_ptr<FileStore> store, FileStore::open(url.path));
   boot.store = std::move(store);
-  boot.rank = ranks.first.value;
-  boot.world_size = ranks.second.value;
-  boot.local_rank = options.local_rank;
-  boot.local_world_size = options.local_world_size;
+  boot.rank = ranks.rank.value;
+  boot.world_size = ranks.world_size.value;
+  boot.local_rank = ranks.local_rank;
+  boot.local_world_size = ranks.local_world_size;
   return boot;
 }
 
