@@ -238,6 +238,8 @@ class Reader {
  private:
   void read_field(const YAML::Node& value, const YAML::Mark& mark, pb::Message* message,
                   const pb::FieldDescriptor* field, const std::string& path);
+  void read_map(const YAML::Node& value, const YAML::Mark& mark, pb::Message* message,
+                const pb::FieldDescriptor* field, const std::string& path);
   // One scalar into a singular field (index < 0) or appended to a repeated one.
   void read_scalar(const YAML::Node& value, const YAML::Mark& mark, pb::Message* message,
                    const pb::FieldDescriptor* field, const std::string& path);
@@ -316,6 +318,7 @@ void Reader::read_field(const YAML::Node& value, const YAML::Mark& mark, pb::Mes
                         const pb::FieldDescriptor* field, const std::string& path) {
   const pb::Reflection* reflection = message->GetReflection();
   const bool is_message = field->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE;
+  if (field->is_map()) return read_map(value, mark, message, field, path);
   if (!field->is_repeated()) {
     if (is_message) {
       // Mutable even when null, so `data_parallel:` alone still selects the oneof member.
@@ -346,6 +349,41 @@ void Reader::read_field(const YAML::Node& value, const YAML::Mark& mark, pb::Mes
     return;
   }
   read_scalar(value, mark, message, field, path);  // a single value stands for a one-element list
+}
+
+// A proto map (`env`) is a YAML mapping of scalar keys to scalar values; a key given twice is an
+// error rather than a silent last-one-wins.
+void Reader::read_map(const YAML::Node& value, const YAML::Mark& mark, pb::Message* message,
+                      const pb::FieldDescriptor* field, const std::string& path) {
+  if (value.IsNull()) return;
+  if (!value.IsMap()) {
+    error(mark, path, "{} is not a mapping; write one `NAME: value` per line under {}", node_kind(value),
+          field->name());
+    return;
+  }
+  const pb::FieldDescriptor* key_field = field->message_type()->map_key();
+  const pb::FieldDescriptor* value_field = field->message_type()->map_value();
+  std::map<std::string, YAML::Mark> seen;
+  for (auto it = value.begin(); it != value.end(); ++it) {
+    const YAML::Node key = it->first;
+    const YAML::Node item = it->second;
+    if (!key.IsScalar()) {
+      error(mark_of(key, mark), path, "a key is {}; keys are names", node_kind(key));
+      continue;
+    }
+    const std::string entry_path = fmt::format("{}.{}", path, key.Scalar());
+    if (auto [first, inserted] = seen.emplace(key.Scalar(), key.Mark()); !inserted) {
+      error(key.Mark(), entry_path, "is given twice (first on line {}); keep one", first->second.line + 1);
+      continue;
+    }
+    if (item.IsNull()) {
+      error(mark_of(item, key.Mark()), entry_path, "has no value; write `{}: \"\"` for an empty one", key.Scalar());
+      continue;
+    }
+    pb::Message* entry = message->GetReflection()->AddMessage(message, field);
+    read_scalar(key, mark_of(key, mark), entry, key_field, entry_path);
+    read_scalar(item, mark_of(item, key.Mark()), entry, value_field, entry_path);
+  }
 }
 
 void Reader::read_scalar(const YAML::Node& value, const YAML::Mark& mark, pb::Message* message,
@@ -516,6 +554,25 @@ void write_message(YAML::Emitter& out, const pb::Message& message, bool top_leve
   for (const pb::FieldDescriptor* field : fields) {
     out << YAML::Key << field->name() << YAML::Value;
     const bool is_message = field->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE;
+    if (field->is_map()) {
+      // Sorted, so the same spec always prints the same (a proto map has no order).
+      std::map<std::string, std::string> entries;
+      const pb::FieldDescriptor* key_field = field->message_type()->map_key();
+      const pb::FieldDescriptor* value_field = field->message_type()->map_value();
+      for (int i = 0; i < r->FieldSize(message, field); ++i) {
+        const pb::Message& entry = r->GetRepeatedMessage(message, field, i);
+        entries[entry.GetReflection()->GetString(entry, key_field)] =
+            entry.GetReflection()->GetString(entry, value_field);
+      }
+      out << YAML::Block << YAML::BeginMap;
+      for (const auto& [key, value] : entries) {
+        out << YAML::Key << key << YAML::Value;
+        if (is_null_like(value)) out << YAML::DoubleQuoted;
+        out << value;
+      }
+      out << YAML::EndMap;
+      continue;
+    }
     if (!field->is_repeated()) {
       if (is_message) {
         write_message(out, r->GetMessage(message, field));

@@ -263,5 +263,40 @@ TEST(JobSpecYamlTest, LoadsAFileAndNamesAMissingOne) {
   rmdir(dir_template);
 }
 
+TEST(JobSpecYamlTest, CommandJobsTakeAnArgvListAnEnvMappingAndAWorkingDir) {
+  StatusOr<cohort::v1::JobSpec> spec = parse_job_spec_yaml(R"(name: ddp
+nodes: 1
+procs_per_node: 2
+command: [/usr/bin/python3, train.py, --epochs, "2"]
+env:
+  OMP_NUM_THREADS: 1
+  EMPTY: ""
+working_dir: run
+)",
+                                                           "ddp.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+  ASSERT_EQ(spec->command_size(), 4);
+  EXPECT_EQ(spec->command(3), "2");
+  EXPECT_EQ(spec->env().at("OMP_NUM_THREADS"), "1");
+  EXPECT_EQ(spec->env().at("EMPTY"), "");
+  EXPECT_EQ(spec->working_dir(), "run");
+  StatusOr<cohort::v1::JobSpec> again = parse_job_spec_yaml(job_spec_to_yaml(*spec), "again.yaml");
+  ASSERT_TRUE(again.ok()) << again.status().to_string() << "\n" << job_spec_to_yaml(*spec);
+  EXPECT_TRUE(MessageDifferencer::Equals(*spec, *again)) << job_spec_to_yaml(*spec);
+}
+
+TEST(JobSpecYamlTest, EnvMustBeAMappingOfValues) {
+  StatusOr<cohort::v1::JobSpec> spec = parse_job_spec_yaml("name: x\nenv: [A=1]\n", "x.yaml");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(spec.status().message().find("x.yaml:2:6: env: a list is not a mapping"), std::string::npos)
+      << spec.status().message();
+  spec = parse_job_spec_yaml("name: x\nenv:\n  A: 1\n  A: 2\n", "x.yaml");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(spec.status().message().find("env.A: is given twice"), std::string::npos) << spec.status().message();
+  spec = parse_job_spec_yaml("name: x\nenv:\n  A:\n", "x.yaml");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(spec.status().message().find("env.A: has no value"), std::string::npos) << spec.status().message();
+}
+
 }  // namespace
 }  // namespace cohort::client

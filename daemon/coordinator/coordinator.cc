@@ -40,6 +40,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::open(CoordinatorOptions opti
     return invalid_argument_error("the coordinator needs a data directory for its job records (--data-dir)");
   }
   COHORT_RETURN_IF_ERROR(validate_path_roots(options.allowed_path_roots));
+  COHORT_RETURN_IF_ERROR(validate_allowed_commands(options.allowed_commands));
   COHORT_ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::open(options.data_dir));
   COHORT_ASSIGN_OR_RETURN(JobStore::Snapshot snapshot, store->load_all());
   std::unique_ptr<Coordinator> coordinator(new Coordinator(std::move(options), clock, std::move(store)));
@@ -125,6 +126,7 @@ std::vector<NodeStatus> Coordinator::list_nodes() const {
 JobSpecValidationOptions Coordinator::validation_options() const {
   JobSpecValidationOptions options;
   options.allowed_path_roots = options_.allowed_path_roots;
+  options.allowed_commands = options_.allowed_commands;
   return options;
 }
 

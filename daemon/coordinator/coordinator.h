@@ -86,6 +86,8 @@ struct CoordinatorOptions {
   // Roots besides each job's own directory that spec paths may lie under (daemon config
   // allowed_path_roots); submit() refuses specs whose paths point elsewhere.
   std::vector<std::string> allowed_path_roots = {kDefaultAllowedPathRoot};
+  // Executables command jobs may run (daemon config allowed_commands); empty: any.
+  std::vector<std::string> allowed_commands;
 };
 
 // Start these tasks of an attempt on one node (Agent.LaunchTasks).

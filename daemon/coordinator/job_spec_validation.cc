@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -114,6 +115,7 @@ void check_paths(const cohort::v1::JobSpec& spec, const JobSpecValidationOptions
   confinement.roots = options.allowed_path_roots;
   check_path("checkpoint.dir", spec.checkpoint().dir(), confinement, problems);
   check_path("dataset.path", spec.dataset().path(), confinement, problems);
+  check_path("working_dir", spec.working_dir(), confinement, problems);
   if (spec.has_model_parallel()) {
     for (int i = 0; i < spec.model_parallel().stages_size(); ++i) {
       const cohort::v1::Stage& stage = spec.model_parallel().stages(i);
@@ -122,6 +124,102 @@ void check_paths(const cohort::v1::JobSpec& spec, const JobSpecValidationOptions
       check_path(field.c_str(), stage.torchscript_file(), confinement, problems);
     }
   }
+}
+
+bool is_env_name(const std::string& name) {
+  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+bool is_reserved_env_name(const std::string& name) {
+  if (name.rfind("COHORT_", 0) == 0) return true;
+  return std::any_of(std::begin(kReservedEnvNames), std::end(kReservedEnvNames),
+                     [&](const char* reserved) { return name == reserved; });
+}
+
+// `env` applies to graph and command jobs alike.
+void check_env(const cohort::v1::JobSpec& spec, Problems& problems) {
+  if (spec.env_size() > kMaxEnvVariables) {
+    problems.add("env has {} variables; at most {} (kMaxEnvVariables) are allowed", spec.env_size(),
+                 kMaxEnvVariables);
+  }
+  size_t bytes = 0;
+  std::vector<std::string> names;
+  for (const auto& [name, value] : spec.env()) names.push_back(name);
+  std::sort(names.begin(), names.end());  // a map's order is random; problems come out stable
+  for (const std::string& name : names) {
+    const std::string& value = spec.env().at(name);
+    bytes += name.size() + value.size() + 2;
+    if (!is_env_name(name)) {
+      problems.add("env.{:?} is not a variable name; use letters, digits and '_', not starting with a digit",
+                   name);
+    } else if (is_reserved_env_name(name)) {
+      problems.add(
+          "env.{} is set by cohort on every rank (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, "
+          "MASTER_ADDR, MASTER_PORT, CUDA_VISIBLE_DEVICES and COHORT_* are reserved); remove it from env",
+          name);
+    }
+    if (value.find('\0') != std::string::npos) problems.add("env.{} holds a NUL byte; remove it", name);
+  }
+  if (bytes > kMaxEnvBytes) {
+    problems.add("env holds {} bytes; at most {} (kMaxEnvBytes) are allowed", bytes, kMaxEnvBytes);
+  }
+}
+
+// The fields only cohort-worker reads: a command job must leave them unset, or the user would
+// believe they take effect.
+std::vector<std::string> graph_fields_set(const cohort::v1::JobSpec& spec) {
+  std::vector<std::string> set;
+  if (spec.model_case() != cohort::v1::JobSpec::MODEL_NOT_SET)
+    set.push_back(spec.has_data_parallel() ? "data_parallel" : "model_parallel");
+  if (spec.has_dataset()) set.push_back("dataset");
+  if (!spec.loss().empty()) set.push_back("loss");
+  if (spec.has_optimizer()) set.push_back("optimizer");
+  if (spec.batch_size() != 0) set.push_back("batch_size");
+  if (spec.epochs() != 0) set.push_back("epochs");
+  if (spec.has_checkpoint()) set.push_back("checkpoint");
+  if (!spec.communicator().empty()) set.push_back("communicator");
+  return set;
+}
+
+void check_command(const cohort::v1::JobSpec& spec, const JobSpecValidationOptions& options,
+                   Problems& problems) {
+  if (std::vector<std::string> set = graph_fields_set(spec); !set.empty()) {
+    problems.add(
+        "command is set, and so is {}: a job runs either its own command or a model that cohort-worker "
+        "trains, never both; remove {} (a command job picks its communicator, data and model in its own code)",
+        fmt::join(set, ", "), set.size() == 1 ? "it" : "them");
+  }
+  if (spec.command_size() > kMaxCommandArguments) {
+    problems.add("command has {} arguments; at most {} (kMaxCommandArguments) are allowed", spec.command_size(),
+                 kMaxCommandArguments);
+  }
+  size_t bytes = 0;
+  for (int i = 0; i < spec.command_size(); ++i) {
+    bytes += spec.command(i).size() + 1;
+    if (spec.command(i).find('\0') != std::string::npos) problems.add("command[{}] holds a NUL byte", i);
+  }
+  if (bytes > kMaxCommandBytes) {
+    problems.add("command holds {} bytes; at most {} (kMaxCommandBytes) are allowed", bytes, kMaxCommandBytes);
+  }
+  const std::string& executable = spec.command(0);
+  if (executable.empty()) {
+    problems.add("command[0] is empty; give the program to run, e.g. command: [/usr/bin/python3, train.py]");
+    return;
+  }
+  if (executable.find_first_of(" \t") != std::string::npos && spec.command_size() == 1) {
+    std::vector<std::string> words;
+    std::istringstream in(executable);
+    for (std::string word; in >> word;) words.push_back(word);
+    problems.add(
+        "command[0] is {:?}, a whole command line in one string; command is a list of arguments, run "
+        "without a shell: write command: [{}]",
+        executable, fmt::join(words, ", "));
+  }
+  if (Status allowed = check_command_allowed(executable, options.allowed_commands, "command[0]"); !allowed.ok())
+    problems.add("{}", allowed.message());
 }
 
 bool contains(const google::protobuf::RepeatedField<int32_t>& ranks, int rank) {
@@ -215,10 +313,18 @@ Status validate_job_spec(const cohort::v1::JobSpec& spec, const JobSpecValidatio
   check_name(spec.name(), problems);
   problems.at_least("nodes", spec.nodes(), 1);
   problems.at_least("procs_per_node", spec.procs_per_node(), 1);
-  problems.at_least("batch_size", spec.batch_size(), 1);
-  problems.at_least("epochs", spec.epochs(), 1);
   problems.at_least("gpus_per_proc", spec.gpus_per_proc(), 0);
   problems.at_least("restart_policy.max_restarts", spec.restart_policy().max_restarts(), 0);
+  check_env(spec, problems);
+  check_paths(spec, options, problems);
+  if (spec.command_size() > 0) {
+    // The program's own data, model and checkpoints are its business; from_checkpoint only says
+    // whether COHORT_RESUME is set on a restart.
+    check_command(spec, options, problems);
+    return problems.status();
+  }
+  problems.at_least("batch_size", spec.batch_size(), 1);
+  problems.at_least("epochs", spec.epochs(), 1);
   if (!spec.checkpoint().dir().empty()) {
     problems.at_least("checkpoint.interval_epochs", spec.checkpoint().interval_epochs(), 1);
   }
@@ -230,12 +336,35 @@ Status validate_job_spec(const cohort::v1::JobSpec& spec, const JobSpecValidatio
         "'checkpoints', inside the job's directory) and checkpoint.interval_epochs, or set "
         "from_checkpoint: false to restart from scratch");
   }
-  check_paths(spec, options, problems);
   check_communicator(spec, problems);
   check_dataset(spec.dataset(), problems);
   check_model(spec, problems);
   check_optimizer(spec.optimizer(), problems);
   return problems.status();
+}
+
+Status check_command_allowed(const std::string& executable, const std::vector<std::string>& allowed,
+                             const std::string& where) {
+  if (allowed.empty()) return ok_status();
+  if (std::find(allowed.begin(), allowed.end(), executable) != allowed.end()) return ok_status();
+  return invalid_argument_error(
+      "{} {:?} is not an allowed command; this cluster runs only these executables (daemon config "
+      "allowed_commands): {}{}; ask an admin to add it",
+      where, executable, fmt::join(allowed, ", "),
+      executable.empty() || executable.front() != '/' ? " (give the absolute path)" : "");
+}
+
+Status validate_allowed_commands(const std::vector<std::string>& allowed) {
+  for (const std::string& path : allowed) {
+    if (path.empty() || path.front() != '/' || path.find("/./") != std::string::npos ||
+        path.find("/../") != std::string::npos || path.back() == '/') {
+      return invalid_argument_error(
+          "allowed_commands entry {:?} is not an absolute path to an executable; write paths such as "
+          "/usr/bin/python3",
+          path);
+    }
+  }
+  return ok_status();
 }
 
 Status validate_spec_paths(const cohort::v1::JobSpec& spec, const JobSpecValidationOptions& options) {

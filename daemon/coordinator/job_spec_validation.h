@@ -27,7 +27,31 @@ struct JobSpecValidationOptions {
   // torchscript_file may lie under: the daemon config's allowed_path_roots. Checked lexically here
   // (the agents' file systems are not visible); the worker checks again with symlinks resolved.
   std::vector<std::string> allowed_path_roots = {kDefaultAllowedPathRoot};
+  // Executables a command job may run (daemon config allowed_commands): absolute paths, compared
+  // with command[0] exactly. Empty: any command.
+  std::vector<std::string> allowed_commands;
 };
+
+// Limits on a command job's argv and environment: together they must fit the kernel's
+// ARG_MAX (2 MiB on Linux) with room for the launch environment cohort adds.
+inline constexpr int kMaxCommandArguments = 4096;
+inline constexpr size_t kMaxCommandBytes = 256 * 1024;  // argv, all strings together
+inline constexpr int kMaxEnvVariables = 1024;
+inline constexpr size_t kMaxEnvBytes = 256 * 1024;  // env names and values together
+
+// Variables cohort sets on every rank; a spec's `env` may not set them (the launch environment
+// would silently win). COHORT_* names are all reserved as well.
+inline constexpr const char* kReservedEnvNames[] = {
+    "RANK",        "WORLD_SIZE",  "LOCAL_RANK",           "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR",
+    "MASTER_PORT", "GROUP_RANK",  "CUDA_VISIBLE_DEVICES", "TORCHELASTIC_USE_AGENT_STORE"};
+
+// OK when `allowed` is empty or holds `command[0]`; INVALID_ARGUMENT naming the list otherwise
+// (the agent checks its own list again at launch). `where` starts the message.
+Status check_command_allowed(const std::string& executable, const std::vector<std::string>& allowed,
+                             const std::string& where);
+
+// OK when every entry of a daemon config's allowed_commands is an absolute, normalized path.
+Status validate_allowed_commands(const std::vector<std::string>& allowed);
 
 // OK when checkpoint.dir, dataset.path and every torchscript_file lie under the allowed roots
 // (validate_job_spec includes this); INVALID_ARGUMENT listing the paths that do not. Callers that

@@ -175,5 +175,83 @@ TEST(JobSpecValidationTest, SpecPathsMustLieUnderTheAllowedRoots) {
   expect_invalid(spec, {"model_parallel.stages[1].torchscript_file '/root/stage.pt' lies outside"});
 }
 
+cohort::v1::JobSpec command_spec() {
+  cohort::v1::JobSpec spec;
+  spec.set_name("ddp");
+  spec.set_nodes(1);
+  spec.set_procs_per_node(2);
+  spec.add_command("/usr/bin/python3");
+  spec.add_command("train.py");
+  (*spec.mutable_env())["OMP_NUM_THREADS"] = "1";
+  spec.set_working_dir("run");
+  return spec;
+}
+
+TEST(JobSpecValidationTest, ACommandJobNeedsNoModel) {
+  Status status = validate_job_spec(command_spec());
+  EXPECT_TRUE(status.ok()) << status.to_string();
+  cohort::v1::JobSpec spec = command_spec();
+  spec.mutable_restart_policy()->set_from_checkpoint(true);  // no checkpoint.dir: the program's own
+  spec.mutable_restart_policy()->set_max_restarts(1);
+  EXPECT_TRUE(validate_job_spec(spec).ok());
+}
+
+TEST(JobSpecValidationTest, ACommandJobWithModelFieldsIsRefusedNamingThem) {
+  cohort::v1::JobSpec spec = valid_spec();
+  spec.add_command("/usr/bin/python3");
+  expect_invalid(spec, {"command is set, and so is data_parallel, dataset, loss, optimizer, batch_size, epochs",
+                        "never both"});
+}
+
+TEST(JobSpecValidationTest, CommandProblemsAreNamed) {
+  cohort::v1::JobSpec spec = command_spec();
+  spec.set_command(0, "");
+  expect_invalid(spec, {"command[0] is empty"});
+  spec = command_spec();
+  spec.clear_command();
+  spec.add_command("python3 train.py --epochs 2");
+  expect_invalid(spec, {"a whole command line in one string", "command: [python3, train.py, --epochs, 2]"});
+  spec = command_spec();
+  for (int i = 0; i < kMaxCommandArguments; ++i) spec.add_command("x");
+  expect_invalid(spec, {"kMaxCommandArguments"});
+}
+
+TEST(JobSpecValidationTest, EnvNamesMustBeValidAndNotCohorts) {
+  cohort::v1::JobSpec spec = command_spec();
+  (*spec.mutable_env())["RANK"] = "3";
+  (*spec.mutable_env())["COHORT_JOB_SECRET"] = "x";
+  (*spec.mutable_env())["1BAD"] = "x";
+  expect_invalid(spec, {"env.RANK is set by cohort", "env.COHORT_JOB_SECRET is set by cohort",
+                        "env.\"1BAD\" is not a variable name"});
+}
+
+TEST(JobSpecValidationTest, WorkingDirIsConfinedLikeOtherPaths) {
+  cohort::v1::JobSpec spec = command_spec();
+  spec.set_working_dir("/etc");
+  expect_invalid(spec, {"working_dir", "/etc", "allowed_path_roots"});
+  spec.set_working_dir("../other-job");
+  expect_invalid(spec, {"working_dir"});
+}
+
+TEST(JobSpecValidationTest, TheAllowListNamesItself) {
+  JobSpecValidationOptions options;
+  options.allowed_commands = {"/usr/bin/python3", "/opt/cohort/bin/train_mnist_dp"};
+  EXPECT_TRUE(validate_job_spec(command_spec(), options).ok());
+  cohort::v1::JobSpec spec = command_spec();
+  spec.set_command(0, "/bin/bash");
+  Status status = validate_job_spec(spec, options);
+  ASSERT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("command[0] \"/bin/bash\" is not an allowed command"), std::string::npos);
+  EXPECT_NE(status.message().find("/usr/bin/python3, /opt/cohort/bin/train_mnist_dp"), std::string::npos)
+      << status.message();
+  spec.set_command(0, "python3");
+  status = validate_job_spec(spec, options);
+  EXPECT_NE(status.message().find("give the absolute path"), std::string::npos) << status.message();
+  // Graph jobs run the admin's own cohort-worker: the list does not apply.
+  EXPECT_TRUE(validate_job_spec(valid_spec(), options).ok());
+  EXPECT_FALSE(validate_allowed_commands({"python3"}).ok());
+  EXPECT_TRUE(validate_allowed_commands({"/usr/bin/python3"}).ok());
+}
+
 }  // namespace
 }  // namespace cohort::coordinator

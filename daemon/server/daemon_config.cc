@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include "daemon/coordinator/job_spec_validation.h"
 #include "worker/base/path_confinement.h"
 
 namespace cohort::daemon {
@@ -62,6 +63,9 @@ const std::vector<DaemonSetting>& daemon_settings() {
       {"allowed_path_roots", "--allowed-path-roots", "DIR[,DIR...]",
        "directories (besides each job's own) that a spec's checkpoint.dir, dataset.path and "
        "torchscript_file may lie under (default /usr/share/datasets); a YAML list or comma-separated"},
+      {"allowed_commands", "--allowed-commands", "PATH[,PATH...]",
+       "executables (absolute paths) that command jobs may run; empty (the default) allows any; a YAML "
+       "list or comma-separated. Graph jobs (cohort-worker) are not affected"},
       {"job_user", "--job-user", "USER",
        "the Unix user jobs run as when their owner has no user_map entry (an agent running as root; "
        "default cohort-job)"},
@@ -139,6 +143,15 @@ Status DaemonConfig::set(const std::string& key, const std::string& value, const
     if (Status valid = validate_path_roots(roots); !valid.ok())
       return invalid_argument_error("{}: {}", where, valid.message());
     options_.allowed_path_roots = std::move(roots);
+  } else if (key == "allowed_commands") {
+    std::vector<std::string> commands;
+    std::istringstream in(value);
+    for (std::string command; std::getline(in, command, ',');) {
+      if (!command.empty()) commands.push_back(command);
+    }
+    if (Status valid = coordinator::validate_allowed_commands(commands); !valid.ok())
+      return invalid_argument_error("{}: {}", where, valid.message());
+    options_.allowed_commands = std::move(commands);
   } else if (key == "job_user") {
     if (value.empty())
       return invalid_argument_error("{}: job_user is empty; name a Unix user, e.g. cohort-job", where);
@@ -198,7 +211,7 @@ Status DaemonConfig::apply_yaml(const std::string& text, const std::string& file
     const std::string where = fmt::format("{}:{}", file_name, entry.first.Mark().line + 1);
     const std::string key = entry.first.Scalar();
     if (entry.second.IsNull()) continue;  // `log_dir:` with no value keeps the default
-    if (key == "allowed_path_roots" && entry.second.IsSequence()) {  // the one list-valued setting
+    if ((key == "allowed_path_roots" || key == "allowed_commands") && entry.second.IsSequence()) {
       std::string joined;
       for (const auto& item : entry.second) joined += (joined.empty() ? "" : ",") + item.as<std::string>("");
       Status status = set(key, joined, where);

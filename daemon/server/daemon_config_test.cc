@@ -87,6 +87,21 @@ TEST(DaemonConfigTest, AllowedPathRootsTakeAListOrCommaSeparatedFlag) {
       << relative.message();
 }
 
+TEST(DaemonConfigTest, AllowedCommandsAreAbsolutePathsEmptyMeaningAny) {
+  DaemonConfig config;
+  ASSERT_TRUE(config.apply_yaml("role: all\ndata_dir: /d\n", "c.yaml").ok());
+  EXPECT_TRUE(config.options()->allowed_commands.empty());
+  ASSERT_TRUE(config.apply_yaml("allowed_commands: [/usr/bin/python3, /opt/train]\n", "c.yaml").ok());
+  EXPECT_EQ(config.options()->allowed_commands, (std::vector<std::string>{"/usr/bin/python3", "/opt/train"}));
+  ASSERT_TRUE(config.apply_flag("--allowed-commands", "/usr/bin/torchrun").ok());
+  EXPECT_EQ(config.options()->allowed_commands, std::vector<std::string>{"/usr/bin/torchrun"});
+  Status relative = config.apply_yaml("allowed_commands: [python3]\n", "c.yaml");
+  ASSERT_FALSE(relative.ok());
+  EXPECT_NE(relative.message().find("c.yaml:1: allowed_commands entry \"python3\" is not an absolute path"),
+            std::string::npos)
+      << relative.message();
+}
+
 TEST(DaemonConfigTest, MalformedYamlAndMissingFileAreNamed) {
   DaemonConfig config;
   Status bad = config.apply_yaml("role: all\n  data_dir: [\n", "c.yaml");

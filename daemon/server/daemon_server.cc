@@ -139,6 +139,7 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
     coordinator_options.data_dir = server->options_.data_dir;
     coordinator_options.node_lease = server->options_.node_lease;
     coordinator_options.allowed_path_roots = server->options_.allowed_path_roots;
+    coordinator_options.allowed_commands = server->options_.allowed_commands;
     COHORT_ASSIGN_OR_RETURN(server->coordinator_,
                             coordinator::Coordinator::open(coordinator_options, &server->clock_));
     server->coordinator_service_ = std::make_unique<CoordinatorService>(
@@ -179,6 +180,7 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
     agent_options.job_user = server->options_.job_user;
     agent_options.user_map = server->options_.user_map;
     agent_options.allowed_path_roots = server->options_.allowed_path_roots;
+    agent_options.allowed_commands = server->options_.allowed_commands;
     server->agent_service_ = std::make_unique<AgentService>(server->supervisor_.get(), agent_options);
     builder.RegisterService(server->agent_service_.get());
   }

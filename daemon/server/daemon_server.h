@@ -120,6 +120,9 @@ struct DaemonServerOptions {
   std::map<std::string, std::string> user_map;  // cohort user -> Unix user
   // Roots (besides each job's own directory) for checkpoint.dir, dataset.path, torchscript_file.
   std::vector<std::string> allowed_path_roots = {"/usr/share/datasets"};
+  // Executables command jobs may run (absolute paths); empty: any. Checked at submit by the
+  // coordinator and again at launch by each agent.
+  std::vector<std::string> allowed_commands;
   // Security (see daemon/security/): plaintext only with insecure (loopback listen only).
   bool insecure = false;
   std::string join_token;        // agent role: joins the cluster with it on first start

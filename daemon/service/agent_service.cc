@@ -1,6 +1,8 @@
 #include "daemon/service/agent_service.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
@@ -10,10 +12,12 @@
 #include <fmt/ranges.h>
 
 #include "daemon/agent/confined_dir.h"
+#include "daemon/agent/executable_path.h"
 #include "daemon/agent/free_port.h"
 #include "daemon/agent/job_id.h"
 #include "daemon/agent/node_inventory.h"
 #include "daemon/service/grpc_status.h"
+#include "worker/base/path_confinement.h"
 
 namespace cohort::daemon {
 namespace {
@@ -43,6 +47,42 @@ StatusOr<std::string> write_job_spec(const std::string& spec_dir, const cohort::
   return dir->path() + "/" + kJobSpecFileName;
 }
 
+// The program a rank runs: the job's own command (found along the PATH the ranks will see, and
+// checked against this agent's allowed_commands), else cohort-worker.
+StatusOr<std::vector<std::string>> rank_argv(const cohort::v1::LaunchTasksRequest& request,
+                                             const AgentServiceOptions& options) {
+  const cohort::v1::JobSpec& spec = request.spec();
+  if (spec.command_size() == 0) {
+    if (options.worker_command.empty()) {
+      return failed_precondition_error("LaunchTasks for job '{}': this agent has no worker command configured",
+                                       request.job_id());
+    }
+    return options.worker_command;
+  }
+  std::vector<std::string> argv(spec.command().begin(), spec.command().end());
+  if (!options.allowed_commands.empty() &&
+      std::find(options.allowed_commands.begin(), options.allowed_commands.end(), argv[0]) ==
+          options.allowed_commands.end()) {
+    return permission_denied_error(
+        "LaunchTasks for job '{}': command[0] {:?} is not in node {}'s allowed_commands ({}); ask an admin to "
+        "add it to this node's cohortd config",
+        request.job_id(), argv[0], options.node_id, fmt::join(options.allowed_commands, ", "));
+  }
+  std::string search_path = agent::kDefaultSearchPath;
+  if (auto it = spec.env().find("PATH"); it != spec.env().end()) {
+    search_path = it->second;
+  } else if (const char* own = std::getenv("PATH"); own != nullptr && *own != '\0') {
+    search_path = own;
+  }
+  StatusOr<std::string> program = agent::find_executable(argv[0], search_path);
+  if (!program.ok()) {
+    return program.status().with_context(fmt::format("LaunchTasks for job '{}' on node {}", request.job_id(),
+                                                     options.node_id));
+  }
+  argv[0] = *program;
+  return argv;
+}
+
 }  // namespace
 
 AgentService::AgentService(agent::TaskSupervisor* supervisor, AgentServiceOptions options)
@@ -53,17 +93,13 @@ Status AgentService::launch(const cohort::v1::LaunchTasksRequest& request,
   COHORT_RETURN_IF_ERROR(agent::validate_job_id(request.job_id(), "LaunchTasks"));
   if (request.tasks_size() == 0)
     return invalid_argument_error("LaunchTasks for job '{}': no tasks given", request.job_id());
-  if (options_.worker_command.empty()) {
-    return failed_precondition_error("LaunchTasks for job '{}': this agent has no worker command configured",
-                                     request.job_id());
-  }
   agent::JobTasks job;
   job.job_id = request.job_id();
   // Never as root: the owner's mapped user, else the job user (or the agent's own user when the
   // agent is not root and cannot switch).
   COHORT_ASSIGN_OR_RETURN(job.run_as,
                           agent::unix_user_for_job(request.owner(), options_.job_user, options_.user_map));
-  job.argv = options_.worker_command;
+  COHORT_ASSIGN_OR_RETURN(job.argv, rank_argv(request, options_));
   job.world_size = request.world_size();
   job.master_addr = request.master_address();
   for (const cohort::v1::Task& task : request.tasks()) {
@@ -92,11 +128,20 @@ Status AgentService::launch(const cohort::v1::LaunchTasksRequest& request,
   // listens on, which may be 0.0.0.0 or a name this node cannot resolve.
   const std::string& coordinator =
       options_.coordinator_address.empty() ? request.coordinator_address() : options_.coordinator_address;
+  // The spec's own variables first: cohort's launch environment below wins (submit refuses
+  // specs that set those names, so this only matters for an older coordinator).
+  for (const auto& [name, value] : request.spec().env()) job.env[name] = value;
   job.env["COHORT_COORDINATOR"] = coordinator;
   job.env["COHORT_ATTEMPT"] = std::to_string(request.attempt());
   job.env["COHORT_NODE_RANK"] = std::to_string(request.node_rank());
+  // torchrun's names for the same number.
+  job.env["NODE_RANK"] = std::to_string(request.node_rank());
+  job.env["GROUP_RANK"] = std::to_string(request.node_rank());
   job.env["COHORT_NUM_NODES"] = std::to_string(request.num_nodes());
-  if (request.attempt() > 1 && request.spec().restart_policy().from_checkpoint())
+  // A graph job resumes from its checkpoint only when its spec says so; a command job's own code
+  // decides what a restart resumes, so it is told on every attempt after the first.
+  const bool command_job = request.spec().command_size() > 0;
+  if (request.attempt() > 1 && (command_job || request.spec().restart_policy().from_checkpoint()))
     job.env["COHORT_RESUME"] = "1";
   for (const cohort::v1::Task& task : request.tasks()) {
     std::map<std::string, std::string>& env = job.rank_env[task.rank()];
@@ -125,8 +170,16 @@ Status AgentService::launch(const cohort::v1::LaunchTasksRequest& request,
   COHORT_ASSIGN_OR_RETURN(const std::string job_dir, make_job_dir(job.job_id, job.run_as));
   job.env["COHORT_JOB_DIR"] = job_dir;
   job.env["COHORT_ALLOWED_PATH_ROOTS"] = fmt::format("{}", fmt::join(options_.allowed_path_roots, ":"));
-  // Relative paths a rank writes land in its own directory, which its user may write.
+  // Relative paths a rank writes land in its own directory, which its user may write; a spec's
+  // working_dir is confined like its other paths, symlinks resolved.
   job.working_dir = job_dir;
+  if (!request.spec().working_dir().empty()) {
+    PathConfinement confinement;
+    confinement.job_dir = job_dir;
+    confinement.roots = options_.allowed_path_roots;
+    confinement.resolve_symlinks = true;
+    COHORT_ASSIGN_OR_RETURN(job.working_dir, confine_path("working_dir", request.spec().working_dir(), confinement));
+  }
   if (!request.job_secret().empty()) job.env["COHORT_JOB_SECRET"] = request.job_secret();
   if (!options_.ca_certificate_pem.empty()) job.env["COHORT_CA_CERTIFICATE"] = options_.ca_certificate_pem;
   COHORT_ASSIGN_OR_RETURN(const std::string spec_path, write_job_spec(options_.spec_dir, request, job.run_as));

@@ -63,6 +63,8 @@ struct AgentServiceOptions {
   // Directories (besides the job's own directory under the data dir) that a spec's
   // checkpoint.dir, dataset.path and torchscript_file may lie under.
   std::vector<std::string> allowed_path_roots;
+  // Executables a command job may run here (absolute paths); empty: any.
+  std::vector<std::string> allowed_commands;
 };
 
 // The worker launch contract (what cohort-worker reads), beyond the torchrun-style variables the

@@ -263,5 +263,71 @@ TEST_F(AgentServiceTest, LinksPlantedInTheDataDirectoryAreNotFollowed) {
   EXPECT_EQ(supervisor_->running_tasks(), 0);
 }
 
+// A command job runs its own program (found along PATH), not the worker, with the spec's env
+// under cohort's launch environment, torchrun's NODE_RANK, and its working_dir under the job's
+// directory.
+TEST_F(AgentServiceTest, CommandJobRunsItsProgramWithItsEnvironment) {
+  cohort::v1::LaunchTasksRequest launch = request(1);
+  launch.set_node_rank(0);
+  launch.mutable_spec()->clear_restart_policy();
+  for (const char* arg : {"sh", "-c", "echo \"$GREETING rank=$RANK/$WORLD_SIZE node=$NODE_RANK pwd=$(pwd)\""})
+    launch.mutable_spec()->add_command(arg);
+  (*launch.mutable_spec()->mutable_env())["GREETING"] = "hello";
+  launch.mutable_spec()->set_working_dir("run");
+  std::filesystem::create_directories(dir_.path() + "/jobs/mnist-1/run");
+  cohort::v1::LaunchTasksResponse response;
+  grpc::ServerContext context;
+  grpc::Status status = service_->LaunchTasks(&context, &launch, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  const std::string job_dir = std::filesystem::canonical(dir_.path() + "/jobs/mnist-1").string();
+  EXPECT_EQ(output_of(0), "hello rank=0/2 node=0 pwd=" + job_dir + "/run\n");
+  EXPECT_EQ(output_of(1), "hello rank=1/2 node=0 pwd=" + job_dir + "/run\n");
+}
+
+// A restarted command job is told so, whatever from_checkpoint says: its own code decides.
+TEST_F(AgentServiceTest, RestartedCommandJobSeesTheResumeFlag) {
+  cohort::v1::LaunchTasksRequest launch = request(2);
+  launch.mutable_spec()->clear_restart_policy();
+  for (const char* arg : {"/bin/sh", "-c", "echo resume=${COHORT_RESUME:-unset} attempt=$COHORT_ATTEMPT"})
+    launch.mutable_spec()->add_command(arg);
+  cohort::v1::LaunchTasksResponse response;
+  grpc::ServerContext context;
+  ASSERT_TRUE(service_->LaunchTasks(&context, &launch, &response).ok());
+  EXPECT_EQ(output_of(0), "resume=1 attempt=2\n");
+}
+
+TEST_F(AgentServiceTest, CommandOutsideTheAgentsAllowListIsRefused) {
+  service_options_.allowed_commands = {"/usr/bin/python3"};
+  service_ = std::make_unique<AgentService>(supervisor_.get(), service_options_);
+  cohort::v1::LaunchTasksRequest launch = request(1);
+  launch.mutable_spec()->add_command("/bin/sh");
+  cohort::v1::LaunchTasksResponse response;
+  grpc::ServerContext context;
+  grpc::Status status = service_->LaunchTasks(&context, &launch, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(status.error_message().find("\"/bin/sh\" is not in node node-a's allowed_commands (/usr/bin/python3)"),
+            std::string::npos)
+      << status.error_message();
+  EXPECT_EQ(supervisor_->running_tasks(), 0);
+}
+
+TEST_F(AgentServiceTest, CommandNotOnPathAndWorkingDirOutsideTheRootsAreRefused) {
+  cohort::v1::LaunchTasksRequest launch = request(1);
+  launch.mutable_spec()->add_command("no-such-program-anywhere");
+  cohort::v1::LaunchTasksResponse response;
+  grpc::ServerContext context;
+  grpc::Status status = service_->LaunchTasks(&context, &launch, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(status.error_message().find("\"no-such-program-anywhere\" was not found in PATH"), std::string::npos)
+      << status.error_message();
+
+  launch.mutable_spec()->set_command(0, "/bin/true");
+  launch.mutable_spec()->set_working_dir("/etc");
+  status = service_->LaunchTasks(&context, &launch, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("working_dir"), std::string::npos) << status.error_message();
+  EXPECT_EQ(supervisor_->running_tasks(), 0);
+}
+
 }  // namespace
 }  // namespace cohort::daemon

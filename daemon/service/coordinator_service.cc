@@ -130,7 +130,9 @@ grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context,
   // the job's directory on the agent, not here).
   model_options.check_files = coordinator::validate_spec_paths(request->spec(), validation).ok() &&
                               spec_paths_absolute(request->spec());
-  Status model = graph::validate_model(request->spec(), model_options);
+  // A command job has no model: its program is its own.
+  const bool command_job = request->spec().command_size() > 0;
+  Status model = command_job ? ok_status() : graph::validate_model(request->spec(), model_options);
   if (!structural.ok() && !model.ok()) {
     return to_grpc_status(invalid_argument_error("{}; {}", structural.message(), model.message()));
   }
@@ -139,8 +141,10 @@ grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context,
   // A job the cluster cannot hold is refused now rather than left PENDING forever.
   coordinator::CapacityRequest capacity;
   capacity.wait_for_capacity = request->wait_for_capacity();
-  if (StatusOr<int64_t> bytes = graph::estimate_rank_memory_bytes(request->spec()); bytes.ok())
-    capacity.estimated_bytes_per_rank = *bytes;
+  if (!command_job) {
+    if (StatusOr<int64_t> bytes = graph::estimate_rank_memory_bytes(request->spec()); bytes.ok())
+      capacity.estimated_bytes_per_rank = *bytes;
+  }
   if (Status fits = coordinator_->check_capacity(request->spec(), capacity); !fits.ok())
     return to_grpc_status(fits);
   StatusOr<std::string> id = coordinator_->submit(request->spec(), caller.name);
