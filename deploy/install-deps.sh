@@ -17,6 +17,9 @@ packages=(
   dataset-fashion-mnist
   # Fuzz targets (tests/fuzz/build_and_run.sh): clang with libFuzzer and AddressSanitizer.
   clang libclang-rt-14-dev
+  # The Python client for schedulers (client/python): its stubs come from protoc and
+  # grpc_python_plugin above; it runs on Debian's python3.
+  python3-grpcio python3-protobuf python3-yaml
   # Benchmarks only: the peers cohort is measured against, never linked into cohort.
   libopenmpi-dev openmpi-bin python3-torch
 )
