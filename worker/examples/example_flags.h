@@ -6,6 +6,7 @@
 //   --kind KIND   communicator kind (default flat)
 //   --epochs E    passes over the training set (default 1)
 //   --limit N     use only the first N training and test samples (default 0: all)
+//   --max-steps S stop after S optimizer steps in all (default 0: no cap; train_mnist_dp)
 //   --double-buffering  (no value) data-parallel programs: the multi-node optimizer's double buffering
 
 #include <cstdint>
@@ -21,6 +22,7 @@ struct ExampleFlags {
   int ranks = 1;              // local ranks to start when init is empty
   int epochs = 1;             // passes over the training set
   int64_t limit = 0;          // > 0: first `limit` samples only
+  int64_t max_steps = 0;      // > 0: stop after this many optimizer steps in all
   // MultiNodeOptimizerOptions::double_buffering, for the data-parallel programs.
   bool double_buffering = false;
 };
@@ -49,6 +51,8 @@ inline bool parse_example_flags(int argc, char** argv, const char* usage, Exampl
       flags.epochs = std::atoi(value);
     } else if (flag == "--limit") {
       flags.limit = std::atoll(value);
+    } else if (flag == "--max-steps") {
+      flags.max_steps = std::atoll(value);
     } else {
       std::fprintf(stderr, "%s: unknown flag %s\n%s", argv[0], flag.c_str(), usage);
       return false;

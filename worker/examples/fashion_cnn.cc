@@ -80,21 +80,29 @@ StatusOr<DataParallelResult> train_data_parallel(comm::Communicator& comm, const
     optimizer->broadcast_parameters();
     train::AllreducePersistent sync_bn(*model, comm);
     train::BatchIterator batches(train_part, options.batch_size, /*shuffle=*/true, options.seed + comm.rank());
-    for (int epoch = 0; epoch < options.epochs; ++epoch) {
+    // Every rank's shard has the same length, so every rank stops at the same step.
+    int64_t total_steps = 0;
+    auto out_of_steps = [&] { return options.max_steps > 0 && total_steps >= options.max_steps; };
+    for (int epoch = 0; epoch < options.epochs && !out_of_steps(); ++epoch) {
       EpochStats stats;
       model->train();
       double wait_before = optimizer->communication_wait_seconds();
       double loss_sum = 0;
       int64_t steps = 0;
       Clock::time_point start = Clock::now();
-      while (std::optional<train::TensorDataset> batch = batches.next()) {
+      while (!out_of_steps()) {
+        std::optional<train::TensorDataset> batch = batches.next();
+        if (!batch) break;
         optimizer->zero_grad();
         at::Tensor loss = at::cross_entropy_loss(model->forward(batch->inputs), batch->targets);
         loss.backward();
         optimizer->step();
-        loss_sum += loss.item<double>();
+        const double batch_loss = loss.item<double>();
+        loss_sum += batch_loss;
         ++steps;
+        ++total_steps;
         stats.samples += batch->size();
+        if (options.on_step) options.on_step(total_steps, epoch, batch_loss);
       }
       stats.seconds = seconds_since(start);
       stats.comm_wait_seconds = optimizer->communication_wait_seconds() - wait_before;
@@ -135,6 +143,7 @@ StatusOr<DataParallelResult> train_data_parallel(comm::Communicator& comm, const
                     stats.comm_wait_seconds);
         std::fflush(stdout);
       }
+      if (options.on_epoch) options.on_epoch(total_steps, epoch, stats);
       result.epochs.push_back(stats);
     }
   } catch (const std::exception& e) {

@@ -11,6 +11,7 @@
 //   StatusOr<DataParallelResult> result = train_data_parallel(*comm, options);
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -40,8 +41,11 @@ class FashionCnnImpl : public torch::nn::Module {
 };
 TORCH_MODULE(FashionCnn);
 
+struct EpochStats;
+
 struct DataParallelOptions {
   int epochs = 1;             // passes over the training set
+  int64_t max_steps = 0;      // > 0: stop after this many optimizer steps in all (that epoch is still evaluated)
   int64_t batch_size = 64;    // per rank
   double lr = 0.05;           // SGD learning rate
   double momentum = 0.9;      // SGD momentum
@@ -50,6 +54,12 @@ struct DataParallelOptions {
   bool verbose = true;        // rank 0 prints one line per epoch
   bool double_buffering = false;  // apply the previous step's averaged gradient (see
                                   // MultiNodeOptimizerOptions::double_buffering)
+  // Called on every rank after each optimizer step with the step number (from 1, over the whole
+  // run), the epoch (0-based) and this rank's batch loss; e.g. to report progress. Optional.
+  std::function<void(int64_t step, int epoch, double loss)> on_step;
+  // Called on every rank after each epoch's evaluation with the step count so far and the epoch's
+  // global statistics. Optional.
+  std::function<void(int64_t step, int epoch, const EpochStats& stats)> on_epoch;
 };
 
 struct EpochStats {

@@ -3,8 +3,12 @@
 //
 //   bazel run //worker/examples:train_mnist_dp -- --ranks 2 --epochs 1 --limit 2000
 //   train_mnist_dp --init file:///tmp/store?rank=0&world_size=2 --kind flat   # one rank of a job
+//   train_mnist_dp --init env:// --epochs 1 --max-steps 50     # a rank of a cohort command job
+//                                                              # (configs/jobs/mnist_dp_command.yaml)
 //
-// Rank 0 prints one line per epoch: training loss, test loss and test accuracy.
+// Rank 0 prints one line per epoch (training loss, test loss and test accuracy) and, at the end,
+// "test accuracy: A". Under cohortd it reports its loss every step and its test accuracy every
+// epoch with cohort::report_metrics, so `cohort status` and the progress bar show them.
 
 #include <ATen/Parallel.h>
 
@@ -15,17 +19,19 @@
 #include "worker/examples/example_flags.h"
 #include "worker/examples/fashion_cnn.h"
 #include "worker/examples/example_rank.h"
+#include "worker/train/report_metrics.h"
 
 namespace {
 
 constexpr const char* kUsage =
     "usage: train_mnist_dp [--ranks N | --init URL] [--kind KIND] [--epochs E] [--limit N]\n"
-    "                      [--double-buffering]\n"
+    "                      [--max-steps S] [--double-buffering]\n"
     "  --ranks N     start N local ranks (processes over a file:// store)\n"
     "  --init URL    join a job: env://, tcp://host:port, file:///path?rank=R&world_size=N\n"
     "  --kind KIND   communicator kind (default flat)\n"
     "  --epochs E    passes over the training set (default 1)\n"
     "  --limit N     use only the first N training and test samples (default: all)\n"
+    "  --max-steps S stop after S optimizer steps in all (default: no cap)\n"
     "  --double-buffering  apply each step's averaged gradient one step later (its allreduce\n"
     "                overlaps the next step's compute)\n";
 
@@ -40,11 +46,30 @@ int main(int argc, char** argv) {
   cohort::examples::DataParallelOptions options;
   options.epochs = flags.epochs;
   options.limit = flags.limit;
+  options.max_steps = flags.max_steps;
   options.double_buffering = flags.double_buffering;
+  // Progress for cohortd (a no-op outside it and on ranks other than 0; never waits on the network).
+  options.on_step = [&](int64_t step, int epoch, double loss) {
+    cohort::report_metrics({{"loss", loss}, {"epoch", epoch}, {"total_epochs", flags.epochs}}, step);
+  };
+  options.on_epoch = [&](int64_t step, int epoch, const cohort::examples::EpochStats& stats) {
+    const double samples_per_s = stats.seconds > 0 ? static_cast<double>(stats.samples) / stats.seconds : 0;
+    cohort::report_metrics({{"loss", stats.train_loss},
+                            {"accuracy", stats.test_accuracy},
+                            {"epoch", epoch},
+                            {"total_epochs", flags.epochs},
+                            {"samples_per_s", samples_per_s}},
+                           step, /*epoch_end=*/true);
+  };
   auto result = cohort::examples::train_data_parallel(*comm, options);
   if (!result.ok()) {
     std::fprintf(stderr, "train_mnist_dp rank %d: %s\n", comm->rank(), result.status().to_string().c_str());
     return 1;
   }
+  if (comm->rank() == 0 && !result->epochs.empty()) {
+    std::printf("test accuracy: %.4f\n", result->epochs.back().test_accuracy);
+    std::fflush(stdout);
+  }
+  cohort::flush_metrics();
   return 0;
 }

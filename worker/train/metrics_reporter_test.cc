@@ -1,44 +1,25 @@
-#include "worker/runner/metrics_reporter.h"
+#include "worker/train/metrics_reporter.h"
 
-#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <string>
 #include <thread>
 #include <vector>
 
-namespace cohort::worker {
+#include "worker/train/recording_coordinator.h"
+
+namespace cohort::train {
 namespace {
 
-// A coordinator that records ReportMetrics calls.
-class RecordingCoordinator final : public v1::Coordinator::Service {
- public:
-  grpc::Status ReportMetrics(grpc::ServerContext*, const v1::ReportMetricsRequest* request,
-                             v1::ReportMetricsResponse*) override {
-    std::lock_guard<std::mutex> lock(mutex);
-    requests.push_back(*request);
-    return grpc::Status::OK;
-  }
-  std::mutex mutex;
-  std::vector<v1::ReportMetricsRequest> requests;
-};
-
-// A RecordingCoordinator served on 127.0.0.1 at a free port (port stays 0 when the server failed).
-struct RecordingServer {
-  RecordingServer() {
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(&service);
-    server = builder.BuildAndStart();
-  }
-  RecordingCoordinator service;
-  int port = 0;
-  std::unique_ptr<grpc::Server> server;
-};
+using testing::RecordingCoordinator;
+using testing::RecordingServer;
 
 v1::Metrics at_step(int64_t step) {
   v1::Metrics metrics;
@@ -131,6 +112,62 @@ TEST(MetricsReporterTest, AnUnreachableCoordinatorIsNotFatalAndDoesNotHoldUpExit
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
+// flush() sends a report the rate limit holds back now, not after the interval.
+TEST(MetricsReporterTest, FlushWaivesTheRateLimit) {
+  RecordingServer recording;
+  ASSERT_GT(recording.port, 0);
+  MetricsReporterOptions options;
+  options.coordinator = recording.address();
+  options.job_id = "mnist-5";
+  options.min_interval = std::chrono::seconds(60);
+  MetricsReporter reporter(options);
+  EXPECT_TRUE(reporter.flush(std::chrono::milliseconds(10)));  // nothing held: at once
+  reporter.report(at_step(1), /*epoch_end=*/false);
+  ASSERT_TRUE(reporter.flush(std::chrono::seconds(5)));
+  reporter.report(at_step(2), /*epoch_end=*/false);  // within the 60 s interval
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(reporter.flush(std::chrono::seconds(5)));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(reporter.sent(), 2);
+  std::vector<int64_t> steps;
+  for (const auto& request : recording.service.recorded()) steps.push_back(request.metrics().step());
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2}));
+}
+
+TEST(MetricsReporterTest, FlushGivesUpAtItsTimeoutWhenTheCoordinatorIsUnreachable) {
+  MetricsReporterOptions options;
+  options.coordinator = "127.0.0.1:1";  // nothing listens on port 1
+  options.job_id = "job-2";
+  options.rpc_timeout = std::chrono::milliseconds(2000);
+  MetricsReporter reporter(options);
+  for (int epoch = 0; epoch < 5; ++epoch) reporter.report(at_step(epoch), /*epoch_end=*/true);
+  const auto start = std::chrono::steady_clock::now();
+  reporter.flush(std::chrono::milliseconds(300));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1500));
+}
+
+TEST(MetricsReporterTest, ValuesMapOntoTheMetricsFields) {
+  std::vector<std::string> unknown;
+  v1::Metrics metrics = metrics_from_values(
+      {{"loss", 0.5}, {"accuracy", 0.875}, {"epoch", 2}, {"samples_per_s", 1000}, {"total_steps", 300},
+       {"total_epochs", 3}, {"samples_per_step", 256}, {"learning_rate", 0.1}},
+      42, 0, &unknown);
+  EXPECT_EQ(metrics.step(), 42);
+  EXPECT_EQ(metrics.rank(), 0);
+  EXPECT_DOUBLE_EQ(metrics.loss(), 0.5);
+  EXPECT_DOUBLE_EQ(metrics.accuracy(), 0.875);
+  EXPECT_EQ(metrics.epoch(), 2);
+  EXPECT_DOUBLE_EQ(metrics.samples_per_s(), 1000);
+  EXPECT_EQ(metrics.total_steps(), 300);
+  EXPECT_EQ(metrics.total_epochs(), 3);
+  EXPECT_EQ(metrics.samples_per_step(), 256);
+  EXPECT_EQ(unknown, (std::vector<std::string>{"learning_rate"}));
+  // A user's NaN or huge value does not overflow an integer field.
+  v1::Metrics odd = metrics_from_values({{"epoch", std::nan("")}, {"total_steps", 1e300}}, 1, 0, nullptr);
+  EXPECT_EQ(odd.epoch(), 0);
+  EXPECT_EQ(odd.total_steps(), INT64_MAX);
+}
+
 TEST(MetricsReporterTest, FromEnvironmentNeedsCoordinatorAndJob) {
   unsetenv("COHORT_COORDINATOR");
   setenv("COHORT_JOB_ID", "job-1", 1);
@@ -140,4 +177,4 @@ TEST(MetricsReporterTest, FromEnvironmentNeedsCoordinatorAndJob) {
 }
 
 }  // namespace
-}  // namespace cohort::worker
+}  // namespace cohort::train
