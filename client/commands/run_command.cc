@@ -23,6 +23,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "client/cli/args.h"
@@ -63,7 +64,9 @@ constexpr const char* kHelp =
 
 Runs one job on this machine with no daemon: starts an in-process coordinator and agent (one agent
 per node of the job, all local), submits the job, shows its progress (a bar on a terminal), prints
-rank 0's result lines (`test accuracy ...`), and exits 0 only if the job SUCCEEDED.
+rank 0's result lines (`test accuracy ...`; for a command job, the last lines of rank 0's output),
+and exits 0 only if the job SUCCEEDED. A command job (`command:` in the file) runs its own program
+on every rank and needs no worker binary.
 
   --procs N        ranks per node (overrides the file's procs_per_node)
   --data-dir DIR   keep the job database and rank logs in DIR (default: a temporary directory,
@@ -98,7 +101,7 @@ class LocalCluster {
       options.tick_interval = kRunTickInterval;
       options.node_id = fmt::format("local-{}", node);
       options.slots = procs_per_node;
-      options.worker_command = {worker};
+      if (!worker.empty()) options.worker_command = {worker};  // none for a command job
       if (node > 0) {
         // Further nodes join like real ones: with a join token from the in-process coordinator.
         daemon::DaemonServer& coordinator = *cluster->servers_.front();
@@ -289,8 +292,11 @@ int run(const CommandContext& context, const std::vector<std::string>& raw_args)
     if (Status fits = check_local_capacity(*spec, usable_cores()); !fits.ok())
       return report_error(context, fits);
   }
-  StatusOr<std::string> worker =
-      locate_worker(worker_search_from_environment(args->value("--worker"), context.program_path));
+  // A command job runs its own program; only graph jobs need cohort-worker.
+  const bool command_job = spec->command_size() > 0;
+  StatusOr<std::string> worker = std::string();
+  if (!command_job)
+    worker = locate_worker(worker_search_from_environment(args->value("--worker"), context.program_path));
   if (!worker.ok()) return report_error(context, worker.status());
   if (Status gpus = check_local_gpus(*spec); !gpus.ok()) return report_error(context, gpus);
 
@@ -325,8 +331,9 @@ int run(const CommandContext& context, const std::vector<std::string>& raw_args)
       if (!cancelled.ok()) *context.err << "cohort: " << cancelled.status().message() << '\n';
     });
     if (context.format == OutputFormat::kHuman) {
-      *context.out << fmt::format("job {}: {} node(s) x {} rank(s) on this machine, worker {}\n", *id,
-                                  spec->nodes(), spec->procs_per_node(), *worker);
+      *context.out << fmt::format("job {}: {} node(s) x {} rank(s) on this machine, {} {}\n", *id, spec->nodes(),
+                                  spec->procs_per_node(), command_job ? "command" : "worker",
+                                  command_job ? fmt::format("{}", fmt::join(spec->command(), " ")) : *worker);
     }
     StatusOr<cohort::v1::JobRecord> job = follow_job(client, *id, context);
     if (!job.ok()) return report_error(context, job.status());
@@ -341,8 +348,10 @@ int run(const CommandContext& context, const std::vector<std::string>& raw_args)
     } else if (!read.ok()) {
       *context.err << "cohort: cannot read rank 0's output: " << read.message() << '\n';
     } else {
+      // cohort-worker's result is its `test accuracy` line; a command's output is its own, so its
+      // last lines are shown.
       std::vector<std::string> lines =
-          pick_lines(output, succeeded ? "test accuracy" : "", kFailureTailLines);
+          pick_lines(output, succeeded && !command_job ? "test accuracy" : "", kFailureTailLines);
       if (!lines.empty()) *context.out << (succeeded ? "rank 0:\n" : "rank 0's last output:\n");
       for (const std::string& line : lines) *context.out << "  " << line << '\n';
     }

@@ -485,6 +485,27 @@ TEST(CliRunTest, RunsOneJobInProcessAndExitsWithItsResult) {
   EXPECT_NE(too_many.err.find("gpus_per_proc: 0"), std::string::npos) << too_many.err;
 }
 
+// A command job needs no worker binary: `cohort run` runs the command on every rank and shows the
+// last lines of rank 0's output; a failing command's exit code fails the run.
+TEST(CliRunTest, RunsACommandJobWithoutAWorker) {
+  TempDir scratch;
+  const std::string job = scratch.path() + "/hello.yaml";
+  std::ofstream(job) << "name: hello\nnodes: 2\nprocs_per_node: 1\n"
+                        "command: [sh, -c, 'echo \"hello from rank $RANK of $WORLD_SIZE\"']\n";
+  CliResult ran = cli({"run", job, "--worker", scratch.path() + "/no-such-worker"});
+  ASSERT_EQ(ran.status, kExitOk) << ran.out << ran.err;
+  EXPECT_NE(ran.out.find("command sh -c"), std::string::npos) << ran.out;
+  EXPECT_NE(ran.out.find("SUCCEEDED"), std::string::npos) << ran.out;
+  EXPECT_NE(ran.out.find("hello from rank 0 of 2"), std::string::npos) << ran.out;
+
+  const std::string failing = scratch.path() + "/failing.yaml";
+  std::ofstream(failing) << "name: failing\nnodes: 1\nprocs_per_node: 1\ncommand: [sh, -c, 'echo oops; exit 4']\n";
+  CliResult failed = cli({"run", failing});
+  EXPECT_EQ(failed.status, kExitFailure) << failed.out;
+  EXPECT_NE(failed.out.find("FAILED"), std::string::npos) << failed.out;
+  EXPECT_NE(failed.out.find("oops"), std::string::npos) << failed.out;
+}
+
 // More ranks or simulated nodes than this machine can host: refused before anything starts, naming
 // the numbers and --oversubscribe.
 TEST(CliRunTest, RefusesMoreRanksOrNodesThanTheMachineCanHost) {
