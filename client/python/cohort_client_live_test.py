@@ -1,6 +1,7 @@
 """cohort_client against a live, secure cohortd (--role all, TLS, 2 slots, the real cohort-worker),
 with the first admin's credentials file it writes:
   - the example scheduler submits a tiny job, which SUCCEEDS, and rank 0's log holds its output;
+  - a command job (command, env) succeeds and each rank's log holds what it printed;
   - a wrong token is UNAUTHENTICATED;
   - wait() with a short timeout is DEADLINE_EXCEEDED; cancel stops a running job (CANCELLED);
   - a bad spec is INVALID_ARGUMENT naming the field, before or at the coordinator.
@@ -124,6 +125,17 @@ class LiveDaemonTest(unittest.TestCase):
             list(self.client.logs(job_id, rank=2))
         self.assertEqual(caught.exception.code, "INVALID_ARGUMENT")
         self.assertIn("ranks are 0..1", caught.exception.message)
+
+    def test_a_command_job_gets_its_env_and_logs_each_rank(self):
+        job_id = self.client.submit({
+            "name": "hello", "nodes": 1, "procs_per_node": 2,
+            "command": ["/bin/sh", "-c", 'echo "hello from rank $RANK of $WORLD_SIZE, $GREETING"'],
+            "env": {"GREETING": "hi"},
+        }, wait_for_capacity=True)
+        self.assertEqual(self.client.wait(job_id, timeout=JOB_TIMEOUT), "SUCCEEDED", self.client.get(job_id))
+        self.assertEqual(list(self.client.get(job_id).spec.command)[0], "/bin/sh")
+        self.assertIn("hello from rank 0 of 2, hi", "".join(self.client.logs(job_id, rank=0)))
+        self.assertIn("hello from rank 1 of 2, hi", "".join(self.client.logs(job_id, rank=1)))
 
     def test_a_wrong_token_is_unauthenticated(self):
         good = cohort_client.load_credentials(self.credentials_path)
