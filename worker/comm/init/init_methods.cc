@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "worker/comm/init/agent_store_connector.h"
 #include "worker/comm/init/launcher_environment.h"
 #include "worker/comm/store/file_store.h"
 #include "worker/comm/store/tcp_store.h"
@@ -256,9 +257,16 @@ StatusOr<Bootstrap> env_init_method(const InitUrl& url, const InitOptions& optio
   COHORT_RETURN_IF_ERROR(check_query(url));
   COHORT_ASSIGN_OR_RETURN(EnvRendezvous env, read_env_rendezvous(options));
   Bootstrap boot;
-  COHORT_ASSIGN_OR_RETURN(boot.store,
-                          tcp_store_for(env.master_address, env.master_port, env.rank,
-                                        external_store(url, options), options));
+  if (agent_store_requested(options.env)) {
+    // torchrun's agent already serves a c10d store on the master's port: join it (see
+    // agent_store_connector.h) instead of serving cohort's own there.
+    COHORT_ASSIGN_OR_RETURN(boot.store, connect_agent_store(env.master_address, env.master_port,
+                                                            options.timeout, options.env));
+  } else {
+    COHORT_ASSIGN_OR_RETURN(boot.store,
+                            tcp_store_for(env.master_address, env.master_port, env.rank,
+                                          external_store(url, options), options));
+  }
   boot.rank = env.rank;
   boot.world_size = env.world_size;
   boot.local_rank = env.local_rank;
