@@ -14,7 +14,7 @@ mode="${1:?usage: torchrun_test.sh standalone|static}"
 root="${TEST_SRCDIR}/${TEST_WORKSPACE}"
 worker="${root}/worker/runner/cohort-worker"
 bench="${root}/bench/cohort-bench"
-torchrun=(/usr/bin/python3 "${root}/tests/launchers/torchrun_py311.py")
+torchrun=(/usr/bin/python3 "${root}/tests/launchers/torchrun/torchrun_py311.py")
 # Seconds one torchrun run may take (it takes about 10 on an idle 2-core machine).
 limit=50
 tmp="$(mktemp -d "${TEST_TMPDIR:-/tmp}/torchrun-test.XXXXXX")"

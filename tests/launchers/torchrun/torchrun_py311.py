@@ -8,7 +8,7 @@ skips the zero member NONE and the alias ALL). This wrapper replaces only Std.fr
 that builds each Std by value, and then runs torchrun's own main(): same flags, same behaviour.
 On a torch whose Std.from_str works it patches nothing.
 
-    /usr/bin/python3 tests/launchers/torchrun_py311.py --nnodes 1 --nproc_per_node 2 ...
+    /usr/bin/python3 tests/launchers/torchrun/torchrun_py311.py --nnodes 1 --nproc_per_node 2 ...
 """
 import re
 import sys
