@@ -101,7 +101,8 @@ Status C10dStore::wait_locked(const std::vector<std::string>& keys, comm::Durati
     // c10d reads a zero timeout as "forever": ours means "look once".
     if (timeout <= comm::Duration::zero()) {
       if (client->check(keys)) return ok_status();
-      return deadline_exceeded_error("wait on {}: keys [{}] are not all set (timeout 0 ms)", where(), missing);
+      return deadline_exceeded_error("wait on {}: keys [{}] are not all set (timeout 0 ms)", where(),
+                                     missing);
     }
     client->wait(keys, timeout);
     // c10d leaves the socket's receive timeout at the wait's; put the store's back (an empty wait
@@ -119,7 +120,8 @@ StatusOr<std::string> C10dStore::get(std::string_view key, comm::Duration timeou
   std::lock_guard<std::mutex> lock(mutex_);
   COHORT_RETURN_IF_ERROR(wait_locked({std::string(key)}, timeout).with_context(fmt::format("get {:?}", key)));
   COHORT_ASSIGN_OR_RETURN(c10d::TCPStore * client, client_locked());
-  return guarded("get", where(), [&]() -> StatusOr<std::string> { return text(client->get(std::string(key))); });
+  return guarded("get", where(),
+                 [&]() -> StatusOr<std::string> { return text(client->get(std::string(key))); });
 }
 
 StatusOr<int64_t> C10dStore::add(std::string_view key, int64_t delta) {
@@ -169,7 +171,8 @@ StatusOr<bool> C10dStore::check(const std::vector<std::string>& keys) {
 StatusOr<bool> C10dStore::delete_key(std::string_view key) {
   std::lock_guard<std::mutex> lock(mutex_);
   COHORT_ASSIGN_OR_RETURN(c10d::TCPStore * client, client_locked());
-  return guarded("delete_key", where(), [&]() -> StatusOr<bool> { return client->deleteKey(std::string(key)); });
+  return guarded("delete_key", where(),
+                 [&]() -> StatusOr<bool> { return client->deleteKey(std::string(key)); });
 }
 
 StatusOr<int64_t> C10dStore::num_keys() {

@@ -39,8 +39,8 @@ class TCPStore;
 namespace cohort::autograd {
 
 struct C10dStoreOptions {
-  std::string host = "127.0.0.1";  // the c10d TCPStore server's host
-  int port = 0;                    // its port (1..65535)
+  std::string host = "127.0.0.1";                       // the c10d TCPStore server's host
+  int port = 0;                                         // its port (1..65535)
   comm::Duration timeout = comm::kDefaultStoreTimeout;  // connecting, and each reply
 };
 
@@ -55,11 +55,13 @@ class C10dStore : public comm::Store {
   C10dStore& operator=(const C10dStore&) = delete;
 
   Status set(std::string_view key, std::string_view value) override;
-  StatusOr<std::string> get(std::string_view key, comm::Duration timeout = comm::kDefaultStoreTimeout) override;
+  StatusOr<std::string> get(std::string_view key,
+                            comm::Duration timeout = comm::kDefaultStoreTimeout) override;
   StatusOr<int64_t> add(std::string_view key, int64_t delta) override;
   StatusOr<std::string> compare_set(std::string_view key, std::string_view expected,
                                     std::string_view desired) override;
-  Status wait(const std::vector<std::string>& keys, comm::Duration timeout = comm::kDefaultStoreTimeout) override;
+  Status wait(const std::vector<std::string>& keys,
+              comm::Duration timeout = comm::kDefaultStoreTimeout) override;
   StatusOr<bool> check(const std::vector<std::string>& keys) override;
   StatusOr<bool> delete_key(std::string_view key) override;
   StatusOr<int64_t> num_keys() override;
@@ -75,8 +77,8 @@ class C10dStore : public comm::Store {
   std::string where() const;
 
   const C10dStoreOptions options_;
-  std::mutex mutex_;                          // serialises operations on client_
-  std::unique_ptr<c10d::TCPStore> client_;    // null: reconnect on next use
+  std::mutex mutex_;                        // serialises operations on client_
+  std::unique_ptr<c10d::TCPStore> client_;  // null: reconnect on next use
 };
 
 // Registers C10dStore as env://'s agent store connector (torchrun's TORCHELASTIC_USE_AGENT_STORE).

@@ -91,7 +91,8 @@ TEST_F(C10dStoreTest, TimedOutWaitNamesTheKeysAndTheStoreStillWorks) {
   const auto elapsed = std::chrono::steady_clock::now() - start;
   EXPECT_EQ(waited.code(), StatusCode::kDeadlineExceeded) << waited.to_string();
   EXPECT_NE(waited.message().find("never, also-never"), std::string::npos) << waited.to_string();
-  EXPECT_NE(waited.message().find(fmt::format("127.0.0.1:{}", port_)), std::string::npos) << waited.to_string();
+  EXPECT_NE(waited.message().find(fmt::format("127.0.0.1:{}", port_)), std::string::npos)
+      << waited.to_string();
   EXPECT_GE(elapsed, kShortTimeout - milliseconds(10));
   EXPECT_LT(elapsed, kShortTimeout + kTimeoutSlack);
 

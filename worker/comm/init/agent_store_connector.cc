@@ -54,7 +54,8 @@ StatusOr<std::shared_ptr<Store>> connect_agent_store(const std::string& host, in
         kUseAgentStoreVariable, host, port);
   }
   const std::optional<std::string> restart = (env ? env : process_environment())(kRestartCountVariable);
-  const std::string prefix = fmt::format("{}{}", kAgentStoreKeyPrefix, restart && !restart->empty() ? *restart : "0");
+  const std::string prefix =
+      fmt::format("{}{}", kAgentStoreKeyPrefix, restart && !restart->empty() ? *restart : "0");
   COHORT_ASSIGN_OR_RETURN(std::shared_ptr<Store> store, connector(AgentStoreAddress{host, port, timeout}));
   if (store == nullptr) {
     return internal_error("env:// init: the agent store connector returned no store for {}:{}", host, port);

@@ -34,8 +34,8 @@ inline constexpr const char* kRestartCountVariable = "TORCHELASTIC_RESTART_COUNT
 
 // Where the agent's store is.
 struct AgentStoreAddress {
-  std::string host;                   // MASTER_ADDR
-  int port = 0;                       // MASTER_PORT
+  std::string host;                         // MASTER_ADDR
+  int port = 0;                             // MASTER_PORT
   Duration timeout = kDefaultStoreTimeout;  // for connecting, and the store's default wait
 };
 

@@ -27,7 +27,9 @@ std::map<std::string, std::string> torchrun_env(std::string use_agent_store) {
 // Installs a connector for one test and removes it afterwards.
 class ScopedConnector {
  public:
-  explicit ScopedConnector(AgentStoreConnector connector) { register_agent_store_connector(std::move(connector)); }
+  explicit ScopedConnector(AgentStoreConnector connector) {
+    register_agent_store_connector(std::move(connector));
+  }
   ~ScopedConnector() { register_agent_store_connector(nullptr); }
 };
 
