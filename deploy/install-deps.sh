@@ -17,6 +17,11 @@ packages=(
   dataset-fashion-mnist
   # Fuzz targets (tests/fuzz/build_and_run.sh): clang with libFuzzer and AddressSanitizer.
   clang libclang-rt-14-dev
+  # tests/launchers/slurm: a one-host Slurm the test starts itself (slurmctld, slurmd, munged, and
+  # slurmdbd over a MariaDB server in its temporary directory, so that sacct has job accounting).
+  # The -core MariaDB packages hold mariadbd and its client without a system service. mpirun
+  # (tests/launchers/mpirun) is openmpi-bin below.
+  slurm-wlm slurmdbd munge mariadb-server-core mariadb-client-core
   # The Python client for schedulers (client/python): its stubs come from protoc and
   # grpc_python_plugin above; it runs on Debian's python3.
   python3-grpcio python3-protobuf python3-yaml
