@@ -21,13 +21,13 @@ constexpr const char* kSlurmTasksPerNode = "SLURM_TASKS_PER_NODE";
 
 // One number env:// reads, from the first of `variables` that is set.
 struct EnvField {
-  const char* what;                    // "rank", in messages
-  const char* option;                  // the InitOptions field that overrides it
+  const char* what;    // "rank", in messages
+  const char* option;  // the InitOptions field that overrides it
   // In precedence order: torchrun, Open MPI, SLURM. mpirun run inside a Slurm allocation passes
   // the surrounding step's SLURM_PROCID on to its ranks; OMPI_COMM_WORLD_* describe the rank.
   std::vector<const char*> variables;
-  int min;                             // smallest valid value
-  const char* hint;                    // what to set
+  int min;           // smallest valid value
+  const char* hint;  // what to set
 };
 
 const EnvField kRankField{"rank",
@@ -191,8 +191,8 @@ StatusOr<ExplicitRanks> explicit_ranks(const InitUrl& url, const InitOptions& op
   COHORT_ASSIGN_OR_RETURN(out.world_size, read_field(env, kWorldSizeField, options.world_size));
   if (out.world_size.value < 1) {
     return invalid_argument_error(
-        "{}: the world size is not set; add &world_size=N to the URL or set InitOptions::world_size, or start "
-        "it under a launcher that sets one of {}",
+        "{}: the world size is not set; add &world_size=N to the URL or set InitOptions::world_size, or "
+        "start it under a launcher that sets one of {}",
         context, fmt::join(kWorldSizeField.variables, ", "));
   }
   COHORT_RETURN_IF_ERROR(check_rank(context, out.rank, out.world_size));

@@ -32,7 +32,8 @@ std::optional<uint64_t> parse_uint(std::string_view text) {
 
 int slurm_step_port(uint64_t job_id, uint64_t step_id) {
   constexpr uint64_t kBlocks = kSlurmPortRange / kSlurmPortsPerJob;
-  return kSlurmPortBase + static_cast<int>((job_id % kBlocks) * kSlurmPortsPerJob + step_id % kSlurmPortsPerJob);
+  return kSlurmPortBase +
+         static_cast<int>((job_id % kBlocks) * kSlurmPortsPerJob + step_id % kSlurmPortsPerJob);
 }
 
 bool launched_by_mpirun(const EnvLookup& env) { return is_set(env, "OMPI_COMM_WORLD_RANK"); }
@@ -57,8 +58,8 @@ StatusOr<std::string> slurm_master_address(const EnvLookup& env) {
   StatusOr<std::vector<std::string>> hosts = expand_slurm_hostlist(*list);
   if (!hosts.ok()) {
     return hosts.status()
-        .with_context(fmt::format("env:// init under srun: MASTER_ADDR is not set, so rank 0's host comes from {}",
-                                  variable))
+        .with_context(fmt::format(
+            "env:// init under srun: MASTER_ADDR is not set, so rank 0's host comes from {}", variable))
         .with_suffix(fmt::format("; or {}", kSetMasterAddr));
   }
   // Task 0 sits on the step's first node under block and cyclic distribution; not necessarily
@@ -68,7 +69,8 @@ StatusOr<std::string> slurm_master_address(const EnvLookup& env) {
   const std::optional<std::string> nodeid = env("SLURM_NODEID");
   if (procid && *procid == "0" && nodeid && *nodeid != "0") {
     return invalid_argument_error(
-        "env:// init under srun: rank 0 runs on node {} of {}={} (SLURM_NODEID={}), not on its first host {}, "
+        "env:// init under srun: rank 0 runs on node {} of {}={} (SLURM_NODEID={}), not on its first host "
+        "{}, "
         "so the other ranks cannot find it (a distribution other than block or cyclic?); {}",
         *nodeid, variable, *list, *nodeid, hosts->front(), kSetMasterAddr);
   }
@@ -87,15 +89,15 @@ StatusOr<int> slurm_master_port(const EnvLookup& env) {
   const std::optional<uint64_t> job_id = parse_uint(*job);
   if (!job_id) {
     return invalid_argument_error(
-        "env:// init under srun: SLURM_JOB_ID={:?} is not a number, so no port can be derived from it; {}", *job,
-        set_port);
+        "env:// init under srun: SLURM_JOB_ID={:?} is not a number, so no port can be derived from it; {}",
+        *job, set_port);
   }
   std::optional<uint64_t> step_id = uint64_t{0};
   if (step) step_id = parse_uint(*step);
   if (!step_id) {
     return invalid_argument_error(
-        "env:// init under srun: {}={:?} is not a number, so no port can be derived from it; {}", step_variable,
-        *step, set_port);
+        "env:// init under srun: {}={:?} is not a number, so no port can be derived from it; {}",
+        step_variable, *step, set_port);
   }
   return slurm_step_port(*job_id, *step_id);
 }
@@ -106,7 +108,8 @@ Status mpirun_without_master_address_error(const EnvLookup& env) {
       "env:// init under mpirun (OMPI_COMM_WORLD_RANK={}): MASTER_ADDR is not set, and Open MPI tells no "
       "process where rank 0 is, so there is no address to meet at. Pass a store every rank can reach as the "
       "init URL (--init for cohort-worker and cohort-bench; ranks then come from OMPI_COMM_WORLD_*): "
-      "file:///path/on/a/shared/filesystem (a new file for each run that every rank can open; on one host any "
+      "file:///path/on/a/shared/filesystem (a new file for each run that every rank can open; on one host "
+      "any "
       "local path), e.g. "
       "`mpirun -np 2 cohort-bench --init file:///shared/$USER/job1.store`, or tcp://HOST:PORT (rank 0 must "
       "run on HOST and serves the store on PORT), e.g. `mpirun -np 2 --host node1,node2 cohort-bench --init "

@@ -91,12 +91,13 @@ TEST(SlurmMasterTest, FirstHostOfTheStepElseOfTheJob) {
             "node01");
   EXPECT_EQ(slurm_master_port(environment_from(kSrunTask)).value(), slurm_step_port(4242, 3));
   // SLURM_STEPID, the older name, when SLURM_STEP_ID is missing; step 0 in a batch script.
-  EXPECT_EQ(slurm_master_port(environment_from(with(without(kSrunTask, "SLURM_STEP_ID"), {{"SLURM_STEPID", "5"}})))
-                .value(),
-            slurm_step_port(4242, 5));
   EXPECT_EQ(
-      slurm_master_port(environment_from(without(without(kSrunTask, "SLURM_STEP_ID"), "SLURM_STEPID"))).value(),
-      slurm_step_port(4242, 0));
+      slurm_master_port(environment_from(with(without(kSrunTask, "SLURM_STEP_ID"), {{"SLURM_STEPID", "5"}})))
+          .value(),
+      slurm_step_port(4242, 5));
+  EXPECT_EQ(slurm_master_port(environment_from(without(without(kSrunTask, "SLURM_STEP_ID"), "SLURM_STEPID")))
+                .value(),
+            slurm_step_port(4242, 0));
 }
 
 void expect_message(const Status& status, const std::vector<std::string>& parts) {
@@ -108,10 +109,10 @@ void expect_message(const Status& status, const std::vector<std::string>& parts)
 }
 
 TEST(SlurmMasterTest, ErrorsNameTheVariableAndSayToSetMasterAddr) {
-  expect_message(slurm_master_address(environment_from(with(kSrunTask, {{"SLURM_STEP_NODELIST", "node[02-"}})))
-                     .status(),
-                 {"rank 0's host comes from SLURM_STEP_NODELIST", "\"node[02-\"", "'[' is never closed",
-                  "set MASTER_ADDR"});
+  expect_message(
+      slurm_master_address(environment_from(with(kSrunTask, {{"SLURM_STEP_NODELIST", "node[02-"}}))).status(),
+      {"rank 0's host comes from SLURM_STEP_NODELIST", "\"node[02-\"", "'[' is never closed",
+       "set MASTER_ADDR"});
   expect_message(slurm_master_address(environment_from(without(without(kSrunTask, "SLURM_STEP_NODELIST"),
                                                                "SLURM_JOB_NODELIST")))
                      .status(),
@@ -149,17 +150,19 @@ TEST(EnvInitUnderSrunTest, DerivesTheMasterUnlessSet) {
 
 TEST(EnvInitUnderMpirunTest, NoMasterAddrSaysWhichInitUrlToPass) {
   const Env mpirun_in_slurm = with(
-      kSrunTask, {{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}});
+      kSrunTask,
+      {{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}});
   const Env bare_mpirun{{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}};
   for (const Env& variables : {bare_mpirun, mpirun_in_slurm}) {
     expect_message(read_env_rendezvous(options_for("env://", variables)).status(),
                    {"under mpirun (OMPI_COMM_WORLD_RANK=1): MASTER_ADDR is not set", "file:///",
-                    "mpirun -np 2 cohort-bench --init file:///", "tcp://HOST:PORT", "--init tcp://node1:29500",
-                    "MASTER_ADDR"});
+                    "mpirun -np 2 cohort-bench --init file:///", "tcp://HOST:PORT",
+                    "--init tcp://node1:29500", "MASTER_ADDR"});
   }
   // Open MPI's ranks win over the surrounding Slurm step's.
   EnvRendezvous env =
-      read_env_rendezvous(options_for("env://", with(mpirun_in_slurm, {{"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}})))
+      read_env_rendezvous(
+          options_for("env://", with(mpirun_in_slurm, {{"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}})))
           .value();
   EXPECT_EQ(env.rank, 1);
   EXPECT_EQ(env.world_size, 2);
@@ -209,8 +212,9 @@ TEST(FileInitUnderMpirunTest, TheUrlQueryWinsAndMissingRanksListTheLaunchers) {
   EXPECT_EQ(boot->world_size, 1);
   expect_message(resolve_init(options_for(fmt::format("file://{}", dir.file("other")), {})).status(),
                  {"add ?rank=R to the URL", "RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID"});
-  expect_message(resolve_init(options_for(fmt::format("file://{}", dir.file("other")), {{"RANK", "0"}})).status(),
-                 {"add &world_size=N to the URL", "WORLD_SIZE, OMPI_COMM_WORLD_SIZE, SLURM_NTASKS"});
+  expect_message(
+      resolve_init(options_for(fmt::format("file://{}", dir.file("other")), {{"RANK", "0"}})).status(),
+      {"add &world_size=N to the URL", "WORLD_SIZE, OMPI_COMM_WORLD_SIZE, SLURM_NTASKS"});
 }
 
 // A port in the derived range nobody listens on now, and the job id that maps to it (step 0).

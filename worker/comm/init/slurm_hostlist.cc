@@ -59,15 +59,15 @@ class BracketParser {
     const std::string_view lo_text = range.substr(0, dash);
     const std::string_view hi_text = dash == std::string_view::npos ? lo_text : range.substr(dash + 1);
     if (!all_digits(lo_text) || !all_digits(hi_text)) {
-      return error(at, fmt::format("{:?} is not a number or lo-hi range of up to {} digits", range,
-                                   kMaxRangeDigits));
+      return error(
+          at, fmt::format("{:?} is not a number or lo-hi range of up to {} digits", range, kMaxRangeDigits));
     }
     const uint64_t lo = to_number(lo_text);
     const uint64_t hi = to_number(hi_text);
     if (lo > hi) return error(at, fmt::format("range {:?} runs backwards", range));
     if (hi - lo >= max_hosts_ - std::min(values->size(), max_hosts_)) {
-      return error(at, fmt::format("range {:?} makes more than {} hosts (kMaxSlurmHostlistHosts)", range,
-                                   max_hosts_));
+      return error(
+          at, fmt::format("range {:?} makes more than {} hosts (kMaxSlurmHostlistHosts)", range, max_hosts_));
     }
     // Slurm pads every number of a range to the width of its low end.
     for (uint64_t n = lo; n <= hi; ++n) values->push_back(fmt::format("{:0{}}", n, lo_text.size()));
@@ -105,9 +105,9 @@ Status expand_entry(std::string_view list, std::string_view entry, size_t offset
     const size_t close = entry.find_first_of("[]", open + 1);
     if (close == std::string_view::npos) return error(open, "'[' is never closed");
     if (entry[close] == '[') return error(close, "nested '['");
-    COHORT_ASSIGN_OR_RETURN(std::vector<std::string> values,
-                            BracketParser(list, offset + open + 1, max_hosts)
-                                .parse(entry.substr(open + 1, close - open - 1)));
+    COHORT_ASSIGN_OR_RETURN(
+        std::vector<std::string> values,
+        BracketParser(list, offset + open + 1, max_hosts).parse(entry.substr(open + 1, close - open - 1)));
     if (combinations > max_hosts / values.size()) return too_many(open);
     combinations *= values.size();
     parts.push_back(std::move(values));

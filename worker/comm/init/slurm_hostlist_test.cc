@@ -75,7 +75,8 @@ TEST(SlurmHostlistTest, HugeListsStopAtTheLimitInsteadOfExhaustingMemory) {
   expect_error("n[0-99999999999]", {"more than 1048576 hosts (kMaxSlurmHostlistHosts)"});
   StatusOr<Hosts> small = expand_slurm_hostlist("n[1-3],m[1-2]", 4);
   ASSERT_FALSE(small.ok());
-  EXPECT_NE(small.status().message().find("more than 4 hosts"), std::string::npos) << small.status().message();
+  EXPECT_NE(small.status().message().find("more than 4 hosts"), std::string::npos)
+      << small.status().message();
   EXPECT_FALSE(expand_slurm_hostlist("a[1-2]b[1-3]", 5).ok());
   EXPECT_FALSE(expand_slurm_hostlist("a,b,c", 2).ok());
   EXPECT_EQ(expand_slurm_hostlist("a[1-2]b[1-3]", 6).value().size(), 6u);
