@@ -7,7 +7,8 @@
 //   SLURM_STEP_NODELIST (else SLURM_JOB_NODELIST) and a port derived from SLURM_JOB_ID and
 //   SLURM_STEP_ID (slurm_step_port). Under srun's default block distribution (and cyclic too)
 //   task 0 runs on the first node of the step; rank 0 checks that (SLURM_NODEID == 0) and
-//   otherwise asks for MASTER_ADDR.
+//   otherwise asks for MASTER_ADDR. The node list holds Slurm's NodeNames: where a NodeName does
+//   not resolve to its node (NodeAddr differs and DNS does not know the name), set MASTER_ADDR.
 // - mpirun (Open MPI): OMPI_COMM_WORLD_* give ranks but no address anyone can meet at, so
 //   env:// without MASTER_ADDR fails and says to pass a file:// or tcp:// init URL, which then
 //   takes the ranks from OMPI_COMM_WORLD_*.
