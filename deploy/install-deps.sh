@@ -27,6 +27,9 @@ packages=(
   python3-grpcio python3-protobuf python3-yaml
   # Benchmarks only: the peers cohort is measured against, never linked into cohort.
   libopenmpi-dev openmpi-bin python3-torch
+  # deploy/install.sh, deploy/package-deb.sh and tests/install: the CMake and pkg-config consumers,
+  # dpkg-shlibdeps, RUNPATH removal and the package check.
+  cmake pkg-config dpkg-dev patchelf lintian adduser
 )
 
 missing=()

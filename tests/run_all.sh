@@ -111,5 +111,24 @@ if [[ ${COHORT_FUZZ:-$fuzz_default} == 1 ]]; then
   rm -f "$fuzz_log"
 fi
 
+# The installed library and the .deb (issue 12): tests/install/install_test.sh runs
+# deploy/install.sh (a bazel build, cached by now), builds tests/install/consumer with CMake and
+# with pkg-config and trains it on 2 ranks, packages the .deb, runs its binaries' --version and
+# lintian. Each of its checks counts as one test. With the whole suite, or COHORT_INSTALL_TEST=1;
+# COHORT_INSTALL_TEST=0 leaves it out.
+install_default=0
+[[ $# -eq 0 ]] && install_default=1
+if [[ ${COHORT_INSTALL_TEST:-$install_default} == 1 ]]; then
+  install_log=$(mktemp)
+  timeout 1800 tests/install/install_test.sh 2>&1 | tee "$install_log"
+  install_rc=${PIPESTATUS[0]}
+  install_passed=$(grep -cE '^install: [a-z_]+: PASSED' "$install_log")
+  install_failed=$(grep -cE '^install: [a-z_]+: FAILED' "$install_log")
+  # Stopped before reporting a failure (timeout, a bad argument): one failure.
+  [[ $install_rc -ne 0 && $install_failed -eq 0 ]] && install_failed=1
+  passed=$((passed + install_passed)) failed=$((failed + install_failed))
+  rm -f "$install_log"
+fi
+
 echo "$passed passed, $failed failed, $skipped skipped"
 [[ $failed -eq 0 ]]
