@@ -9,7 +9,7 @@
 #   PREFIX/LIBDIR/pkgconfig/      cohort.pc (the libtorch layer) and cohort-comm.pc
 #
 # Usage:
-#   deploy/install.sh --prefix DIR [--libdir lib] [--destdir STAGE] [--no-build]
+#   deploy/install.sh --prefix DIR [--libdir lib] [--destdir STAGE] [--config cuda] [--no-build]
 #   deploy/install.sh --help
 # Then, in a CMake project:  find_package(cohort CONFIG REQUIRED)   (-DCMAKE_PREFIX_PATH=DIR)
 #                            target_link_libraries(app PRIVATE cohort::torch)
@@ -25,6 +25,7 @@ Builds cohort's binaries and its worker library with Bazel, then installs them u
   --prefix DIR     where the files go and where the CMake/pkg-config files say they are (required)
   --libdir NAME    library folder under the prefix (default: lib; the .deb uses lib/<multiarch>)
   --destdir STAGE  copy into STAGE/DIR instead of DIR (packaging: the files still name DIR)
+  --config NAME    a Bazel --config for the build, e.g. cuda (NCCL, pure_nccl); repeatable
   --no-build       install what the last build left in bazel-bin (no bazel build)
   --help           this text
 
@@ -35,13 +36,14 @@ LIBDIR/pkgconfig/cohort.pc, cohort-comm.pc.
 EOF
 }
 
-prefix="" libdir="lib" destdir="" build=1
+prefix="" libdir="lib" destdir="" build=1 bazel_flags=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --prefix) [[ $# -ge 2 ]] || { echo "install.sh: --prefix needs a directory" >&2; exit 2; }; prefix=$2; shift 2 ;;
     --prefix=*) prefix=${1#--prefix=}; shift ;;
     --libdir) [[ $# -ge 2 ]] || { echo "install.sh: --libdir needs a name" >&2; exit 2; }; libdir=$2; shift 2 ;;
     --destdir) [[ $# -ge 2 ]] || { echo "install.sh: --destdir needs a directory" >&2; exit 2; }; destdir=$2; shift 2 ;;
+    --config) [[ $# -ge 2 ]] || { echo "install.sh: --config needs a name" >&2; exit 2; }; bazel_flags+=("--config=$2"); shift 2 ;;
     --no-build) build=0; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "install.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -71,10 +73,10 @@ libraries=("//deploy/lib:cohort_comm" "//deploy/lib:cohort_torch")
 
 if [[ $build -eq 1 ]]; then
   echo "install.sh: bazel build ${binaries[*]} ${libraries[*]}"
-  bazel build "${binaries[@]}" "${libraries[@]}"
+  bazel build "${bazel_flags[@]}" "${binaries[@]}" "${libraries[@]}"
 fi
-bin_dir=$(bazel info bazel-bin 2>/dev/null)
-exec_root=$(bazel info execution_root 2>/dev/null)
+bin_dir=$(bazel info "${bazel_flags[@]}" bazel-bin 2>/dev/null)
+exec_root=$(bazel info "${bazel_flags[@]}" execution_root 2>/dev/null)
 
 root="${destdir%/}$prefix"
 install -d "$root/bin" "$root/$libdir/cmake/cohort" "$root/$libdir/pkgconfig" "$root/include/cohort"
@@ -112,6 +114,10 @@ else
   torch_cmake_hint=""
 fi
 
+# A program finds the libraries in a non-system prefix through its RUNPATH.
+rpath=' -Wl,-rpath,${libdir}'
+[[ "$prefix" == /usr ]] && rpath=''
+
 # pkg-config: cohort-comm (no libtorch) and cohort (the libtorch layer over it).
 cat >"$root/$libdir/pkgconfig/cohort-comm.pc" <<EOF
 prefix=$prefix
@@ -123,7 +129,7 @@ Description: cohort's collective-communication core (stores, init methods, UCX, 
 Version: $version
 Requires: fmt spdlog ucx
 Cflags: -I\${includedir}
-Libs: -L\${libdir} -Wl,-rpath,\${libdir} -lcohort_comm
+Libs: -L\${libdir}$rpath -lcohort_comm
 EOF
 cat >"$root/$libdir/pkgconfig/cohort.pc" <<EOF
 prefix=$prefix
