@@ -25,6 +25,10 @@ packages=(
   # The Python client for schedulers (client/python): its stubs come from protoc and
   # grpc_python_plugin above; it runs on Debian's python3.
   python3-grpcio python3-protobuf python3-yaml
+  # cohortd's HTTPS port (daemon/http: cpp-httplib over OpenSSL) and its /metrics page
+  # (prometheus-cpp's registry and text format); tests/observability checks the page with promtool
+  # and scrapes it with a real Prometheus server (the prometheus package holds both).
+  libcpp-httplib-dev prometheus-cpp-dev prometheus
   # Benchmarks only: the peers cohort is measured against, never linked into cohort.
   libopenmpi-dev openmpi-bin python3-torch
   # deploy/install.sh, deploy/package-deb.sh and tests/install: the CMake and pkg-config consumers,
