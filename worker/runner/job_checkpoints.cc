@@ -1,0 +1,60 @@
+#include "worker/runner/job_run.h"
+
+#include <cstdint>
+#include <optional>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+// JobRun's checkpoints: the multi-node checkpointer over model, optimizer and training iterator,
+// its saves at epoch ends, and resume (worker/runner/job_run.h).
+
+namespace cohort::worker::job_run {
+namespace {
+
+// The checkpoint name when the spec has none.
+constexpr const char* kDefaultCheckpointName = "job";
+
+}  // namespace
+
+Status JobRun::create_checkpointer() {
+  if (!spec_.checkpoint().dir().empty()) {
+    if (spec_.checkpoint().interval_epochs() < 1) {
+      return invalid_argument_error("checkpoint: interval_epochs is {}; it must be >= 1 when dir is set",
+                                    spec_.checkpoint().interval_epochs());
+    }
+    checkpointer_ = train::create_multi_node_checkpointer(
+        spec_.name().empty() ? kDefaultCheckpointName : spec_.name(), comm_, spec_.checkpoint().dir());
+    checkpointer_->add_module("model", *model_.module);
+    checkpointer_->add_optimizer("optimizer", *optimizer_);
+    checkpointer_->add_iterator("train", *train_batches_);
+  }
+  return ok_status();
+}
+
+Status JobRun::checkpoint_epoch_end(int epoch) {
+  if (checkpointer_ && (epoch + 1) % spec_.checkpoint().interval_epochs() == 0) {
+    COHORT_RETURN_IF_ERROR(
+        checkpointer_->save(step_).with_context(fmt::format("checkpoint of epoch {}", epoch + 1)));
+  }
+  return ok_status();
+}
+
+StatusOr<int64_t> JobRun::resume() {
+  if (!options_.resume) return int64_t{0};
+  if (checkpointer_ == nullptr) {
+    if (is_reporter())
+      spdlog::warn("resume requested but the job has no checkpoint.dir; starting from scratch");
+    return int64_t{0};
+  }
+  COHORT_ASSIGN_OR_RETURN(std::optional<int64_t> step, checkpointer_->resume());
+  if (!step.has_value()) {
+    if (is_reporter()) spdlog::info("no checkpoint in {}; starting from scratch", spec_.checkpoint().dir());
+    return int64_t{0};
+  }
+  result_.resumed_from = *step;
+  if (is_reporter()) spdlog::info("resumed from the checkpoint of step {}", *step);
+  return *step;
+}
+
+}  // namespace cohort::worker::job_run
