@@ -77,10 +77,9 @@ if [[ -z "$unresolved" ]]; then pass headers; else fail headers "not installed: 
 # --- coverage --------------------------------------------------------------------------------
 # Every library target of the layers is inside one of the two shared libraries (deploy/lib/BUILD),
 # except these, which are not the library's API:
-#   //worker/comm/init/cohort:cohort   cohort:// (the control plane's; cohort-worker registers it)
 #   //worker/comm:typed_values, :loopback_transport   test seams
 #   //worker/base:crypto, :credentials_file           the daemon's and the CLI's
-readonly kNotInLibrary="//worker/comm/init/cohort:cohort //worker/comm:typed_values //worker/comm:loopback_transport //worker/base:crypto //worker/base:credentials_file"
+readonly kNotInLibrary="//worker/comm:typed_values //worker/comm:loopback_transport //worker/base:crypto //worker/base:credentials_file"
 layers="//worker/base/... + //worker/comm/... + //worker/autograd/... + //worker/train/... + //worker/graph/..."
 if left=$(bazel query "kind(cc_library, $layers) except attr(testonly, 1, $layers) except deps(//deploy/lib:all)" 2>"$tmp/query.log"); then
   forgotten=$(for t in $left; do [[ " $kNotInLibrary " == *" $t "* ]] || echo "$t"; done)

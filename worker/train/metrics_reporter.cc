@@ -7,7 +7,7 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
-#include "daemon/service/grpc_status.h"
+#include "worker/base/grpc_status.h"
 #include "worker/base/tls.h"
 
 namespace cohort::train {
@@ -137,7 +137,7 @@ void MetricsReporter::send(const v1::Metrics& metrics) {
   v1::ReportMetricsResponse response;
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + options_.rpc_timeout);
-  Status status = daemon::from_grpc_status(stub_->ReportMetrics(&context, request, &response),
+  Status status = from_grpc_status(stub_->ReportMetrics(&context, request, &response),
                                            "Coordinator.ReportMetrics", options_.coordinator);
   std::lock_guard<std::mutex> lock(mutex_);
   if (status.ok()) {

@@ -11,7 +11,7 @@
 
 #include "cohort/v1/rendezvous.grpc.pb.h"
 #include "worker/base/tls.h"
-#include "daemon/service/grpc_status.h"
+#include "worker/base/grpc_status.h"
 #include "worker/comm/init/cohort/rendezvous_store.h"
 
 namespace cohort::comm {
@@ -76,7 +76,7 @@ StatusOr<Bootstrap> cohort_init(const InitUrl& url, const InitOptions& options) 
   context.set_wait_for_ready(true);
   context.set_deadline(std::chrono::system_clock::now() + options.timeout + kRpcDeadlineSlack);
   COHORT_RETURN_IF_ERROR(
-      daemon::from_grpc_status(stub->Join(&context, request, &joined), "Rendezvous.Join", target)
+      from_grpc_status(stub->Join(&context, request, &joined), "Rendezvous.Join", target)
           .with_context(fmt::format("init URL {:?}", url.text)));
 
   if (options.rank >= 0 && options.rank != joined.rank()) {

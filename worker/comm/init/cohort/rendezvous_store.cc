@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "daemon/service/grpc_status.h"
+#include "worker/base/grpc_status.h"
 
 namespace cohort::comm {
 namespace {
@@ -29,7 +29,7 @@ Status RendezvousStore::call(std::string_view rpc, Method method, Request& reque
   ref->set_attempt(attempt_);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + rpc_timeout);
-  return daemon::from_grpc_status((stub_.get()->*method)(&context, request, response), rpc, target_);
+  return from_grpc_status((stub_.get()->*method)(&context, request, response), rpc, target_);
 }
 
 Status RendezvousStore::set(std::string_view key, std::string_view value) {

@@ -1,8 +1,8 @@
-#include "daemon/service/grpc_status.h"
+#include "worker/base/grpc_status.h"
 
 #include <fmt/format.h>
 
-namespace cohort::daemon {
+namespace cohort {
 
 grpc::Status to_grpc_status(const Status& status) {
   if (status.ok()) return grpc::Status::OK;
@@ -21,4 +21,4 @@ Status from_grpc_status(const grpc::Status& status, std::string_view rpc, std::s
   return from_grpc_status(status).with_context(fmt::format("{} to {}", rpc, target));
 }
 
-}  // namespace cohort::daemon
+}  // namespace cohort
