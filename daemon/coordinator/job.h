@@ -22,6 +22,11 @@ struct Metrics {
   double accuracy = 0;       // latest evaluation accuracy in [0, 1]
   double samples_per_s = 0;  // throughput over all ranks
   int rank = 0;              // the reporting rank
+  // What the reporter knows of the whole run, for the CLI's progress bar and ETA (0: unknown). Kept
+  // in memory and in events only: a restarted coordinator has them again at the next report.
+  int64_t total_steps = 0;       // optimizer steps the run takes
+  int total_epochs = 0;          // epochs the run takes
+  int64_t samples_per_step = 0;  // samples one step consumes over all ranks
 };
 
 struct Job {

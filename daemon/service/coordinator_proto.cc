@@ -101,6 +101,9 @@ coordinator::Metrics from_proto(const cohort::v1::Metrics& metrics) {
   m.accuracy = metrics.accuracy();
   m.samples_per_s = metrics.samples_per_s();
   m.rank = metrics.rank();
+  m.total_steps = metrics.total_steps();
+  m.total_epochs = metrics.total_epochs();
+  m.samples_per_step = metrics.samples_per_step();
   return m;
 }
 
@@ -111,6 +114,9 @@ void to_proto(const coordinator::Metrics& metrics, cohort::v1::Metrics* out) {
   out->set_accuracy(metrics.accuracy);
   out->set_samples_per_s(metrics.samples_per_s);
   out->set_rank(metrics.rank);
+  out->set_total_steps(metrics.total_steps);
+  out->set_total_epochs(metrics.total_epochs);
+  out->set_samples_per_step(metrics.samples_per_step);
 }
 
 void to_proto(const coordinator::Placement& placement, cohort::v1::Placement* out) {

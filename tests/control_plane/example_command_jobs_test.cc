@@ -113,6 +113,8 @@ TEST_F(ExampleCommandJobsTest, TheCppExampleTrainerRunsOnTwoNodesTimesTwoRanksAn
   EXPECT_GT(metrics.step(), 0);
   EXPECT_EQ(metrics.rank(), 0);
   EXPECT_EQ(metrics.epoch(), 1);
+  EXPECT_EQ(metrics.total_epochs(), 2);  // the totals the CLI's progress bar needs
+  EXPECT_EQ(metrics.total_steps(), 30);   // --max-steps 30 (2 epochs of 16 steps would be 32)
   EXPECT_GT(metrics.loss(), 0.0);
   EXPECT_GT(metrics.accuracy(), 0.3) << all_logs(job, 4);
   const std::string rank0 = read_logs(job, 0);

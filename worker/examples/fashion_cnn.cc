@@ -83,6 +83,9 @@ StatusOr<DataParallelResult> train_data_parallel(comm::Communicator& comm, const
     // Every rank's shard has the same length, so every rank stops at the same step.
     int64_t total_steps = 0;
     auto out_of_steps = [&] { return options.max_steps > 0 && total_steps >= options.max_steps; };
+    const int64_t steps_per_epoch = (train_part.size() + options.batch_size - 1) / options.batch_size;
+    int64_t run_steps = steps_per_epoch * options.epochs;
+    if (options.max_steps > 0) run_steps = std::min(run_steps, options.max_steps);
     for (int epoch = 0; epoch < options.epochs && !out_of_steps(); ++epoch) {
       EpochStats stats;
       model->train();
@@ -102,7 +105,7 @@ StatusOr<DataParallelResult> train_data_parallel(comm::Communicator& comm, const
         ++steps;
         ++total_steps;
         stats.samples += batch->size();
-        if (options.on_step) options.on_step(total_steps, epoch, batch_loss);
+        if (options.on_step) options.on_step(total_steps, run_steps, epoch, batch_loss);
       }
       stats.seconds = seconds_since(start);
       stats.comm_wait_seconds = optimizer->communication_wait_seconds() - wait_before;

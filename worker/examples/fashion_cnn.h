@@ -55,8 +55,9 @@ struct DataParallelOptions {
   bool double_buffering = false;  // apply the previous step's averaged gradient (see
                                   // MultiNodeOptimizerOptions::double_buffering)
   // Called on every rank after each optimizer step with the step number (from 1, over the whole
-  // run), the epoch (0-based) and this rank's batch loss; e.g. to report progress. Optional.
-  std::function<void(int64_t step, int epoch, double loss)> on_step;
+  // run), the steps the whole run takes (epochs and max_steps applied), the epoch (0-based) and
+  // this rank's batch loss; e.g. to report progress. Optional.
+  std::function<void(int64_t step, int64_t total_steps, int epoch, double loss)> on_step;
   // Called on every rank after each epoch's evaluation with the step count so far and the epoch's
   // global statistics. Optional.
   std::function<void(int64_t step, int epoch, const EpochStats& stats)> on_epoch;

@@ -49,8 +49,12 @@ int main(int argc, char** argv) {
   options.max_steps = flags.max_steps;
   options.double_buffering = flags.double_buffering;
   // Progress for cohortd (a no-op outside it and on ranks other than 0; never waits on the network).
-  options.on_step = [&](int64_t step, int epoch, double loss) {
-    cohort::report_metrics({{"loss", loss}, {"epoch", epoch}, {"total_epochs", flags.epochs}}, step);
+  // total_steps and total_epochs give `cohort submit --follow` its progress bar.
+  int64_t run_steps = 0;  // the run's total, as on_step last said
+  options.on_step = [&](int64_t step, int64_t total_steps, int epoch, double loss) {
+    run_steps = total_steps;
+    cohort::report_metrics(
+        {{"loss", loss}, {"epoch", epoch}, {"total_epochs", flags.epochs}, {"total_steps", total_steps}}, step);
   };
   options.on_epoch = [&](int64_t step, int epoch, const cohort::examples::EpochStats& stats) {
     const double samples_per_s = stats.seconds > 0 ? static_cast<double>(stats.samples) / stats.seconds : 0;
@@ -58,7 +62,9 @@ int main(int argc, char** argv) {
                             {"accuracy", stats.test_accuracy},
                             {"epoch", epoch},
                             {"total_epochs", flags.epochs},
-                            {"samples_per_s", samples_per_s}},
+                            {"total_steps", run_steps},
+                            {"samples_per_s", samples_per_s},
+                            {"samples_per_step", options.batch_size * comm->size()}},
                            step, /*epoch_end=*/true);
   };
   auto result = cohort::examples::train_data_parallel(*comm, options);
