@@ -57,6 +57,8 @@ Coordinator::Coordinator(CoordinatorOptions options, const Clock* clock, std::un
 Coordinator::~Coordinator() { shutdown(); }
 
 Status Coordinator::recover_locked(JobStore::Snapshot snapshot) {
+  // Metrics reports took event seqs too; new events must come after them.
+  next_event_seq_ = std::max(next_event_seq_, snapshot.max_metrics_seq + 1);
   for (JobEvent& event : snapshot.events) {
     next_event_seq_ = std::max(next_event_seq_, event.seq + 1);
     publish_locked(std::move(event));
@@ -392,9 +394,22 @@ Status Coordinator::report_metrics(const std::string& job_id, int attempt, const
   event.unix_ms = clock_->unix_millis();
   event.kind = JobEvent::Kind::kMetrics;
   event.metrics = metrics;
+  Status stored = store_->append_metrics(job_id, MetricsRecord{event.seq, attempt, event.unix_ms, metrics});
+  if (!stored.ok()) {
+    spdlog::error("coordinator: job {}: could not store its metrics report {}: {}", job_id, event.seq,
+                  stored.to_string());
+  }
   publish_locked(std::move(event));
   return ok_status();
 }
+
+StatusOr<std::vector<MetricsRecord>> Coordinator::metrics_history(const std::string& job_id, int64_t after_seq,
+                                                                  int attempt) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (jobs_.count(job_id) == 0) return not_found_error("no job '{}'", job_id);
+  return store_->load_metrics(job_id, after_seq, attempt);
+}
+
 
 // ---- rendezvous and events ----
 

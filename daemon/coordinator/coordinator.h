@@ -207,9 +207,17 @@ class Coordinator {
   StatusOr<AgentOrders> report_launch_failure(const std::string& node_id, const std::string& job_id,
                                               int attempt, const std::string& error);
 
-  // Records training progress of the current attempt (older attempts' reports are dropped) and
-  // publishes it to watchers. Stored with the job's next write. NOT_FOUND for an unknown job.
+  // Records training progress of the current attempt (older attempts' reports are dropped),
+  // appends it to the job's stored metrics history and publishes it to watchers (the job row's
+  // last metrics are written with the job's next write). A store failure is logged, not returned:
+  // the worker cannot fix it. NOT_FOUND for an unknown job.
   Status report_metrics(const std::string& job_id, int attempt, const Metrics& metrics);
+
+  // The job's stored metrics reports with seq > after_seq, oldest first (attempt 0: every
+  // attempt); survives coordinator restarts. Blocks on disk I/O. NOT_FOUND for an unknown job.
+  StatusOr<std::vector<MetricsRecord>> metrics_history(const std::string& job_id, int64_t after_seq,
+                                                       int attempt) const;
+
 
   // Refuses new submissions from now on (UNAVAILABLE "draining") while jobs already accepted go on;
   // the first step of a graceful shutdown. Idempotent.

@@ -428,6 +428,39 @@ TEST_F(CoordinatorTest, ARestartedCoordinatorKeepsEveryJob) {
   EXPECT_EQ(orders.launches[0].attempt, 2);
 }
 
+TEST_F(CoordinatorTest, TheMetricsHistorySurvivesARestartAndNewEventsComeAfterIt) {
+  add_node("node-a", 1);
+  const std::string id = submit(valid_spec("curve", 1, 1));
+  tick_and_start();
+  for (int64_t step = 10; step <= 30; step += 10) {
+    ASSERT_TRUE(coordinator_->report_metrics(id, 1, Metrics{step, 0, 1.0 / static_cast<double>(step), 0.5, 100, 0}).ok());
+  }
+  auto before = coordinator_->metrics_history(id, 0, 0);
+  ASSERT_TRUE(before.ok()) << before.status().to_string();
+  ASSERT_EQ(before->size(), 3u);
+  const int64_t last_seq = before->back().seq;
+
+  coordinator_.reset();
+  open();
+
+  auto after = coordinator_->metrics_history(id, 0, 0);
+  ASSERT_TRUE(after.ok()) << after.status().to_string();
+  ASSERT_EQ(after->size(), before->size());
+  for (size_t i = 0; i < after->size(); ++i) {
+    EXPECT_EQ((*after)[i].seq, (*before)[i].seq);
+    EXPECT_EQ((*after)[i].attempt, 1);
+    EXPECT_EQ((*after)[i].metrics.step, (*before)[i].metrics.step);
+    EXPECT_DOUBLE_EQ((*after)[i].metrics.loss, (*before)[i].metrics.loss);
+  }
+  // Events after the restart (here: the next submission) never reuse a metrics report's seq.
+  const std::string next = submit(valid_spec("next", 1, 1));
+  auto events = coordinator_->events(next, 0, Duration(0));
+  ASSERT_TRUE(events.ok());
+  ASSERT_FALSE(events->empty());
+  EXPECT_GT(events->front().seq, last_seq);
+  EXPECT_EQ(coordinator_->metrics_history("nope-1", 0, 0).status().code(), StatusCode::kNotFound);
+}
+
 TEST_F(CoordinatorTest, WatchersGetStateChangesAndMetricsAsTheyHappen) {
   add_node("node-a", 1);
   const std::string id = submit(valid_spec("watched", 1, 1));

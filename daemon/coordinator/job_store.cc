@@ -57,6 +57,22 @@ constexpr const char* kMigrations[] = {
     R"sql(
       ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';
     )sql",
+    // v2 → v3: every metrics report (JobStore::kMaxMetricsPerJob rows per job at most).
+    R"sql(
+      CREATE TABLE metrics (
+        job_id        TEXT NOT NULL REFERENCES jobs(id),
+        seq           INTEGER NOT NULL,                  -- the event seq that published it
+        attempt       INTEGER NOT NULL,
+        unix_ms       INTEGER NOT NULL,
+        step          INTEGER NOT NULL,
+        epoch         INTEGER NOT NULL,
+        loss          REAL NOT NULL,
+        accuracy      REAL NOT NULL,
+        samples_per_s REAL NOT NULL,
+        rank          INTEGER NOT NULL,
+        PRIMARY KEY (job_id, seq)
+      );
+    )sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == JobStore::kSchemaVersion,
               "one migration per schema version");
@@ -207,6 +223,55 @@ Status JobStore::save(const Job& job, const JobEvent& event) {
   });
 }
 
+Status JobStore::append_metrics(const std::string& job_id, const MetricsRecord& record, int64_t max_rows) {
+  return db_->transaction([&]() -> Status {
+    COHORT_ASSIGN_OR_RETURN(SqliteStatement insert, db_->prepare(R"sql(
+        INSERT INTO metrics (job_id, seq, attempt, unix_ms, step, epoch, loss, accuracy, samples_per_s, rank)
+        VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10))sql"));
+    const Metrics& m = record.metrics;
+    COHORT_RETURN_IF_ERROR(insert.bind(job_id, record.seq, record.attempt, record.unix_ms, m.step, m.epoch,
+                                       m.loss, m.accuracy, m.samples_per_s, m.rank));
+    COHORT_RETURN_IF_ERROR(insert.run());
+    COHORT_ASSIGN_OR_RETURN(SqliteStatement count,
+                            db_->prepare("SELECT COUNT(*) FROM metrics WHERE job_id = ?1"));
+    COHORT_RETURN_IF_ERROR(count.bind(job_id));
+    COHORT_ASSIGN_OR_RETURN(bool row, count.step());
+    if (!row || count.column_int64(0) <= max_rows) return ok_status();
+    // Thinning (kMaxMetricsPerJob): drop every second row by seq, keeping the first and the newest.
+    COHORT_ASSIGN_OR_RETURN(SqliteStatement thin, db_->prepare(R"sql(
+        DELETE FROM metrics WHERE job_id = ?1 AND seq IN (
+          SELECT seq FROM (SELECT seq, ROW_NUMBER() OVER (ORDER BY seq) AS n FROM metrics WHERE job_id = ?1)
+          WHERE n % 2 = 0 AND seq < (SELECT MAX(seq) FROM metrics WHERE job_id = ?1)))sql"));
+    COHORT_RETURN_IF_ERROR(thin.bind(job_id));
+    return thin.run();
+  });
+}
+
+StatusOr<std::vector<MetricsRecord>> JobStore::load_metrics(const std::string& job_id, int64_t after_seq,
+                                                            int attempt) const {
+  COHORT_ASSIGN_OR_RETURN(SqliteStatement select, db_->prepare(R"sql(
+      SELECT seq, attempt, unix_ms, step, epoch, loss, accuracy, samples_per_s, rank
+      FROM metrics WHERE job_id = ?1 AND seq > ?2 AND (?3 = 0 OR attempt = ?3) ORDER BY seq)sql"));
+  COHORT_RETURN_IF_ERROR(select.bind(job_id, after_seq, attempt));
+  std::vector<MetricsRecord> out;
+  while (true) {
+    COHORT_ASSIGN_OR_RETURN(bool row, select.step());
+    if (!row) break;
+    MetricsRecord record;
+    record.seq = select.column_int64(0);
+    record.attempt = static_cast<int>(select.column_int64(1));
+    record.unix_ms = select.column_int64(2);
+    record.metrics.step = select.column_int64(3);
+    record.metrics.epoch = static_cast<int>(select.column_int64(4));
+    record.metrics.loss = select.column_double(5);
+    record.metrics.accuracy = select.column_double(6);
+    record.metrics.samples_per_s = select.column_double(7);
+    record.metrics.rank = static_cast<int>(select.column_int64(8));
+    out.push_back(record);
+  }
+  return out;
+}
+
 StatusOr<Placement> JobStore::load_placement(const std::string& job_id) const {
   COHORT_ASSIGN_OR_RETURN(SqliteStatement select, db_->prepare(R"sql(
       SELECT node_rank, node_id, address, first_rank, num_ranks, gpus
@@ -286,6 +351,7 @@ StatusOr<JobStore::Snapshot> JobStore::load_all() const {
     event.change = JobTransition{*from, *to, static_cast<int>(events.column_int64(5)), events.column_text(6)};
     snapshot.events.push_back(std::move(event));
   }
+  COHORT_ASSIGN_OR_RETURN(snapshot.max_metrics_seq, db_->query_int("SELECT COALESCE(MAX(seq), 0) FROM metrics"));
   return snapshot;
 }
 

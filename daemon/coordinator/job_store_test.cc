@@ -167,6 +167,97 @@ TEST(JobStoreTest, MetricsEventsAreNotStored) {
   EXPECT_EQ((*store)->append_event(metrics).code(), StatusCode::kInvalidArgument);
 }
 
+MetricsRecord report(int64_t seq, int attempt, int64_t step) {
+  return MetricsRecord{seq, attempt, 7000 + seq, Metrics{step, 1, 1.0 / static_cast<double>(step), 0.5, 250.0, 0}};
+}
+
+TEST(JobStoreTest, EveryMetricsReportIsKeptAcrossAReopen) {
+  TempDir dir;
+  Job job = make_job("curve", 1);
+  {
+    auto store = JobStore::open(dir.path());
+    ASSERT_TRUE(store.ok()) << store.status().to_string();
+    ASSERT_TRUE((*store)->upsert_job(job).ok());
+    for (int64_t i = 1; i <= 5; ++i) ASSERT_TRUE((*store)->append_metrics(job.id, report(10 + i, 1, i * 10)).ok());
+    ASSERT_TRUE((*store)->append_metrics(job.id, report(30, 2, 5)).ok());
+  }
+  auto store = JobStore::open(dir.path());
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  auto all = (*store)->load_metrics(job.id);
+  ASSERT_TRUE(all.ok()) << all.status().to_string();
+  ASSERT_EQ(all->size(), 6u);
+  EXPECT_EQ((*all)[0].seq, 11);
+  EXPECT_EQ((*all)[0].attempt, 1);
+  EXPECT_EQ((*all)[0].unix_ms, 7011);
+  EXPECT_EQ((*all)[0].metrics.step, 10);
+  EXPECT_DOUBLE_EQ((*all)[0].metrics.loss, 0.1);
+  EXPECT_DOUBLE_EQ((*all)[0].metrics.samples_per_s, 250.0);
+  EXPECT_EQ((*all)[5].attempt, 2);
+
+  auto after = (*store)->load_metrics(job.id, 13);
+  ASSERT_TRUE(after.ok());
+  ASSERT_EQ(after->size(), 3u);
+  EXPECT_EQ((*after)[0].seq, 14);
+  auto second = (*store)->load_metrics(job.id, 0, 2);
+  ASSERT_TRUE(second.ok());
+  ASSERT_EQ(second->size(), 1u);
+  EXPECT_EQ((*second)[0].seq, 30);
+  auto snapshot = (*store)->load_all();
+  ASSERT_TRUE(snapshot.ok());
+  EXPECT_EQ(snapshot->max_metrics_seq, 30);
+  auto none = (*store)->load_metrics("unknown-9");
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+}
+
+TEST(JobStoreTest, AFullMetricsHistoryIsThinnedKeepingItsEnds) {
+  TempDir dir;
+  auto store = JobStore::open(dir.path());
+  ASSERT_TRUE(store.ok());
+  Job job = make_job("long", 1);
+  ASSERT_TRUE((*store)->upsert_job(job).ok());
+  constexpr int64_t kCap = 8;
+  for (int64_t seq = 1; seq <= kCap; ++seq) ASSERT_TRUE((*store)->append_metrics(job.id, report(seq, 1, seq), kCap).ok());
+  auto full = (*store)->load_metrics(job.id);
+  ASSERT_TRUE(full.ok());
+  EXPECT_EQ(full->size(), static_cast<size_t>(kCap));
+  // The ninth report overflows: every second row goes, except the first and the newest.
+  ASSERT_TRUE((*store)->append_metrics(job.id, report(kCap + 1, 1, kCap + 1), kCap).ok());
+  auto thinned = (*store)->load_metrics(job.id);
+  ASSERT_TRUE(thinned.ok());
+  std::vector<int64_t> seqs;
+  for (const MetricsRecord& record : *thinned) seqs.push_back(record.seq);
+  EXPECT_EQ(seqs, (std::vector<int64_t>{1, 3, 5, 7, 9}));
+  EXPECT_LE(thinned->size(), static_cast<size_t>(kCap));
+}
+
+TEST(JobStoreTest, AVersion2DatabaseIsMigratedAndKeepsItsJobs) {
+  TempDir dir;
+  Job job = make_job("old", 1);
+  {
+    auto store = JobStore::open(dir.path());
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE((*store)->upsert_job(job).ok());
+  }
+  // Make it look like a database written by the previous release (schema 2: no metrics table).
+  sqlite3* db = nullptr;
+  const std::string path = dir.path() + "/" + JobStore::kDatabaseFile;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "DROP TABLE metrics; PRAGMA user_version = 2", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+
+  auto store = JobStore::open(dir.path());
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  auto snapshot = (*store)->load_all();
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status().to_string();
+  ASSERT_EQ(snapshot->jobs.size(), 1u);
+  EXPECT_EQ(snapshot->max_metrics_seq, 0);
+  ASSERT_TRUE((*store)->append_metrics(job.id, report(4, 1, 40)).ok());
+  auto series = (*store)->load_metrics(job.id);
+  ASSERT_TRUE(series.ok());
+  EXPECT_EQ(series->size(), 1u);
+}
+
 TEST(JobStoreTest, AFailedSaveWritesNeitherTheJobNorTheEvent) {
   TempDir dir;
   auto store = JobStore::open(dir.path());

@@ -70,6 +70,7 @@ const std::map<std::string, Access>& method_policy() {
       {"/cohort.v1.Coordinator/Heartbeat", Access::kNode},
       {"/cohort.v1.Coordinator/SubmitJob", Access::kUser},
       {"/cohort.v1.Coordinator/GetJob", Access::kUser},
+      {"/cohort.v1.Coordinator/GetMetrics", Access::kUser},
       {"/cohort.v1.Coordinator/ListJobs", Access::kUser},
       {"/cohort.v1.Coordinator/CancelJob", Access::kUser},
       {"/cohort.v1.Coordinator/WatchJob", Access::kUser},

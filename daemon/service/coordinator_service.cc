@@ -317,6 +317,31 @@ grpc::Status CoordinatorService::ReportMetrics(grpc::ServerContext* context,
   return to_grpc_status(status);
 }
 
+grpc::Status CoordinatorService::GetMetrics(grpc::ServerContext* context,
+                                            const cohort::v1::GetMetricsRequest* request,
+                                            cohort::v1::GetMetricsResponse* response) {
+  COHORT_GRPC_CALLER(caller, context);
+  if (StatusOr<coordinator::Job> job = job_for(caller, request->job_id()); !job.ok())
+    return to_grpc_status(job.status());
+  if (request->attempt() < 0 || request->after_seq() < 0) {
+    return to_grpc_status(invalid_argument_error(
+        "attempt {} / after_seq {}: both must be >= 0 (0: every attempt / from the oldest report)",
+        request->attempt(), request->after_seq()));
+  }
+  StatusOr<std::vector<coordinator::MetricsRecord>> history =
+      coordinator_->metrics_history(request->job_id(), request->after_seq(), request->attempt());
+  if (!history.ok()) return to_grpc_status(history.status());
+  for (const coordinator::MetricsRecord& record : *history) {
+    cohort::v1::MetricsPoint* point = response->add_points();
+    point->set_seq(record.seq);
+    point->set_attempt(record.attempt);
+    point->mutable_time()->set_seconds(record.unix_ms / 1000);
+    point->mutable_time()->set_nanos(static_cast<int32_t>(record.unix_ms % 1000) * 1000000);
+    to_proto(record.metrics, point->mutable_metrics());
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status CoordinatorService::StreamLogs(grpc::ServerContext* context, const cohort::v1::StreamLogsRequest* request,
                                             grpc::ServerWriter<cohort::v1::LogChunk>* writer) {
   COHORT_GRPC_CALLER(caller, context);

@@ -67,6 +67,8 @@ class CoordinatorService final : public cohort::v1::Coordinator::Service {
                                   cohort::v1::ReportTasksStartedResponse* response) override;
   grpc::Status ReportMetrics(grpc::ServerContext* context, const cohort::v1::ReportMetricsRequest* request,
                              cohort::v1::ReportMetricsResponse* response) override;
+  grpc::Status GetMetrics(grpc::ServerContext* context, const cohort::v1::GetMetricsRequest* request,
+                          cohort::v1::GetMetricsResponse* response) override;
   // Forwards Agent.StreamLogs from the node the rank ran on (agents take calls only from here).
   grpc::Status StreamLogs(grpc::ServerContext* context, const cohort::v1::StreamLogsRequest* request,
                           grpc::ServerWriter<cohort::v1::LogChunk>* writer) override;
