@@ -406,7 +406,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cohort-bench: %s\n\n%s", error.c_str(), kUsage);
     return 2;
   }
-  cohort::init_logging("cohort-bench");
+  if (cohort::Status logging = cohort::init_logging("cohort-bench"); !logging.ok()) {
+    std::fprintf(stderr, "cohort-bench: %s\n", logging.message().c_str());
+    return 2;
+  }
   if (o.device == "cuda" && !cuda_build()) {
     std::fprintf(stderr, "cohort-bench: --device cuda needs a CUDA build: bazel build --config=cuda //bench:cohort-bench\n");
     return 2;

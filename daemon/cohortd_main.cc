@@ -131,7 +131,9 @@ int main(int argc, char** argv) {
   // COHORT_LOG_LEVEL is how every cohort binary takes its level; the config's log_level sets it.
   if (!config.log_level().empty()) setenv("COHORT_LOG_LEVEL", config.log_level().c_str(), 1);
 
-  cohort::init_logging("cohortd");
+  if (cohort::Status logging = cohort::init_logging("cohortd"); !logging.ok()) {
+    return usage_error(logging.message() + " (cohortd's log_level setting sets COHORT_LOG_LEVEL)");
+  }
   // Block the stop signals before any thread starts, so every thread inherits the mask and
   // sigwait below is the only place they arrive.
   sigset_t stop_signals;

@@ -171,7 +171,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  cohort::init_logging("cohort-worker");
+  if (cohort::Status logging = cohort::init_logging("cohort-worker"); !logging.ok()) {
+    std::fprintf(stderr, "cohort-worker: %s\n", logging.message().c_str());
+    return 2;
+  }
   cohort::Status status = run_worker(flags);
   if (!status.ok()) {
     std::fprintf(stderr, "cohort-worker: %s\n", one_line(status.to_string()).c_str());
