@@ -8,9 +8,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include "worker/comm/algorithms/algorithm_selector.h"
 #include "worker/comm/algorithms/collectives.h"
 #include "worker/comm/communicator_factory.h"
 #include "worker/comm/reduce/reduce_kernels.h"
+#include "worker/comm/shm/shared_memory_engine.h"
 #include "worker/comm/transport/nccl/device_memory.h"
 
 namespace cohort::comm {
@@ -199,6 +201,16 @@ Communicator::Communicator(std::string kind, std::shared_ptr<CommWorld> world, s
   }
   inter_size_ = static_cast<int>(nodes.size());
   inter_rank_ = static_cast<int>(std::find(nodes.begin(), nodes.end(), my_node) - nodes.begin());
+  // An unparsable COHORT_ALGO is reported by the collectives' selector; here it just forces nothing.
+  if (const char* value = std::getenv(kAlgorithmEnvironmentVariable); value != nullptr && *value != '\0') {
+    StatusOr<Algorithm> parsed = parse_algorithm(value);
+    if (parsed.ok()) environment_algorithm_ = *parsed;
+  }
+  if (is_path_choice(algorithm_)) {
+    path_choice_ = algorithm_;
+  } else if (algorithm_ == Algorithm::kAuto && is_path_choice(environment_algorithm_)) {
+    path_choice_ = environment_algorithm_;
+  }
 }
 
 Communicator::~Communicator() { stop_executor(); }
@@ -218,7 +230,48 @@ const std::string& Communicator::description() const { return description_; }
 Algorithm Communicator::algorithm_for(Collective collective) const {
   // A forced algorithm applies to the collectives it implements; the others keep the selector's
   // choice (which also honours COHORT_ALGO the same way), so forcing "ring" never breaks broadcast.
+  if (is_path_choice(algorithm_)) return Algorithm::kAuto;
   return implements(collective, algorithm_) ? algorithm_ : Algorithm::kAuto;
+}
+
+StatusOr<SharedMemoryEngine*> Communicator::shared_memory(Collective collective, size_t bytes,
+                                                          Deadline deadline) {
+  if (size() < 2 || size() > kShmMaxRanks || inter_size_ != 1 || shm_state_ == ShmState::kUnavailable ||
+      path_choice_ == Algorithm::kTransport) {
+    return nullptr;
+  }
+  const bool forced = path_choice_ == Algorithm::kShm;
+  if (!forced) {
+    // A forced transport algorithm keeps the collectives it implements on the transport.
+    if (algorithm_ != Algorithm::kAuto && implements(collective, algorithm_)) return nullptr;
+    if (algorithm_ == Algorithm::kAuto && environment_algorithm_ != Algorithm::kAuto &&
+        !is_path_choice(environment_algorithm_) && implements(collective, environment_algorithm_)) {
+      return nullptr;
+    }
+    // Loopback ranks are threads of this process: nothing to gain, and their fault tests
+    // simulate failures the transport knows about.
+    if (world_->transport->name() == "loopback") return nullptr;
+    static const AlgorithmSelector selector;
+    if (!selector.prefer_shared_memory(collective, bytes, size())) return nullptr;
+  }
+  if (shm_state_ == ShmState::kUndecided) {
+    shm_state_ = ShmState::kUnavailable;  // until it works; a failed setup is not retried
+    using Body = std::function<Status(CollectiveContext&)>;
+    StatusOr<std::unique_ptr<SharedMemoryEngine>> created = SharedMemoryEngine::create(
+        rank_, size(), description_,
+        [&](const Body& body) { return run_collective("shared-memory setup", deadline, body); }, deadline);
+    if (!created.ok()) {
+      if (created.status().code() != StatusCode::kFailedPrecondition) return created.status();
+      // Every rank got this answer together: all use the transport from now on.
+      spdlog::warn("{}: intra-node shared memory unavailable, using the transport: {}", description_,
+                   created.status().message());
+      return nullptr;
+    }
+    shm_ = std::move(*created);
+    shm_state_ = ShmState::kReady;
+  }
+  if (!forced && shm_->in_process()) return nullptr;
+  return shm_.get();
 }
 
 Deadline Communicator::deadline_for(const CallOptions& call) const {
@@ -428,8 +481,15 @@ std::shared_ptr<Work> Communicator::allreduce(const void* send, void* recv, size
   return submit(OpInfo{"allreduce", static_cast<int>(dtype), count, "", static_cast<int>(op), -1}, call,
                 [=](Deadline deadline) -> Status {
                   auto host = [&](const void* s, void* r) -> Status {
-                    if (s != nullptr && s != r && bytes > 0) std::memcpy(r, s, bytes);
                     ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+                    COHORT_ASSIGN_OR_RETURN(SharedMemoryEngine * shm,
+                                            shared_memory(Collective::kAllreduce, bytes, deadline));
+                    if (shm != nullptr) {
+                      COHORT_RETURN_IF_ERROR(shm->allreduce(s, r, count, dtype, base, -1, deadline));
+                      if (op == ReduceOp::kAvg) scale_for_average(r, count, dtype, size());
+                      return ok_status();
+                    }
+                    if (s != nullptr && s != r && bytes > 0) std::memcpy(r, s, bytes);
                     COHORT_RETURN_IF_ERROR(allreduce_sum_like(r, count, dtype, base, deadline));
                     if (op == ReduceOp::kAvg) scale_for_average(r, count, dtype, size());
                     return ok_status();
@@ -455,10 +515,18 @@ std::shared_ptr<Work> Communicator::reduce(const void* send, void* recv, size_t 
                 [=](Deadline deadline) -> Status {
                   auto host = [&](const void* s, void* r) -> Status {
                     const void* in = s != nullptr ? s : r;
+                    ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+                    COHORT_ASSIGN_OR_RETURN(SharedMemoryEngine * shm,
+                                            shared_memory(Collective::kReduce, bytes, deadline));
+                    if (shm != nullptr) {
+                      COHORT_RETURN_IF_ERROR(
+                          shm->allreduce(in, rank_ == root ? r : nullptr, count, dtype, base, root, deadline));
+                      if (op == ReduceOp::kAvg && rank_ == root) scale_for_average(r, count, dtype, size());
+                      return ok_status();
+                    }
                     // Non-roots reduce in staging so their input is never clobbered.
                     void* buf = rank_ == root ? r : staging(bytes);
                     if (in != buf && bytes > 0) std::memcpy(buf, in, bytes);
-                    ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
                     COHORT_RETURN_IF_ERROR(run_collective("reduce", deadline, [&](CollectiveContext& ctx) {
                       return run_reduce(ctx, buf, count, dtype, base, root,
                                         algorithm_for(Collective::kReduce));
@@ -491,7 +559,10 @@ std::shared_ptr<Work> Communicator::broadcast(void* buf, size_t count, DataType 
   size_t bytes = count * element_size(dtype);
   return submit(OpInfo{"broadcast", static_cast<int>(dtype), count, "", -1, root}, call,
                 [=](Deadline deadline) -> Status {
-                  auto host = [&](const void* /*send*/, void* r) {
+                  auto host = [&](const void* /*send*/, void* r) -> Status {
+                    COHORT_ASSIGN_OR_RETURN(SharedMemoryEngine * shm,
+                                            shared_memory(Collective::kBroadcast, bytes, deadline));
+                    if (shm != nullptr) return shm->broadcast(r, bytes, root, deadline);
                     return run_collective("broadcast", deadline, [&](CollectiveContext& ctx) {
                       return run_broadcast(ctx, r, bytes, root, algorithm_for(Collective::kBroadcast));
                     });
@@ -534,9 +605,12 @@ std::shared_ptr<Work> Communicator::allgatherv(const void* send, void* recv,
   return submit(
       OpInfo{"allgather", static_cast<int>(dtype), total, " total", -1, -1}, call,
       [=](Deadline deadline) -> Status {
-        auto host = [&](const void* s, void* r) {
+        auto host = [&](const void* s, void* r) -> Status {
           // In place: this rank's block of recv is the input.
           const void* in = s != nullptr ? s : static_cast<const uint8_t*>(r) + offset;
+          COHORT_ASSIGN_OR_RETURN(SharedMemoryEngine * shm,
+                                  shared_memory(Collective::kAllgather, total * esize, deadline));
+          if (shm != nullptr) return shm->gatherv(in, r, bytes, -1, deadline);
           return run_collective("allgather", deadline, [&](CollectiveContext& ctx) {
             return run_allgatherv(ctx, in, r, bytes, algorithm_for(Collective::kAllgather));
           });
@@ -569,7 +643,11 @@ std::shared_ptr<Work> Communicator::gatherv(const void* send, void* recv,
   size_t recv_bytes = rank_ == root ? total * esize : 0;
   return submit(OpInfo{"gather", static_cast<int>(dtype), total, " total", -1, root}, call,
                 [=](Deadline deadline) -> Status {
-                  auto host = [&](const void* s, void* r) {
+                  auto host = [&](const void* s, void* r) -> Status {
+                    // Off the root, only this rank's count is certain: the size rule sees 0.
+                    COHORT_ASSIGN_OR_RETURN(SharedMemoryEngine * shm,
+                                            shared_memory(Collective::kGather, 0, deadline));
+                    if (shm != nullptr) return shm->gatherv(s, r, bytes, root, deadline);
                     return run_collective("gather", deadline, [&](CollectiveContext& ctx) {
                       return run_gatherv(ctx, s, r, bytes, root, algorithm_for(Collective::kGather));
                     });
@@ -602,7 +680,10 @@ std::shared_ptr<Work> Communicator::scatterv(const void* send, const std::vector
   size_t send_bytes = rank_ == root ? total * esize : 0;
   return submit(OpInfo{"scatter", static_cast<int>(dtype), total, " total", -1, root}, call,
                 [=](Deadline deadline) -> Status {
-                  auto host = [&](const void* s, void* r) {
+                  auto host = [&](const void* s, void* r) -> Status {
+                    COHORT_ASSIGN_OR_RETURN(SharedMemoryEngine * shm,
+                                            shared_memory(Collective::kScatter, 0, deadline));
+                    if (shm != nullptr) return shm->scatterv(s, r, bytes, root, deadline);
                     return run_collective("scatter", deadline, [&](CollectiveContext& ctx) {
                       return run_scatterv(ctx, s, r, bytes, root, algorithm_for(Collective::kScatter));
                     });
@@ -638,10 +719,17 @@ std::shared_ptr<Work> Communicator::reduce_scatterv(const void* send, void* recv
       OpInfo{"reduce_scatter", static_cast<int>(dtype), total, " total", static_cast<int>(op), -1}, call,
       [=](Deadline deadline) -> Status {
         auto host = [&](const void* s, void* r) -> Status {
+          ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+          COHORT_ASSIGN_OR_RETURN(SharedMemoryEngine * shm,
+                                  shared_memory(Collective::kReduceScatter, total * esize, deadline));
+          if (shm != nullptr) {
+            COHORT_RETURN_IF_ERROR(shm->reduce_scatterv(s, r, recv_counts, dtype, base, deadline));
+            if (op == ReduceOp::kAvg) scale_for_average(r, recv_counts[rank_], dtype, size());
+            return ok_status();
+          }
           // The algorithm reduces in place over its input; work on a copy.
           uint8_t* buf = staging(total * esize);
           if (total > 0) std::memcpy(buf, s != nullptr ? s : r, total * esize);
-          ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
           COHORT_RETURN_IF_ERROR(run_collective("reduce_scatter", deadline, [&](CollectiveContext& ctx) {
             return run_reduce_scatter(ctx, buf, r, recv_counts, dtype, base,
                                       algorithm_for(Collective::kReduceScatter));
@@ -690,7 +778,10 @@ std::shared_ptr<Work> Communicator::alltoallv(const void* send, const std::vecto
   std::vector<size_t> rbytes = to_bytes(recv_counts, esize);
   return submit(OpInfo{"alltoall", static_cast<int>(dtype), send_total, " sent", -1, -1}, call,
                 [=](Deadline deadline) -> Status {
-                  auto host = [&](const void* s, void* r) {
+                  auto host = [&](const void* s, void* r) -> Status {
+                    COHORT_ASSIGN_OR_RETURN(SharedMemoryEngine * shm,
+                                            shared_memory(Collective::kAlltoall, 0, deadline));
+                    if (shm != nullptr) return shm->alltoallv(s, sbytes, r, rbytes, deadline);
                     return run_collective("alltoall", deadline, [&](CollectiveContext& ctx) {
                       return run_alltoallv(ctx, s, sbytes, r, rbytes, algorithm_for(Collective::kAlltoall));
                     });
@@ -704,7 +795,9 @@ std::shared_ptr<Work> Communicator::alltoallv(const void* send, const std::vecto
 }
 
 std::shared_ptr<Work> Communicator::barrier(const CallOptions& call) {
-  return submit(OpInfo{"barrier"}, call, [=](Deadline deadline) {
+  return submit(OpInfo{"barrier"}, call, [=](Deadline deadline) -> Status {
+    COHORT_ASSIGN_OR_RETURN(SharedMemoryEngine * shm, shared_memory(Collective::kBarrier, 0, deadline));
+    if (shm != nullptr) return shm->barrier(deadline);
     return run_collective("barrier", deadline, [&](CollectiveContext& ctx) { return run_barrier(ctx); });
   });
 }

@@ -54,6 +54,7 @@
 namespace cohort::comm {
 
 class PinnedBuffer;
+class SharedMemoryEngine;
 
 // A collective with a device (CUDA) buffer, as Communicator::device_collective sees it: the
 // public call's arguments, normalized, and the extents of this rank's buffers for staging.
@@ -243,6 +244,16 @@ class Communicator {
   const std::shared_ptr<CommWorld>& world() const { return world_; }
 
   Algorithm forced_algorithm() const { return algorithm_; }
+
+  // The intra-node path: the shared-memory engine when `collective` moving `bytes` (the same on
+  // every rank; 0 for the v-collectives) should run on it, else null (use the transport). Used
+  // when every rank of this communicator is on one node, in separate processes, and neither a
+  // transport algorithm nor "ucx" is forced (option or COHORT_ALGO); "shm" forces it (also for
+  // ranks that are threads of one process). The engine is set up at the first such call, which is
+  // collective over the communicator (every rank decides the same from the same arguments); a
+  // segment that some rank cannot map makes every rank use the transport from then on. Runs on
+  // the executor.
+  StatusOr<SharedMemoryEngine*> shared_memory(Collective collective, size_t bytes, Deadline deadline);
   // The forced algorithm if it implements `collective`, else kAuto.
   Algorithm algorithm_for(Collective collective) const;
 
@@ -287,6 +298,13 @@ class Communicator {
   std::vector<uint8_t> scratch_;
   std::vector<uint8_t> staging_;
   std::unique_ptr<PinnedBuffer> pinned_;  // staging of device buffers, made on first use
+  // The intra-node path: kShm / kTransport when one is forced (option, else COHORT_ALGO), else
+  // kAuto; COHORT_ALGO's value, read once; the engine once set up.
+  Algorithm path_choice_ = Algorithm::kAuto;
+  Algorithm environment_algorithm_ = Algorithm::kAuto;
+  enum class ShmState { kUndecided, kReady, kUnavailable };
+  ShmState shm_state_ = ShmState::kUndecided;
+  std::unique_ptr<SharedMemoryEngine> shm_;
   FlightRecorder recorder_;
 
   // The run token and the queue: exactly one thread runs collectives at a time, in issue order.

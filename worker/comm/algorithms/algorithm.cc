@@ -21,6 +21,10 @@ std::string_view algorithm_name(Algorithm algorithm) {
       return "pairwise";
     case Algorithm::kLinear:
       return "linear";
+    case Algorithm::kShm:
+      return "shm";
+    case Algorithm::kTransport:
+      return "ucx";
   }
   return "?";
 }
@@ -71,6 +75,10 @@ StatusOr<Algorithm> parse_algorithm(std::string_view name) {
       {"tree", Algorithm::kBinomialTree},
       {"pairwise", Algorithm::kPairwise},
       {"linear", Algorithm::kLinear},
+      {"shm", Algorithm::kShm},
+      {"shared_memory", Algorithm::kShm},
+      {"ucx", Algorithm::kTransport},
+      {"transport", Algorithm::kTransport},
   };
   for (const Alias& alias : kAliases) {
     if (alias.name == normalized) return alias.algorithm;
@@ -78,12 +86,12 @@ StatusOr<Algorithm> parse_algorithm(std::string_view name) {
   return invalid_argument_error(
       "unknown collective algorithm '{}' (expected one of auto, ring, rhd / halving_doubling, "
       "recursive_doubling, "
-      "binomial, pairwise, linear)",
+      "binomial, pairwise, linear, shm, ucx)",
       name);
 }
 
 bool implements(Collective collective, Algorithm algorithm) {
-  if (algorithm == Algorithm::kAuto) return true;
+  if (algorithm == Algorithm::kAuto || is_path_choice(algorithm)) return true;
   switch (collective) {
     case Collective::kAllreduce:
       return algorithm == Algorithm::kRing || algorithm == Algorithm::kHalvingDoubling ||
@@ -110,7 +118,7 @@ Status check_implements(Collective collective, Algorithm algorithm) {
   std::string available;
   for (int i = 1; i < kNumAlgorithms; ++i) {
     auto candidate = static_cast<Algorithm>(i);
-    if (!implements(collective, candidate)) continue;
+    if (is_path_choice(candidate) || !implements(collective, candidate)) continue;
     if (!available.empty()) available += ", ";
     available += algorithm_name(candidate);
   }

@@ -19,8 +19,19 @@ enum class Algorithm : uint8_t {
   kBinomialTree = 4,       // BroadcastBinomial, ReduceBinomial
   kPairwise = 5,           // AlltoallPairwise
   kLinear = 6,             // AllreduceLinear, ReduceLinear, BroadcastLinear, GatherLinear, ScatterLinear
+  // Path choices rather than algorithms: every collective of ranks on one node through the
+  // shared-memory engine (worker/comm/shm), or through the transport (UCX) with the selector's
+  // algorithm. Both "implement" every collective; where the path does not apply (ranks on several
+  // nodes) the selector's transport algorithm runs.
+  kShm = 7,
+  kTransport = 8,  // "ucx" / "transport"
 };
-inline constexpr int kNumAlgorithms = 7;
+inline constexpr int kNumAlgorithms = 9;
+
+// True for kShm and kTransport: they choose a path, and the transport algorithm stays automatic.
+inline bool is_path_choice(Algorithm algorithm) {
+  return algorithm == Algorithm::kShm || algorithm == Algorithm::kTransport;
+}
 
 enum class Collective : uint8_t {
   kAllreduce,
@@ -34,7 +45,8 @@ enum class Collective : uint8_t {
   kBarrier,
 };
 
-// "auto", "ring", "halving_doubling", "recursive_doubling", "binomial", "pairwise", "linear".
+// "auto", "ring", "halving_doubling", "recursive_doubling", "binomial", "pairwise", "linear",
+// "shm", "ucx".
 std::string_view algorithm_name(Algorithm algorithm);
 // "allreduce", "reduce", "broadcast", "allgather", "gather", "scatter", "reduce_scatter",
 // "alltoall", "barrier".

@@ -20,6 +20,9 @@ std::optional<std::string> AlgorithmSelector::environment_value() const {
 
 StatusOr<Algorithm> AlgorithmSelector::select(Collective collective, size_t bytes, int ranks,
                                               Algorithm forced) const {
+  // shm / ucx choose the path (the communicator acts on them); over the transport, the algorithm
+  // stays the selector's.
+  if (is_path_choice(forced)) forced = Algorithm::kAuto;
   if (forced != Algorithm::kAuto) {
     COHORT_RETURN_IF_ERROR(check_implements(collective, forced));
     return forced;
@@ -31,12 +34,17 @@ StatusOr<Algorithm> AlgorithmSelector::select(Collective collective, size_t byte
       if (!from_environment.ok()) {
         return from_environment.status().with_context(options_.environment_variable);
       }
-      if (*from_environment != Algorithm::kAuto && implements(collective, *from_environment)) {
+      if (*from_environment != Algorithm::kAuto && !is_path_choice(*from_environment) &&
+          implements(collective, *from_environment)) {
         return *from_environment;
       }
     }
   }
   return by_size(collective, bytes, ranks);
+}
+
+bool AlgorithmSelector::prefer_shared_memory(Collective /*collective*/, size_t bytes, int ranks) const {
+  return ranks >= 2 && bytes <= options_.shared_memory_max_bytes;
 }
 
 Algorithm AlgorithmSelector::by_size(Collective collective, size_t bytes, int ranks) const {

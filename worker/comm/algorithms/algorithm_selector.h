@@ -18,8 +18,16 @@
 //                                    segments so every link and the reduction stay busy.
 // reduce, broadcast: binomial tree (pipelined in segments); allgather(v), reduce_scatter: ring;
 // alltoall(v): pairwise exchange; gather(v), scatter(v): linear; barrier: dissemination.
+//
+// Path (intra-node): when every rank of a communicator is on one node and in different processes,
+// the communicator runs collectives through the shared-memory engine (worker/comm/shm) instead of
+// any transport algorithm: no message at all, each byte copied in once and out once. prefer_
+// shared_memory() is that rule; "shm" / "ucx" (forced, or COHORT_ALGO) pick the path outright,
+// and a forced transport algorithm (e.g. "ring") keeps the collectives it implements on the
+// transport.
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
@@ -38,6 +46,10 @@ struct AlgorithmSelectorOptions {
   size_t allreduce_halving_doubling_max_bytes = 1024 * 1024;
   // The same bound for other group sizes, where halving-doubling pays for the fold.
   size_t allreduce_folded_halving_doubling_max_bytes = 256 * 1024;
+  // Collectives of ranks on one node move through shared memory up to this many bytes (per rank,
+  // as select() counts them); larger ones too by default: the engine pipelines in cache-sized
+  // chunks, so it has no size where the transport wins.
+  size_t shared_memory_max_bytes = SIZE_MAX;
   // Environment variable that can override kAuto; empty to ignore the environment.
   std::string environment_variable = kAlgorithmEnvironmentVariable;
   // Read the environment variable once, at construction, instead of on every select(): for the
@@ -56,6 +68,10 @@ class AlgorithmSelector {
   // Thread-safe.
   StatusOr<Algorithm> select(Collective collective, size_t bytes, int ranks,
                              Algorithm forced = Algorithm::kAuto) const;
+
+  // The intra-node path rule: true when `collective` of `bytes` among `ranks` ranks that share a
+  // node should run on shared memory. Sizes must be the same on every rank (v-collectives pass 0).
+  bool prefer_shared_memory(Collective collective, size_t bytes, int ranks) const;
 
   // The size rules alone (no forcing, no environment).
   Algorithm by_size(Collective collective, size_t bytes, int ranks) const;

@@ -1,0 +1,202 @@
+// The intra-node shared-memory path with ranks as real processes (UCX for the setup exchange,
+// one simulated node): the collective matrix forced onto shared memory and compared element by
+// element with the reference; a SIGKILLed rank inside a large allreduce makes the others fail
+// naming it within the timeout and leaves nothing in /dev/shm; a SIGSTOPped rank makes the others
+// time out without spinning on a core for the whole timeout.
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/resource.h>
+
+#include <filesystem>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "tests/comm/process_ranks.h"
+#include "worker/comm/bootstrap.h"
+#include "worker/comm/store/tcp_store.h"
+#include "worker/comm/store/tcp_store_server.h"
+#include "worker/comm/testing/collective_matrix.h"
+
+namespace cohort::comm {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using testing::failed_ranks;
+using testing::ProcessRanks;
+
+constexpr Duration kTestDeadline = seconds(60);
+
+class TempDir {
+ public:
+  TempDir() {
+    char pattern[] = "/tmp/cohort-shm-test-XXXXXX";
+    path_ = mkdtemp(pattern);
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Entries of /dev/shm made by a job whose rank 0 is `pid` (segment names are /cohort-<pid>-...).
+std::string segments_of(pid_t pid) {
+  std::string found;
+  std::string prefix = "cohort-" + std::to_string(pid) + "-";
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) == 0) found += name + " ";
+  }
+  return found;
+}
+
+double cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_utime.tv_sec + usage.ru_stime.tv_sec + (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+}
+
+class ShmProcessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TcpStoreServerOptions options;
+    options.host = "127.0.0.1";
+    options.port = 0;
+    auto server = TcpStoreServer::start(options);
+    ASSERT_TRUE(server.ok()) << server.status().to_string();
+    server_ = std::move(*server);
+  }
+
+  // A communicator of `kind` over `size` processes on one node, collectives forced onto `algo`.
+  StatusOr<std::unique_ptr<Communicator>> make(int rank, int size, const std::string& kind, Algorithm algo,
+                                               Duration timeout) {
+    COHORT_ASSIGN_OR_RETURN(std::unique_ptr<TcpStore> store,
+                            TcpStore::connect("127.0.0.1", server_->port(), seconds(30)));
+    Bootstrap boot;
+    boot.store = std::move(store);
+    boot.rank = rank;
+    boot.world_size = size;
+    boot.node_id = "node0";
+    COHORT_ASSIGN_OR_RETURN(auto world, create_world(boot, seconds(30)));
+    CommunicatorOptions options;
+    options.timeout = timeout;
+    options.algorithm = algo;
+    return create_communicator(kind, world, options);
+  }
+
+  TempDir dir_;
+  std::unique_ptr<TcpStoreServer> server_;
+};
+
+TEST_F(ShmProcessTest, EveryOpDtypeAndReduceOpMatchesTheReferenceOnForcedSharedMemory) {
+  // Sizes cover the one-barrier allreduce, the pipelined one (f64 x 70001 is 3 chunks) and empty.
+  for (int size : {2, 3}) {
+    ProcessRanks ranks(dir_.path());
+    ranks.fork_ranks(size, [&](int rank) -> Status {
+      COHORT_ASSIGN_OR_RETURN(auto comm, make(rank, size, "flat", Algorithm::kShm, seconds(30)));
+      return testing::run_collective_matrix(*comm, {0, 1, 7, 1000, 70001});
+    });
+    EXPECT_EQ(failed_ranks(ranks.wait_all(kTestDeadline)), "") << size << " ranks";
+    server_.reset();
+    SetUp();
+  }
+}
+
+TEST_F(ShmProcessTest, TwoLevelKindsUseSharedMemoryInsideTheNode) {
+  for (const std::string kind : {"naive", "hierarchical", "two_dimensional", "single_node"}) {
+    ProcessRanks ranks(dir_.path());
+    ranks.fork_ranks(4, [&](int rank) -> Status {
+      COHORT_ASSIGN_OR_RETURN(auto comm, make(rank, 4, kind, Algorithm::kAuto, seconds(30)));
+      COHORT_RETURN_IF_ERROR(testing::check_allreduce(*comm, 100003));
+      return testing::run_collective_matrix(*comm, {7, 1000});
+    });
+    EXPECT_EQ(failed_ranks(ranks.wait_all(kTestDeadline)), "") << kind;
+    server_.reset();
+    SetUp();
+  }
+}
+
+TEST_F(ShmProcessTest, KilledRankInsideALargeAllreduceIsNamedAndNothingStaysInDevShm) {
+  ProcessRanks ranks(dir_.path());
+  constexpr Duration kTimeout = seconds(5);
+  ranks.fork_ranks(3, [&](int rank) -> Status {
+    COHORT_ASSIGN_OR_RETURN(auto comm, make(rank, 3, "flat", Algorithm::kShm, kTimeout));
+    std::vector<float> x(4 << 20, 1.0f);  // 16 MiB: 64 pipeline chunks
+    COHORT_RETURN_IF_ERROR(comm->allreduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum)->wait());
+    if (x[12345] != 3.0f) return internal_error("sum {}", x[12345]);
+    // The segment is unlinked once mapped: nothing of the job is in /dev/shm while it runs.
+    if (std::string left = rank == 0 ? segments_of(getpid()) : ""; !left.empty()) {
+      return internal_error("left in /dev/shm: {}", left);
+    }
+    if (rank == 2) {
+      // Dies part-way: its peers are inside the allreduce, waiting on its flags.
+      std::thread([] {
+        std::this_thread::sleep_for(milliseconds(20));
+        raise(SIGKILL);
+      }).detach();
+      for (int i = 0; i < 1000; ++i) {
+        comm->allreduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum)->wait().ignore_error();
+      }
+      return internal_error("rank 2 survived");
+    }
+    auto start = Clock::now();
+    Status status;
+    for (int i = 0; i < 1000 && status.ok(); ++i) {
+      status = comm->allreduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum)->wait();
+    }
+    auto waited = Clock::now() - start;
+    if (status.ok()) return internal_error("allreduce kept succeeding without rank 2");
+    if (status.message().find("rank 2") == std::string::npos) {
+      return internal_error("rank 2 not named: {}", status.to_string());
+    }
+    if (waited > kTimeout) {
+      return internal_error("took {} ms", std::chrono::duration_cast<milliseconds>(waited).count());
+    }
+    return ok_status();
+  });
+  pid_t rank0 = ranks.pid(0);
+  auto outcomes = ranks.wait_all(kTestDeadline);
+  EXPECT_EQ(outcomes[2].signal, SIGKILL);
+  for (int r : {0, 1}) EXPECT_EQ(outcomes[r].exit_code, 0) << outcomes[r].message;
+  EXPECT_EQ(segments_of(rank0), "");
+}
+
+TEST_F(ShmProcessTest, StoppedRankMakesTheOthersTimeOutSleepingInTheFutex) {
+  ProcessRanks ranks(dir_.path());
+  constexpr Duration kTimeout = seconds(2);
+  ranks.fork_ranks(3, [&](int rank) -> Status {
+    COHORT_ASSIGN_OR_RETURN(auto comm, make(rank, 3, "flat", Algorithm::kShm, kTimeout));
+    std::vector<float> x(1 << 16, 1.0f);
+    COHORT_RETURN_IF_ERROR(comm->allreduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum)->wait());
+    if (rank == 2) {
+      raise(SIGSTOP);
+      return ok_status();
+    }
+    auto start = Clock::now();
+    double cpu_start = cpu_seconds();
+    Status status = comm->allreduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum)->wait();
+    double cpu = cpu_seconds() - cpu_start;
+    double wall = std::chrono::duration<double>(Clock::now() - start).count();
+    if (status.code() != StatusCode::kDeadlineExceeded) return internal_error("expected a timeout, got {}", status.to_string());
+    if (status.message().find("rank 2") == std::string::npos) return internal_error("rank 2 not named: {}", status.to_string());
+    if (wall > 2 * std::chrono::duration<double>(kTimeout).count()) return internal_error("took {} s", wall);
+    // Spinning for the whole timeout would cost ~wall seconds of CPU; the futex wait costs ~none.
+    if (cpu > 0.2 * wall) return internal_error("used {} s of CPU in {} s of waiting", cpu, wall);
+    return ok_status();
+  });
+  // Release the stopped rank once the others have had time to fail.
+  std::this_thread::sleep_for(kTimeout * 2);
+  kill(ranks.pid(2), SIGKILL);
+  auto outcomes = ranks.wait_all(kTestDeadline);
+  for (int r : {0, 1}) EXPECT_EQ(outcomes[r].exit_code, 0) << outcomes[r].message;
+}
+
+}  // namespace
+}  // namespace cohort::comm

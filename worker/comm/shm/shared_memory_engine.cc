@@ -1,0 +1,492 @@
+#include "worker/comm/shm/shared_memory_engine.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "worker/comm/algorithms/collectives.h"
+#include "worker/comm/reduce/reduce_kernels.h"
+
+namespace cohort::comm {
+
+// One rank's flags, on its own cache lines (two, against the adjacent-line prefetcher) so a
+// rank bumping its generation does not disturb the lines its peers spin on.
+struct alignas(128) SharedMemoryEngine::Control {
+  std::atomic<uint32_t> arrive;   // barriers passed: the generation, and the futex word
+  std::atomic<uint32_t> waiters;  // peers inside FUTEX_WAIT on `arrive` (the waker skips the syscall at 0)
+  std::atomic<int32_t> pid;
+  std::atomic<uint64_t> start_time;  // /proc/<pid>/stat field 22: tells a reused pid apart
+};
+
+namespace {
+
+static_assert(std::atomic<uint32_t>::is_always_lock_free, "futex words must be plain 32-bit words");
+static_assert(sizeof(std::atomic<uint32_t>) == 4, "futex words must be plain 32-bit words");
+
+// The control blocks fill the first pages; the slots start page-aligned after them.
+constexpr size_t kControlBytes = 128;
+constexpr size_t kDataOffset = kControlBytes * kShmMaxRanks;
+// Two banks, each an input and a result region of one chunk.
+constexpr size_t kSlotBytes = 4 * kShmChunkBytes;
+// The segment name travels over the transport in a fixed buffer.
+constexpr size_t kNameBytes = 64;
+// Busy polls before yielding, and yields before sleeping in the kernel. Short: with 2 ranks on
+// 2 idle cores the peer arrives within a few hundred nanoseconds; when cores are oversubscribed
+// the spinning rank holds the core the peer needs, so it yields and then sleeps.
+constexpr int kSpinIterations = 1000;
+constexpr int kYieldIterations = 64;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+uint32_t* futex_word(std::atomic<uint32_t>& word) { return reinterpret_cast<uint32_t*>(&word); }
+
+// Not FUTEX_PRIVATE_FLAG: the word is shared between processes.
+void futex_wait(std::atomic<uint32_t>& word, uint32_t expected, Duration timeout) {
+  timespec ts{};
+  ts.tv_sec = static_cast<time_t>(timeout.count() / 1000);
+  ts.tv_nsec = static_cast<long>((timeout.count() % 1000) * 1000000);
+  syscall(SYS_futex, futex_word(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void futex_wake_all(std::atomic<uint32_t>& word) {
+  syscall(SYS_futex, futex_word(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+// State letter and start time of `pid` from /proc; false when it has no entry (exited and reaped,
+// or in another pid namespace).
+bool read_proc_stat(int pid, char* state, uint64_t* start_time) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  if (!in) return false;
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t paren = text.rfind(')');  // the command name may hold spaces and parentheses
+  if (paren == std::string::npos) return false;
+  std::istringstream fields(text.substr(paren + 2));
+  std::string field;
+  // Field 3 is the state; field 22 the start time (fields counted from 1, the pid).
+  for (int i = 3; i <= 22 && (fields >> field); ++i) {
+    if (i == 3) *state = field.empty() ? '?' : field[0];
+    if (i == 22) {
+      *start_time = std::strtoull(field.c_str(), nullptr, 10);
+      return true;
+    }
+  }
+  return false;
+}
+
+// Block `r` of `n` items split over `size` as evenly as possible: [begin, end).
+std::pair<size_t, size_t> share(size_t n, int size, int r) {
+  size_t base = n / static_cast<size_t>(size), extra = n % static_cast<size_t>(size);
+  size_t begin = base * static_cast<size_t>(r) + std::min<size_t>(static_cast<size_t>(r), extra);
+  return {begin, begin + base + (static_cast<size_t>(r) < extra ? 1 : 0)};
+}
+
+std::vector<size_t> displacements(const std::vector<size_t>& lengths) {
+  std::vector<size_t> out(lengths.size(), 0);
+  for (size_t i = 1; i < lengths.size(); ++i) out[i] = out[i - 1] + lengths[i - 1];
+  return out;
+}
+
+size_t chunks_of(size_t bytes) { return (bytes + kShmChunkBytes - 1) / kShmChunkBytes; }
+
+}  // namespace
+
+StatusOr<std::unique_ptr<SharedMemoryEngine>> SharedMemoryEngine::create(int rank, int size,
+                                                                         const std::string& label,
+                                                                         const TransportCollective& transport,
+                                                                         Deadline deadline) {
+  if (size < 2 || size > kShmMaxRanks) {
+    return invalid_argument_error("shared-memory engine for {}: {} ranks (supported: 2..{}, kShmMaxRanks)",
+                                  label, size, kShmMaxRanks);
+  }
+  const size_t bytes = kDataOffset + static_cast<size_t>(size) * kSlotBytes;
+  char name[kNameBytes] = {};
+  std::string failure;
+  int fd = -1;
+  if (rank == 0) {
+    std::random_device random;
+    uint64_t nonce = (static_cast<uint64_t>(random()) << 32) ^ random();
+    std::snprintf(name, sizeof(name), "/cohort-%d-%016llx", static_cast<int>(getpid()),
+                  static_cast<unsigned long long>(nonce));
+    fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      failure = fmt::format("shm_open({}) failed: {}", name, std::strerror(errno));
+    } else if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+      failure = fmt::format("ftruncate({}, {}) failed: {} (is /dev/shm large enough?)", name, bytes,
+                            std::strerror(errno));
+    }
+    if (!failure.empty()) {
+      if (fd >= 0) close(fd);
+      shm_unlink(name);
+      fd = -1;
+      name[0] = '\0';
+    }
+  }
+  Status sent = transport([&](CollectiveContext& ctx) { return run_broadcast(ctx, name, sizeof(name), 0); });
+  if (!sent.ok()) {
+    if (rank == 0 && name[0] != '\0') shm_unlink(name);
+    if (fd >= 0) close(fd);
+    return sent.with_context("shared-memory setup: sending the segment name");
+  }
+  name[kNameBytes - 1] = '\0';
+  uint8_t* base = nullptr;
+  if (name[0] == '\0') {
+    if (failure.empty()) failure = "rank 0 could not create the segment (see its log)";
+  } else {
+    if (rank != 0) {
+      fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+      if (fd < 0) failure = fmt::format("shm_open({}) failed: {} (another /dev/shm?)", name, std::strerror(errno));
+    }
+    struct stat st {};
+    if (fd >= 0 && (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes)) {
+      failure = fmt::format("{} has {} bytes, expected {}", name, st.st_size, bytes);
+    }
+    if (failure.empty()) {
+      void* mapped = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (mapped == MAP_FAILED)
+        failure = fmt::format("mmap of {} ({} bytes) failed: {}", name, bytes, std::strerror(errno));
+      else
+        base = static_cast<uint8_t*>(mapped);
+    }
+    if (fd >= 0) close(fd);
+  }
+  std::unique_ptr<SharedMemoryEngine> engine;
+  if (base != nullptr) {
+    engine.reset(new SharedMemoryEngine(rank, size, label, base, bytes));
+    Control& mine = engine->control(rank);
+    uint64_t start = 0;
+    char state = '?';
+    read_proc_stat(static_cast<int>(getpid()), &state, &start);
+    mine.start_time.store(start, std::memory_order_relaxed);
+    mine.pid.store(static_cast<int32_t>(getpid()), std::memory_order_release);
+  }
+  // Every rank has tried to map it: agree, then unlink everywhere (whoever survives cleans up).
+  int64_t mapped = base != nullptr ? 1 : 0;
+  Status agreed = transport([&](CollectiveContext& ctx) {
+    return run_allreduce(ctx, &mapped, 1, DataType::kInt64, ReduceOp::kMin);
+  });
+  if (name[0] != '\0') shm_unlink(name);
+  if (!agreed.ok()) return agreed.with_context("shared-memory setup: agreeing that every rank mapped the segment");
+  if (mapped == 0) {
+    return failed_precondition_error("shared-memory setup for {} failed on some rank{}", label,
+                                     failure.empty() ? "" : " (here: " + failure + ")");
+  }
+  // The peers' identities, for the liveness checks.
+  engine->in_process_ = true;
+  for (int r = 0; r < size; ++r) {
+    Control& c = engine->control(r);
+    engine->pids_[r] = c.pid.load(std::memory_order_acquire);
+    engine->start_times_[r] = c.start_time.load(std::memory_order_relaxed);
+    if (engine->pids_[r] != static_cast<int>(getpid())) engine->in_process_ = false;
+    char state = '?';
+    uint64_t start = 0;
+    // A pid this rank cannot see with the same start time belongs to another pid namespace: no
+    // liveness check for it (the deadline still bounds every wait).
+    engine->liveness_checkable_[r] =
+        read_proc_stat(engine->pids_[r], &state, &start) && start == engine->start_times_[r];
+  }
+  return engine;
+}
+
+SharedMemoryEngine::SharedMemoryEngine(int rank, int size, std::string label, uint8_t* base, size_t bytes)
+    : rank_(rank),
+      size_(size),
+      label_(std::move(label)),
+      base_(base),
+      bytes_(bytes),
+      pids_(size, 0),
+      start_times_(size, 0),
+      liveness_checkable_(size, false) {}
+
+SharedMemoryEngine::~SharedMemoryEngine() { munmap(base_, bytes_); }
+
+SharedMemoryEngine::Control& SharedMemoryEngine::control(int r) const {
+  return *reinterpret_cast<Control*>(base_ + static_cast<size_t>(r) * kControlBytes);
+}
+
+uint8_t* SharedMemoryEngine::input(int r, int bank) const {
+  return base_ + kDataOffset + static_cast<size_t>(r) * kSlotBytes + static_cast<size_t>(bank) * 2 * kShmChunkBytes;
+}
+
+uint8_t* SharedMemoryEngine::result(int r, int bank) const { return input(r, bank) + kShmChunkBytes; }
+
+Status SharedMemoryEngine::check_alive(int peer, const char* op) const {
+  if (!liveness_checkable_[peer]) return ok_status();
+  char state = '?';
+  uint64_t start = 0;
+  bool exists = read_proc_stat(pids_[peer], &state, &start);
+  if (exists && state != 'Z' && state != 'X' && start == start_times_[peer]) return ok_status();
+  return unavailable_error(
+      "{} over shared memory on {}: rank {} (pid {}) has exited while rank {} waited for it; the group lost a "
+      "rank (see that rank's log for why)",
+      op, label_, peer, pids_[peer], rank_);
+}
+
+Status SharedMemoryEngine::wait_for(int peer, uint32_t target, Deadline deadline, const char* op) {
+  Control& c = control(peer);
+  auto reached = [&] { return static_cast<int32_t>(c.arrive.load(std::memory_order_acquire) - target) >= 0; };
+  for (int i = 0; i < kSpinIterations; ++i) {
+    if (reached()) return ok_status();
+    cpu_relax();
+  }
+  for (int i = 0; i < kYieldIterations; ++i) {
+    if (reached()) return ok_status();
+    sched_yield();
+  }
+  while (true) {
+    // Announce the sleep before the last look, so the peer's bump either is seen here or sees us.
+    c.waiters.fetch_add(1, std::memory_order_seq_cst);
+    uint32_t seen = c.arrive.load(std::memory_order_seq_cst);
+    if (static_cast<int32_t>(seen - target) >= 0) {
+      c.waiters.fetch_sub(1, std::memory_order_seq_cst);
+      return ok_status();
+    }
+    Duration slice = std::min(kShmLivenessInterval, deadline.remaining());
+    if (slice.count() > 0) futex_wait(c.arrive, seen, slice);
+    c.waiters.fetch_sub(1, std::memory_order_seq_cst);
+    if (reached()) return ok_status();
+    COHORT_RETURN_IF_ERROR(check_alive(peer, op));
+    if (deadline.expired()) {
+      return deadline_exceeded_error(
+          "{} over shared memory on {}: timed out after {} waiting for rank {} (pid {}) at generation {}; is "
+          "it alive, stopped, or issuing a different collective?",
+          op, label_, format_duration(deadline.budget()), peer, pids_[peer], target);
+    }
+  }
+}
+
+Status SharedMemoryEngine::step(Deadline deadline, const char* op) {
+  if (!failure_.ok()) {
+    return failed_precondition_error("{} over shared memory on {}: an earlier operation failed ({}); create a new "
+                                     "communicator", op, label_, failure_.message());
+  }
+  ++arrived_;
+  Control& mine = control(rank_);
+  // Release: this step's writes to our slot are visible to whoever sees the new generation.
+  mine.arrive.store(arrived_, std::memory_order_seq_cst);
+  if (mine.waiters.load(std::memory_order_seq_cst) != 0) futex_wake_all(mine.arrive);
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    Status arrived = wait_for(p, arrived_, deadline, op);
+    if (!arrived.ok()) {
+      failure_ = arrived;
+      return arrived;
+    }
+  }
+  return ok_status();
+}
+
+StatusOr<std::vector<uint64_t>> SharedMemoryEngine::exchange_rows(const std::vector<uint64_t>& row,
+                                                                  Deadline deadline, const char* op) {
+  std::memcpy(input(rank_, bank()), row.data(), row.size() * sizeof(uint64_t));
+  COHORT_RETURN_IF_ERROR(step(deadline, op));
+  std::vector<uint64_t> rows(static_cast<size_t>(size_) * size_);
+  for (int p = 0; p < size_; ++p) {
+    std::memcpy(&rows[static_cast<size_t>(p) * size_], input(p, 1 - bank()), size_ * sizeof(uint64_t));
+  }
+  return rows;
+}
+
+Status SharedMemoryEngine::allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                                     int root, Deadline deadline) {
+  if (count == 0) return ok_status();
+  const char* what = root < 0 ? "allreduce" : "reduce";
+  const size_t esize = element_size(dtype);
+  const uint8_t* in = static_cast<const uint8_t*>(send != nullptr ? send : recv);
+  uint8_t* out = static_cast<uint8_t*>(recv);
+  const bool wants = root < 0 || root == rank_;
+  const size_t chunk_elems = kShmChunkBytes / esize;
+  // Every rank reduces slot by slot in rank order, so every rank's result is bit-identical.
+  auto reduce_all = [&](uint8_t* dst, size_t offset, size_t n, int bank) {
+    if (n == 0) return;
+    reduce_to(dst, input(0, bank) + offset, input(1, bank) + offset, n, dtype, op);
+    for (int p = 2; p < size_; ++p) reduce_into(dst, input(p, bank) + offset, n, dtype, op);
+  };
+  if (count <= chunk_elems && count * esize <= kShmDirectReduceBytes) {
+    // Small: one barrier; each rank reduces the whole message straight into its output.
+    std::memcpy(input(rank_, bank()), in, count * esize);
+    COHORT_RETURN_IF_ERROR(step(deadline, what));
+    if (wants) reduce_all(out, 0, count, 1 - bank());
+    return ok_status();
+  }
+  // Pipelined reduce-scatter + allgather: step t posts chunk t, reduces this rank's slice of
+  // chunk t-1 into its result region, and copies out every slice of chunk t-2.
+  const size_t chunks = (count + chunk_elems - 1) / chunk_elems;
+  auto chunk_len = [&](size_t c) { return std::min(chunk_elems, count - c * chunk_elems); };
+  for (size_t t = 0; t <= chunks + 1; ++t) {
+    const int b = bank(), pb = 1 - b;
+    if (t < chunks) std::memcpy(input(rank_, b), in + t * chunk_elems * esize, chunk_len(t) * esize);
+    if (t >= 1 && t <= chunks) {
+      auto [lo, hi] = share(chunk_len(t - 1), size_, rank_);
+      reduce_all(result(rank_, b) + lo * esize, lo * esize, hi - lo, pb);
+    }
+    if (t >= 2 && wants) {
+      size_t c = t - 2;
+      for (int p = 0; p < size_; ++p) {
+        auto [lo, hi] = share(chunk_len(c), size_, p);
+        std::memcpy(out + (c * chunk_elems + lo) * esize, result(p, pb) + lo * esize, (hi - lo) * esize);
+      }
+    }
+    if (t <= chunks) COHORT_RETURN_IF_ERROR(step(deadline, what));
+  }
+  return ok_status();
+}
+
+Status SharedMemoryEngine::reduce_scatterv(const void* send, void* recv, const std::vector<size_t>& counts,
+                                           DataType dtype, ReduceOp op, Deadline deadline) {
+  const size_t esize = element_size(dtype);
+  size_t total = 0;
+  for (size_t n : counts) total += n;
+  if (total == 0) return ok_status();
+  const uint8_t* in = static_cast<const uint8_t*>(send != nullptr ? send : recv);
+  uint8_t* out = static_cast<uint8_t*>(recv);
+  const size_t mine_begin = displacements(counts)[rank_], mine_end = mine_begin + counts[rank_];
+  const size_t chunk_elems = kShmChunkBytes / esize;
+  const size_t chunks = (total + chunk_elems - 1) / chunk_elems;
+  // Step t posts chunk t and reduces the part of chunk t-1 inside this rank's block straight into
+  // recv. In place, recv's block is written below chunk t, which is already posted.
+  for (size_t t = 0; t <= chunks; ++t) {
+    const int b = bank(), pb = 1 - b;
+    if (t < chunks) {
+      size_t first = t * chunk_elems, n = std::min(chunk_elems, total - first);
+      std::memcpy(input(rank_, b), in + first * esize, n * esize);
+    }
+    if (t >= 1) {
+      size_t first = (t - 1) * chunk_elems, last = std::min(total, first + chunk_elems);
+      size_t lo = std::max(first, mine_begin), hi = std::min(last, mine_end);
+      if (lo < hi) {
+        uint8_t* dst = out + (lo - mine_begin) * esize;
+        size_t offset = (lo - first) * esize;
+        reduce_to(dst, input(0, pb) + offset, input(1, pb) + offset, hi - lo, dtype, op);
+        for (int p = 2; p < size_; ++p) reduce_into(dst, input(p, pb) + offset, hi - lo, dtype, op);
+      }
+    }
+    if (t < chunks) COHORT_RETURN_IF_ERROR(step(deadline, "reduce_scatter"));
+  }
+  return ok_status();
+}
+
+Status SharedMemoryEngine::stream(const uint8_t* source, const std::vector<size_t>& lengths,
+                                  const Consume& consume, Deadline deadline, const char* op) {
+  size_t chunks = 0;
+  for (size_t n : lengths) chunks = std::max(chunks, chunks_of(n));
+  if (chunks == 0) return ok_status();
+  if (lengths[rank_] > 0) consume(rank_, 0, source, lengths[rank_]);
+  for (size_t t = 0; t <= chunks; ++t) {
+    const int b = bank(), pb = 1 - b;
+    size_t first = t * kShmChunkBytes;
+    if (t < chunks && first < lengths[rank_]) {
+      std::memcpy(input(rank_, b), source + first, std::min(kShmChunkBytes, lengths[rank_] - first));
+    }
+    if (t >= 1) {
+      size_t previous = (t - 1) * kShmChunkBytes;
+      for (int p = 0; p < size_; ++p) {
+        if (p == rank_ || previous >= lengths[p]) continue;
+        consume(p, previous, input(p, pb), std::min(kShmChunkBytes, lengths[p] - previous));
+      }
+    }
+    if (t < chunks) COHORT_RETURN_IF_ERROR(step(deadline, op));
+  }
+  return ok_status();
+}
+
+Status SharedMemoryEngine::broadcast(void* buf, size_t bytes, int root, Deadline deadline) {
+  std::vector<size_t> lengths(size_, 0);
+  lengths[root] = bytes;
+  uint8_t* out = static_cast<uint8_t*>(buf);
+  return stream(
+      out, lengths,
+      [&](int p, size_t offset, const uint8_t* data, size_t n) {
+        if (p != rank_) std::memcpy(out + offset, data, n);
+      },
+      deadline, "broadcast");
+}
+
+Status SharedMemoryEngine::gatherv(const void* send, void* recv, const std::vector<size_t>& bytes, int root,
+                                   Deadline deadline) {
+  std::vector<size_t> lengths = bytes;
+  if (root >= 0) {
+    // Only this rank's own length is certain off the root: learn everyone's.
+    std::vector<uint64_t> row(size_, 0);
+    row[0] = bytes[rank_];
+    COHORT_ASSIGN_OR_RETURN(std::vector<uint64_t> rows, exchange_rows(row, deadline, "gather"));
+    for (int p = 0; p < size_; ++p) lengths[p] = rows[static_cast<size_t>(p) * size_];
+  }
+  std::vector<size_t> displ = displacements(lengths);
+  uint8_t* out = static_cast<uint8_t*>(recv);
+  const bool wants = root < 0 || root == rank_;
+  return stream(
+      static_cast<const uint8_t*>(send), lengths,
+      [&](int p, size_t offset, const uint8_t* data, size_t n) {
+        uint8_t* dst = out + displ[p] + offset;
+        if (wants && dst != data) std::memcpy(dst, data, n);
+      },
+      deadline, root < 0 ? "allgather" : "gather");
+}
+
+Status SharedMemoryEngine::scatterv(const void* send, void* recv, const std::vector<size_t>& bytes, int root,
+                                    Deadline deadline) {
+  // The root's counts are the ones that matter: everyone learns them.
+  std::vector<uint64_t> row(size_, 0);
+  if (rank_ == root) std::copy(bytes.begin(), bytes.end(), row.begin());
+  COHORT_ASSIGN_OR_RETURN(std::vector<uint64_t> rows, exchange_rows(row, deadline, "scatter"));
+  std::vector<size_t> blocks(rows.begin() + static_cast<ptrdiff_t>(root) * size_,
+                             rows.begin() + static_cast<ptrdiff_t>(root + 1) * size_);
+  std::vector<size_t> displ = displacements(blocks);
+  std::vector<size_t> lengths(size_, 0);
+  lengths[root] = displ.back() + blocks.back();
+  const size_t begin = displ[rank_], end = begin + std::min(blocks[rank_], bytes[rank_]);
+  uint8_t* out = static_cast<uint8_t*>(recv);
+  return stream(
+      static_cast<const uint8_t*>(send), lengths,
+      [&](int, size_t offset, const uint8_t* data, size_t n) {
+        size_t lo = std::max(offset, begin), hi = std::min(offset + n, end);
+        if (lo < hi) std::memcpy(out + (lo - begin), data + (lo - offset), hi - lo);
+      },
+      deadline, "scatter");
+}
+
+Status SharedMemoryEngine::alltoallv(const void* send, const std::vector<size_t>& send_bytes, void* recv,
+                                     const std::vector<size_t>& recv_bytes, Deadline deadline) {
+  std::vector<uint64_t> row(send_bytes.begin(), send_bytes.end());
+  COHORT_ASSIGN_OR_RETURN(std::vector<uint64_t> rows, exchange_rows(row, deadline, "alltoall"));
+  // Where this rank's block starts in each peer's stream, and how long it is.
+  std::vector<size_t> lengths(size_, 0), from(size_, 0), length_for_me(size_, 0);
+  for (int p = 0; p < size_; ++p) {
+    for (int q = 0; q < size_; ++q) {
+      size_t n = rows[static_cast<size_t>(p) * size_ + q];
+      if (q == rank_) {
+        from[p] = lengths[p];
+        length_for_me[p] = std::min(n, recv_bytes[p]);
+      }
+      lengths[p] += n;
+    }
+  }
+  std::vector<size_t> rdispl = displacements(recv_bytes);
+  uint8_t* out = static_cast<uint8_t*>(recv);
+  return stream(
+      static_cast<const uint8_t*>(send), lengths,
+      [&](int p, size_t offset, const uint8_t* data, size_t n) {
+        size_t lo = std::max(offset, from[p]), hi = std::min(offset + n, from[p] + length_for_me[p]);
+        if (lo < hi) std::memcpy(out + rdispl[p] + (lo - from[p]), data + (lo - offset), hi - lo);
+      },
+      deadline, "alltoall");
+}
+
+Status SharedMemoryEngine::barrier(Deadline deadline) { return step(deadline, "barrier"); }
+
+}  // namespace cohort::comm

@@ -1,0 +1,142 @@
+#pragma once
+
+// SharedMemoryEngine: the collectives of ranks that share a node, through one shared-memory
+// segment instead of transport messages (MPI's vader / NCCL's SHM path / oneCCL's CPU allreduce).
+//
+// The segment (shm_open + ftruncate + mmap) holds a small control block per rank and a data slot
+// per rank. Each rank copies (a chunk of) its input into its own slot; peers read it straight from
+// there, reduce their slice out of every slot and copy results out. No message is sent.
+//
+// Protocol. Ranks advance in lock-step *steps* separated by flag barriers: each rank's control
+// block holds `arrive`, the number of barriers it has passed (a generation counter, compared
+// with wrap-around); a barrier bumps it and waits until every peer's is at least as large.
+// Between barrier i and i+1 a rank writes only bank (i % 2) of its own slot and reads only bank
+// ((i - 1) % 2) of its peers' slots, so a bank is never written while a slow peer still reads it.
+// Large messages are pipelined in chunks of kShmChunkBytes (cache-sized): posting chunk t,
+// reducing chunk t-1 and copying out chunk t-2 share one step.
+//
+// Waiting spins briefly (a few microseconds: on an idle core the peer is usually there), yields,
+// then sleeps in FUTEX_WAIT on the peer's `arrive` word with a bounded slice, so stopped or
+// oversubscribed peers cost no CPU; after each slice the waiter checks the deadline and that the
+// peer's process is alive (its pid and start time in /proc), so a dead rank becomes UNAVAILABLE
+// naming it and a stopped one DEADLINE_EXCEEDED naming it, never a hang.
+//
+// Lifetime: rank 0 creates the segment under a name unique to the communicator and attempt;
+// every rank maps it; once all have (agreed over the transport) every rank unlinks it, so nothing
+// is left in /dev/shm after any exit, SIGKILL included. The only window is rank 0 dying between
+// creating it and broadcasting the name, which the others see as a failed setup.
+//
+// Thread-safety: none; one collective at a time, on the communicator's executor. Every rank of
+// the group calls the same operation with the same sizes (as collectives.h's contract).
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "worker/base/status.h"
+#include "worker/comm/algorithms/collective_context.h"
+#include "worker/comm/deadline.h"
+#include "worker/comm/types.h"
+
+namespace cohort::comm {
+
+// Bytes of one pipeline chunk per rank: a step's working set (post, reduce, copy out) stays in a
+// core's L2. Each slot holds two banks of an input and a result region of this size.
+inline constexpr size_t kShmChunkBytes = 256 * 1024;
+// Allreduces of at most this many bytes take one barrier: every rank reduces the whole message
+// from every slot (P·n bytes read each), cheaper than a second barrier at this size.
+inline constexpr size_t kShmDirectReduceBytes = 16 * 1024;
+// Group sizes above this use the transport (the segment and the flag scans grow with P).
+inline constexpr int kShmMaxRanks = 64;
+// Longest FUTEX_WAIT before the waiter rechecks its deadline and the peer's liveness.
+inline constexpr Duration kShmLivenessInterval = std::chrono::milliseconds(20);
+
+// Runs one collective over the transport (the communicator's run_collective): the engine's
+// setup exchanges the segment's name and agrees on success that way.
+using TransportCollective = std::function<Status(const std::function<Status(CollectiveContext&)>&)>;
+
+class SharedMemoryEngine {
+ public:
+  // Creates and maps the segment for `size` ranks (this is `rank`). Collective over the group:
+  // every rank calls it at the same point; every rank gets an engine or every rank an error (a
+  // rank that cannot map, e.g. another /dev/shm, fails them all). `label` names the
+  // communicator in errors and in the segment's name.
+  static StatusOr<std::unique_ptr<SharedMemoryEngine>> create(int rank, int size, const std::string& label,
+                                                              const TransportCollective& transport,
+                                                              Deadline deadline);
+  ~SharedMemoryEngine();
+  SharedMemoryEngine(const SharedMemoryEngine&) = delete;
+  SharedMemoryEngine& operator=(const SharedMemoryEngine&) = delete;
+
+  // True when every rank is this process (threads over a loopback transport): the engine works,
+  // but gains nothing over in-process copies, so the selector uses it only when forced.
+  bool in_process() const { return in_process_; }
+
+  // `recv` (count elements) becomes the reduction of every rank's `send` (null or == recv: in
+  // place), on every rank when root < 0, else on `root` only (others' recv untouched). op is
+  // never AVG (the communicator scales).
+  Status allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root,
+                   Deadline deadline);
+  // `recv` (counts[rank] elements) becomes block `rank` of the reduction of every rank's `send`
+  // (sum(counts) elements, blocks in rank order).
+  Status reduce_scatterv(const void* send, void* recv, const std::vector<size_t>& counts, DataType dtype,
+                         ReduceOp op, Deadline deadline);
+  // Every rank's `buf` becomes the root's.
+  Status broadcast(void* buf, size_t bytes, int root, Deadline deadline);
+  // `recv` becomes the concatenation of every rank's `send` (bytes[r] from rank r) on every rank
+  // (root < 0) or on root only. With root < 0, `bytes` must be identical on every rank; with a
+  // root only bytes[rank] must be right everywhere (the engine exchanges the lengths).
+  Status gatherv(const void* send, void* recv, const std::vector<size_t>& bytes, int root, Deadline deadline);
+  // Rank r's `recv` receives block r of the root's `send` (the root's `bytes` count).
+  Status scatterv(const void* send, void* recv, const std::vector<size_t>& bytes, int root, Deadline deadline);
+  // `recv` receives recv_bytes[p] bytes from every rank p (p's block for this rank).
+  Status alltoallv(const void* send, const std::vector<size_t>& send_bytes, void* recv,
+                   const std::vector<size_t>& recv_bytes, Deadline deadline);
+  Status barrier(Deadline deadline);
+
+ private:
+  struct Control;
+  SharedMemoryEngine(int rank, int size, std::string label, uint8_t* base, size_t bytes);
+
+  Control& control(int r) const;
+  // Bank `bank` of rank r's slot: its input region, and its result region.
+  uint8_t* input(int r, int bank) const;
+  uint8_t* result(int r, int bank) const;
+  // The bank this rank writes in the current step; peers' data of the previous step is in 1 - it.
+  int bank() const { return static_cast<int>(arrived_ & 1u); }
+
+  // Ends a step: bumps this rank's generation, wakes sleepers, waits for every peer.
+  Status step(Deadline deadline, const char* op);
+  Status wait_for(int peer, uint32_t target, Deadline deadline, const char* op);
+  // OK while `peer`'s process runs; UNAVAILABLE naming it once it has exited.
+  Status check_alive(int peer, const char* op) const;
+
+  // Every rank writes `row` (size_ values) to its slot; returns all rows (size_ × size_). One step.
+  StatusOr<std::vector<uint64_t>> exchange_rows(const std::vector<uint64_t>& row, Deadline deadline,
+                                                const char* op);
+  // The streaming pipeline of broadcast / gather / scatter / alltoall: rank p exposes lengths[p]
+  // bytes of `source` (its own), chunk t in step t; in step t+1 every rank hands chunk t of each
+  // peer to `consume(p, offset in p's stream, data, bytes)`.
+  using Consume = std::function<void(int peer, size_t offset, const uint8_t* data, size_t bytes)>;
+  Status stream(const uint8_t* source, const std::vector<size_t>& lengths, const Consume& consume,
+                Deadline deadline, const char* op);
+
+  const int rank_;
+  const int size_;
+  const std::string label_;
+  uint8_t* const base_;
+  const size_t bytes_;
+  uint32_t arrived_ = 0;
+  // The first failure: ranks' generations have diverged, so every later operation fails with it.
+  Status failure_;  // barriers this rank has passed (== control(rank_).arrive)
+  bool in_process_ = false;
+  std::vector<int> pids_;                  // each rank's pid (as this rank sees it)
+  std::vector<uint64_t> start_times_;      // each rank's process start time, to tell pid reuse
+  std::vector<bool> liveness_checkable_;   // false where the pid was not this rank's to check
+};
+
+}  // namespace cohort::comm
