@@ -34,6 +34,9 @@ packages=(
   # deploy/install.sh, deploy/package-deb.sh and tests/install: the CMake and pkg-config consumers,
   # dpkg-shlibdeps, RUNPATH removal and the package check.
   cmake pkg-config dpkg-dev patchelf lintian adduser
+  # tests/cluster: simulated hosts in network and UTS namespaces (ip, unshare, nsenter); jq reads
+  # the CLI's JSON.
+  iproute2 util-linux jq
 )
 
 missing=()
