@@ -23,6 +23,26 @@ std::vector<size_t> size_sweep(size_t begin, size_t end, size_t factor, size_t e
 // Parses "8", "64K", "64M", "1G" (powers of 1024). Returns false on garbage.
 bool parse_size(const std::string& text, size_t* bytes);
 
+// Parses a comma-separated list of sizes, "8,1K,64K,1M" (--sizes), each rounded down to a multiple
+// of `element_bytes` and at least one element, as size_sweep rounds. Returns false on garbage or
+// an empty list. The size points (8 B, 1 KiB, 64 KiB, 1 MiB, 16 MiB, 64 MiB) are no
+// geometric sweep, so cohort-bench and its peers take the list directly.
+bool parse_size_list(const std::string& text, size_t element_bytes, std::vector<size_t>* sizes);
+
+// Element counts of one rank's buffers for `op` at `count` elements (the row's size), shared by
+// cohort-bench and its MPI peer so both move the same bytes: allgather sends count/ranks (at
+// least 1) and receives that times ranks; reduce_scatter sends count and receives count/ranks
+// (count is a multiple of ranks: the size list and sweep round to element_bytes × ranks);
+// allreduce, broadcast, reduce and alltoall send and receive count.
+struct OpCounts {
+  size_t send = 0;
+  size_t recv = 0;
+};
+OpCounts op_counts(const std::string& op, size_t count, int ranks);
+
+// Ops whose buffers hold one block per rank: sizes must be multiples of element_bytes × ranks.
+size_t block_multiple(const std::string& op, int ranks);
+
 struct TableRow {
   size_t bytes = 0;
   size_t count = 0;

@@ -60,6 +60,7 @@ algorithm bandwidth and bus bandwidth, and with --check the number of wrong elem
   --redop OP          sum (default) prod min max avg
   -b SIZE / -e SIZE   smallest / largest message in bytes, e.g. 8, 64K, 64M (default 8 .. 64M)
   -f FACTOR           multiply the size by FACTOR each row (default 4)
+  --sizes LIST        exactly these sizes instead of -b/-e/-f, e.g. 8,1K,64K,1M,16M,64M
   -n ITERS            timed calls per size, ×10 at ≤ 64 KiB (default 20)
   -w WARMUP           untimed calls per size (default 5)
   --root R            root of broadcast / reduce (default 0)
@@ -78,6 +79,7 @@ struct Options {
   std::string dtype = "f32";
   std::string redop = "sum";
   size_t begin = 8, end = size_t{64} << 20, factor = 4;
+  std::string sizes;  // --sizes: a comma-separated list replacing the -b/-e/-f sweep
   int iters = kDefaultIters, warmup = kDefaultWarmup, root = 0;
   bool check = false;
   std::string device = "cpu";
@@ -105,6 +107,7 @@ bool parse_args(int argc, char** argv, Options* o, std::string* error) {
     else if (a == "-b" && value(&v) && cohort::bench::parse_size(v, &o->begin)) {}
     else if (a == "-e" && value(&v) && cohort::bench::parse_size(v, &o->end)) {}
     else if (a == "-f" && value(&v)) o->factor = std::strtoul(v.c_str(), nullptr, 10);
+    else if (a == "--sizes" && value(&v)) o->sizes = v;
     else if (a == "-n" && value(&v)) o->iters = std::atoi(v.c_str());
     else if (a == "-w" && value(&v)) o->warmup = std::atoi(v.c_str());
     else if (a == "--root" && value(&v)) o->root = std::atoi(v.c_str());
@@ -116,6 +119,11 @@ bool parse_args(int argc, char** argv, Options* o, std::string* error) {
   if (std::find(ops.begin(), ops.end(), o->op) == ops.end()) { *error = "unknown --op '" + o->op + "'"; return false; }
   if (o->np < 1) { *error = "-np must be at least 1"; return false; }
   if (o->begin == 0 || o->end < o->begin) { *error = "need 0 < -b <= -e"; return false; }
+  std::vector<size_t> ignored;
+  if (!o->sizes.empty() && !cohort::bench::parse_size_list(o->sizes, 1, &ignored)) {
+    *error = "--sizes '" + o->sizes + "' is not a comma-separated list of sizes such as 8,1K,64K,1M";
+    return false;
+  }
   if (o->device != "cpu" && o->device != "cuda") { *error = "--device must be cpu or cuda"; return false; }
   return true;
 }
@@ -132,15 +140,17 @@ class BenchRank {
       cohort::bench::print_header(stdout, "cohort-bench: " + o_.op + " on " + std::to_string(n_) + " ranks, " +
                                               comm_.kind() + " communicator, algorithm " + o_.algo);
     }
-    for (size_t bytes : cohort::bench::size_sweep(o_.begin, o_.end, o_.factor, esize * block_multiple())) {
-      COHORT_RETURN_IF_ERROR(run_size(bytes / esize));
+    // Ops whose buffers hold one block per rank need counts divisible by the rank count.
+    size_t unit = esize * cohort::bench::block_multiple(o_.op, n_);
+    std::vector<size_t> sizes = cohort::bench::size_sweep(o_.begin, o_.end, o_.factor, unit);
+    if (!o_.sizes.empty() && !cohort::bench::parse_size_list(o_.sizes, unit, &sizes)) {
+      return cohort::invalid_argument_error("--sizes '{}' is not a list of sizes such as 8,1K,64K", o_.sizes);
     }
+    for (size_t bytes : sizes) COHORT_RETURN_IF_ERROR(run_size(bytes / esize));
     return ok_status();
   }
 
  private:
-  // Ops whose buffers hold one block per rank need counts divisible by the rank count.
-  size_t block_multiple() const { return (o_.op == "reduce_scatter" || o_.op == "alltoall") ? n_ : 1; }
 
   double input(size_t i) const {
     if (redop_ == ReduceOp::kProduct) return 1 + ((me_ + i) % 2);
@@ -180,8 +190,8 @@ class BenchRank {
     if (o_.op == "allreduce") return comm_.allreduce(s, r, count, dtype_, redop_, call);
     if (o_.op == "broadcast") return comm_.broadcast(r, count, dtype_, o_.root, call);
     if (o_.op == "reduce") return comm_.reduce(s, r, count, dtype_, redop_, o_.root, call);
-    if (o_.op == "allgather") return comm_.allgather(s, r, count / n_ > 0 ? count / n_ : 1, dtype_, call);
-    if (o_.op == "reduce_scatter") return comm_.reduce_scatter(s, r, count / n_, dtype_, redop_, call);
+    if (o_.op == "allgather") return comm_.allgather(s, r, cohort::bench::op_counts(o_.op, count, n_).send, dtype_, call);
+    if (o_.op == "reduce_scatter") return comm_.reduce_scatter(s, r, cohort::bench::op_counts(o_.op, count, n_).recv, dtype_, redop_, call);
     return comm_.alltoall(s, r, count / n_, dtype_, call);
   }
 
@@ -218,7 +228,7 @@ class BenchRank {
 
   Status run_size(size_t count) {
     size_t esize = element_size(dtype_);
-    size_t recv_count = o_.op == "allgather" ? (count / n_ > 0 ? count / n_ : 1) * n_ : count;
+    size_t recv_count = o_.op == "allgather" ? cohort::bench::op_counts(o_.op, count, n_).recv : count;
     send_.assign(count * esize, 0);
     recv_.assign(recv_count * esize, 0);
     fill(count);

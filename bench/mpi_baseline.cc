@@ -1,11 +1,20 @@
-// mpi_baseline: OpenMPI's MPI_Allreduce in cohort-bench's table format — the peer cohort-bench is
-// measured against. Built only for that comparison; never linked into cohort.
+// mpi_baseline: OpenMPI's collectives in cohort-bench's table format — the peer cohort-bench is
+// measured against (bench/compare_mpi.sh runs both). Built only for that comparison; never
+// linked into cohort.
 //
-//   mpirun --oversubscribe -np 4 bazel-bin/bench/mpi_baseline -b 8 -e 64M -f 4 --check
+//   mpirun --allow-run-as-root --oversubscribe -np 4 bazel-bin/bench/mpi_baseline -b 8 -e 64M -f 4 --check
+//   mpirun ... mpi_baseline --op reduce_scatter --sizes 8,1K,64K,1M,16M,64M --check
+//
+// float32 SUM only, root 0. Each op moves what cohort-bench's same-named op moves at the same row
+// size (bench_table.h's op_counts): broadcast → MPI_Bcast, allgather → MPI_Allgather,
+// reduce_scatter → MPI_Reduce_scatter_block, allreduce → MPI_Allreduce. Inputs and the --check
+// reference are cohort-bench's: rank r's element i is (r + 1) + i % 7.
 
+// The C API only: OpenMPI's deprecated C++ bindings need libmpi_cxx and trip -Wcast-function-type.
+#define OMPI_SKIP_MPICXX 1
 #include <mpi.h>
 
-#include <cmath>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -18,9 +27,17 @@ namespace {
 
 constexpr int kDefaultIters = 20;
 constexpr int kDefaultWarmup = 5;
+constexpr int kRoot = 0;
+
+constexpr const char* kUsage =
+    "usage: mpirun -np N mpi_baseline [--op allreduce|broadcast|allgather|reduce_scatter] [-b SIZE] [-e "
+    "SIZE]\n"
+    "                    [-f FACTOR] [--sizes LIST] [-n ITERS] [-w WARMUP] [--check]\n";
 
 struct Options {
+  std::string op = "allreduce";
   size_t begin = 8, end = 64u << 20, factor = 4;
+  std::string sizes;  // --sizes: a comma-separated list replacing the -b/-e/-f sweep
   int iters = kDefaultIters, warmup = kDefaultWarmup;
   bool check = false;
 };
@@ -29,19 +46,121 @@ bool parse(int argc, char** argv, Options* o) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--op") {
+      o->op = next();
+      continue;
+    }
     if (a == "-b" && cohort::bench::parse_size(next(), &o->begin)) continue;
     if (a == "-e" && cohort::bench::parse_size(next(), &o->end)) continue;
-    if (a == "-f") { o->factor = std::strtoul(next().c_str(), nullptr, 10); continue; }
-    if (a == "-n" || a == "--iters") { o->iters = std::atoi(next().c_str()); continue; }
-    if (a == "-w" || a == "--warmup") { o->warmup = std::atoi(next().c_str()); continue; }
-    if (a == "-c" || a == "--check") { o->check = true; continue; }
-    std::fprintf(stderr, "mpi_baseline: unknown or incomplete argument '%s'\n"
-                         "usage: mpirun -np N mpi_baseline [-b SIZE] [-e SIZE] [-f FACTOR] [-n ITERS] [-w WARMUP] [--check]\n",
-                 a.c_str());
+    if (a == "-f") {
+      o->factor = std::strtoul(next().c_str(), nullptr, 10);
+      continue;
+    }
+    if (a == "--sizes") {
+      o->sizes = next();
+      continue;
+    }
+    if (a == "-n" || a == "--iters") {
+      o->iters = std::atoi(next().c_str());
+      continue;
+    }
+    if (a == "-w" || a == "--warmup") {
+      o->warmup = std::atoi(next().c_str());
+      continue;
+    }
+    if (a == "-c" || a == "--check") {
+      o->check = true;
+      continue;
+    }
+    std::fprintf(stderr, "mpi_baseline: unknown or incomplete argument '%s'\n%s", a.c_str(), kUsage);
+    return false;
+  }
+  if (o->op != "allreduce" && o->op != "broadcast" && o->op != "allgather" && o->op != "reduce_scatter") {
+    std::fprintf(stderr, "mpi_baseline: unknown --op '%s'\n%s", o->op.c_str(), kUsage);
     return false;
   }
   return true;
 }
+
+float input(int rank, size_t i) { return static_cast<float>((rank + 1) + i % 7); }
+
+// The summed element i over `size` ranks.
+float reduced(int size, size_t i) { return static_cast<float>(size * (size + 1) / 2 + size * (i % 7)); }
+
+class MpiRank {
+ public:
+  MpiRank(const Options& o, int rank, int size) : o_(o), rank_(rank), size_(size) {}
+
+  void run_size(size_t count) {
+    counts_ = cohort::bench::op_counts(o_.op, count, size_);
+    send_.assign(counts_.send, 0);
+    recv_.assign(counts_.recv, 0);
+    fill();
+    for (int w = 0; w < o_.warmup; ++w) issue();
+    MPI_Barrier(MPI_COMM_WORLD);
+    double start = MPI_Wtime();
+    int iters = cohort::bench::iterations_for(count * sizeof(float), o_.iters);
+    for (int it = 0; it < iters; ++it) issue();
+    double mine = (MPI_Wtime() - start) / iters * 1e6, slowest = 0;
+    MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    long wrong = -1;
+    if (o_.check) {
+      fill();
+      if (o_.op == "broadcast" && rank_ != kRoot) std::fill(recv_.begin(), recv_.end(), 0.0f);
+      issue();
+      long local = count_wrong();
+      MPI_Allreduce(&local, &wrong, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+    }
+    if (rank_ == 0) {
+      cohort::bench::TableRow row{
+          count * sizeof(float), count, "float", "sum", o_.op == "broadcast" ? kRoot : -1, slowest, wrong};
+      cohort::bench::print_row(stdout, row, o_.op, size_);
+    }
+  }
+
+ private:
+  void fill() {
+    for (size_t i = 0; i < counts_.send; ++i) send_[i] = input(rank_, i);
+    // Broadcast runs in place on recv_, as cohort-bench's does: the root's holds its input.
+    if (o_.op == "broadcast" && rank_ == kRoot)
+      std::memcpy(recv_.data(), send_.data(), counts_.send * sizeof(float));
+  }
+
+  void issue() {
+    const int send = static_cast<int>(counts_.send), recv = static_cast<int>(counts_.recv);
+    if (o_.op == "allreduce") {
+      MPI_Allreduce(send_.data(), recv_.data(), send, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    } else if (o_.op == "broadcast") {
+      MPI_Bcast(recv_.data(), recv, MPI_FLOAT, kRoot, MPI_COMM_WORLD);
+    } else if (o_.op == "allgather") {
+      MPI_Allgather(send_.data(), send, MPI_FLOAT, recv_.data(), send, MPI_FLOAT, MPI_COMM_WORLD);
+    } else {
+      MPI_Reduce_scatter_block(send_.data(), recv_.data(), recv, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    }
+  }
+
+  long count_wrong() const {
+    long wrong = 0;
+    for (size_t j = 0; j < counts_.recv; ++j) {
+      float want = 0;
+      if (o_.op == "allreduce")
+        want = reduced(size_, j);
+      else if (o_.op == "broadcast")
+        want = input(kRoot, j);
+      else if (o_.op == "allgather")
+        want = input(static_cast<int>(j / counts_.send), j % counts_.send);
+      else
+        want = reduced(size_, rank_ * counts_.recv + j);
+      wrong += recv_[j] != want;
+    }
+    return wrong;
+  }
+
+  const Options& o_;
+  const int rank_, size_;
+  cohort::bench::OpCounts counts_;
+  std::vector<float> send_, recv_;
+};
 
 }  // namespace
 
@@ -55,32 +174,28 @@ int main(int argc, char** argv) {
     MPI_Finalize();
     return 2;
   }
-  if (rank == 0) cohort::bench::print_header(stdout, "mpi_baseline: MPI_Allreduce (OpenMPI), " + std::to_string(size) + " ranks");
-  for (size_t bytes : cohort::bench::size_sweep(o.begin, o.end, o.factor, sizeof(float))) {
-    size_t count = bytes / sizeof(float);
-    std::vector<float> send(count), recv(count);
-    for (size_t i = 0; i < count; ++i) send[i] = static_cast<float>((rank + 1) + i % 7);
-    for (int w = 0; w < o.warmup; ++w) MPI_Allreduce(send.data(), recv.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    MPI_Barrier(MPI_COMM_WORLD);
-    double start = MPI_Wtime();
-    int iters = cohort::bench::iterations_for(bytes, o.iters);
-    for (int it = 0; it < iters; ++it) MPI_Allreduce(send.data(), recv.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    double mine = (MPI_Wtime() - start) / iters * 1e6, slowest = 0;
-    MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    long wrong = -1;
-    if (o.check) {
-      long local = 0;
-      for (size_t i = 0; i < count; ++i) {
-        float want = static_cast<float>(size * (size + 1) / 2 + size * (i % 7));
-        if (recv[i] != want) ++local;
-      }
-      MPI_Allreduce(&local, &wrong, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
-    }
-    if (rank == 0) {
-      cohort::bench::TableRow row{bytes, count, "float", "sum", -1, slowest, wrong};
-      cohort::bench::print_row(stdout, row, "allreduce", size);
-    }
+  size_t unit = sizeof(float) * cohort::bench::block_multiple(o.op, size);
+  std::vector<size_t> sizes = cohort::bench::size_sweep(o.begin, o.end, o.factor, unit);
+  if (!o.sizes.empty() && !cohort::bench::parse_size_list(o.sizes, unit, &sizes)) {
+    if (rank == 0)
+      std::fprintf(stderr, "mpi_baseline: --sizes '%s' is not a list such as 8,1K,64K\n", o.sizes.c_str());
+    MPI_Finalize();
+    return 2;
   }
+  static const char* const kCalls[][2] = {{"allreduce", "MPI_Allreduce"},
+                                          {"broadcast", "MPI_Bcast"},
+                                          {"allgather", "MPI_Allgather"},
+                                          {"reduce_scatter", "MPI_Reduce_scatter_block"}};
+  std::string call;
+  for (const auto& c : kCalls) {
+    if (o.op == c[0]) call = c[1];
+  }
+  if (rank == 0) {
+    cohort::bench::print_header(
+        stdout, "mpi_baseline: " + o.op + " (" + call + ", OpenMPI) on " + std::to_string(size) + " ranks");
+  }
+  MpiRank bench(o, rank, size);
+  for (size_t bytes : sizes) bench.run_size(bytes / sizeof(float));
   MPI_Finalize();
   return 0;
 }
