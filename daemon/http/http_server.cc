@@ -125,6 +125,8 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::create(HttpServerOptions optio
   return server;
 }
 
+HttpServer::HttpServer(HttpServerOptions options) : options_(std::move(options)) {}
+
 HttpServer::~HttpServer() { stop(); }
 
 void HttpServer::handle_get(const std::string& path, HttpAccess access, HttpHandler handler) {

@@ -113,7 +113,7 @@ class HttpServer {
   const std::string& url() const { return url_; }
 
  private:
-  explicit HttpServer(HttpServerOptions options) : options_(std::move(options)) {}
+  explicit HttpServer(HttpServerOptions options);  // out of line: httplib::Server is incomplete here
 
   const HttpServerOptions options_;
   std::unique_ptr<httplib::Server> server_;

@@ -64,6 +64,9 @@ class DaemonSecurity {
   tls::ChannelSecurity to_agent(const std::string& node_id) const;
   // The cluster CA certificate (PEM); empty when insecure.
   const std::string& ca_pem() const { return ca_pem_; }
+  // The key and certificate this daemon serves with (the coordinator's, or the node's); the HTTPS
+  // port (daemon/http) serves with them too. Empty when insecure.
+  const KeyAndCertificate& serving_certificate() const { return own_; }
 
   // Coordinator side (null / errors on an agent-only daemon):
   coordinator::IdentityStore* identities() const { return identities_.get(); }

@@ -77,6 +77,12 @@ const std::vector<DaemonSetting>& daemon_settings() {
       {"insecure", "--insecure", "true|false",
        "serve plaintext without authentication (development only; refused unless listen is a loopback "
        "address)"},
+      {"http_listen", "--http-listen", "HOST:PORT",
+       "serve HTTPS (/metrics for Prometheus) here, with the gRPC port's certificate and bearer tokens; "
+       "empty (the default): no HTTP port"},
+      {"http_token_file", "--http-token-file", "FILE",
+       "a file (mode 0600) holding a bearer token the HTTPS port accepts besides users' tokens; required "
+       "on agents, which have no user database (put the same scrape token on every node)"},
   };
   return settings;
 }
@@ -170,6 +176,10 @@ Status DaemonConfig::set(const std::string& key, const std::string& value, const
     options_.user_map = std::move(map);
   } else if (key == "join_token") {
     options_.join_token = value;
+  } else if (key == "http_listen") {
+    options_.http_listen = value;
+  } else if (key == "http_token_file") {
+    options_.http_token_file = value;
   } else if (key == "insecure") {
     if (value != "true" && value != "false")
       return invalid_argument_error("{}: insecure: '{}' is not true or false", where, value);

@@ -16,6 +16,9 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/agent/free_port.h"
+#include "daemon/metrics/coordinator_collector.h"
+#include "daemon/metrics/rpc_metrics_interceptor.h"
+#include "daemon/server/daemon_http.h"
 #include "daemon/server/server_limits.h"
 #include "daemon/coordinator/rendezvous.h"
 #include "daemon/service/grpc_status.h"
@@ -106,6 +109,9 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
                              static_cast<int>(kMinClientPingInterval.count()));
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   apply_server_limits(builder);
+  // /metrics counts and times every call through an interceptor, so no handler changes.
+  server->metrics_ = std::make_unique<metrics::DaemonMetrics>();
+  builder.experimental().SetInterceptorCreators(metrics::rpc_metrics_interceptors(server->metrics_.get()));
 
   // The node id is needed before the port opens: it names this node's certificate.
   char hostname[256] = {};
@@ -149,6 +155,8 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
         std::make_unique<RendezvousService>(server->coordinator_.get(), server->security_.get());
     builder.RegisterService(server->coordinator_service_.get());
     builder.RegisterService(server->rendezvous_service_.get());
+    server->metrics_->add_collectable(
+        std::make_shared<metrics::CoordinatorCollector>(server->coordinator_.get(), &server->clock_));
   }
   if (server->has_agent()) {
     roles.push_back("agent");
@@ -163,6 +171,8 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
     server->supervisor_ = std::make_unique<agent::TaskSupervisor>(
         supervisor_options, &server->launcher_, [self](const agent::TaskExit& exit) {
           // Runs on the supervisor's threads: only queue it (STYLE: no RPC inside the callback).
+          self->metrics_->record_task_exit(
+              metrics::task_exit_reason(exit.status.exit_code, exit.status.signal, exit.stopped));
           {
             std::lock_guard<std::mutex> lock(self->mu_);
             self->exits_queue_.push_back(exit);
@@ -200,6 +210,16 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
   if (server->has_coordinator()) {
     server->coordinator_service_->set_address(server->address_);
     COHORT_RETURN_IF_ERROR(server->security_->write_first_admin_credentials(server->address_));
+  }
+  if (!server->options_.http_listen.empty()) {
+    DaemonHttpOptions http_options;
+    http_options.listen = server->options_.http_listen;
+    http_options.token_file = server->options_.http_token_file;
+    http_options.security = server->security_.get();
+    http_options.metrics = server->metrics_.get();
+    COHORT_ASSIGN_OR_RETURN(server->http_server_, create_daemon_http(http_options));
+    COHORT_RETURN_IF_ERROR(server->http_server_->start());
+    spdlog::info("cohortd serves /metrics on {}", server->http_server_->url());
   }
   server->tick_healthy_until_ns_ = server->healthy_deadline_ns(server->options_.tick_interval);
   server->agent_healthy_until_ns_ = server->healthy_deadline_ns(std::chrono::milliseconds(0));
@@ -542,6 +562,8 @@ void DaemonServer::shutdown() {
 
 void DaemonServer::shutdown_once() {
   shutting_down_ = true;
+  // First: its pages read the coordinator, which stops below.
+  if (http_server_ != nullptr) http_server_->stop();
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;

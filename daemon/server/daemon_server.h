@@ -56,6 +56,8 @@
 #include "daemon/agent/task_supervisor.h"
 #include "daemon/coordinator/clock.h"
 #include "daemon/coordinator/coordinator.h"
+#include "daemon/http/http_server.h"
+#include "daemon/metrics/daemon_metrics.h"
 #include "daemon/security/daemon_security.h"
 #include "daemon/service/agent_service.h"
 #include "daemon/service/coordinator_service.h"
@@ -127,6 +129,9 @@ struct DaemonServerOptions {
   bool insecure = false;
   std::string join_token;        // agent role: joins the cluster with it on first start
   std::string credentials_file;  // agent role: written by the join (node key + certificate dir)
+  // Observability (daemon/server/daemon_http.h): the HTTPS port serving /metrics; empty: none.
+  std::string http_listen;      // HOST:PORT (port 0 picks a free one)
+  std::string http_token_file;  // a scrape token accepted besides users' tokens (required on agents)
 };
 
 class DaemonServer {
@@ -152,6 +157,10 @@ class DaemonServer {
   security::DaemonSecurity& security() { return *security_; }
   // The node id the agent registers as (kAgent, kAll); empty for kCoordinator.
   const std::string& node_id() const { return node_id_; }
+  // The HTTPS port bound (http_listen), 0 when it is off.
+  int http_port() const { return http_server_ == nullptr ? 0 : http_server_->port(); }
+  // What /metrics shows; owned by the server.
+  metrics::DaemonMetrics& metrics() { return *metrics_; }
 
   // The first half of a graceful stop (SIGTERM): health turns NOT_SERVING, SubmitJob and
   // LaunchTasks answer UNAVAILABLE "draining", and this node's running tasks are stopped (SIGTERM,
@@ -211,7 +220,9 @@ class DaemonServer {
   std::unique_ptr<cohort::v1::Coordinator::Stub> coordinator_stub_;  // the agent's coordinator
   std::string node_id_;
   std::chrono::milliseconds heartbeat_interval_ = kRegisterRetryInterval;  // agent thread only
+  std::unique_ptr<metrics::DaemonMetrics> metrics_;  // declared before server_: its interceptor uses it
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<http::HttpServer> http_server_;  // http_listen; stopped first in shutdown
   int port_ = 0;
   std::string address_;
 
