@@ -42,11 +42,12 @@ bool setup_tls(SSL_CTX& ctx, const std::string& key_pem, const std::string& cert
       return false;
     }
   }
-  std::unique_ptr<BIO, decltype(&BIO_free)> key_bio(BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size())),
-                                                    BIO_free);
+  std::unique_ptr<BIO, decltype(&BIO_free)> key_bio(
+      BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size())), BIO_free);
   std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> key(
       PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr), EVP_PKEY_free);
-  return key != nullptr && SSL_CTX_use_PrivateKey(&ctx, key.get()) == 1 && SSL_CTX_check_private_key(&ctx) == 1;
+  return key != nullptr && SSL_CTX_use_PrivateKey(&ctx, key.get()) == 1 &&
+         SSL_CTX_check_private_key(&ctx) == 1;
 }
 
 void refuse(httplib::Response& response, int status, const std::string& message) {
@@ -60,23 +61,27 @@ void refuse(httplib::Response& response, int status, const std::string& message)
 
 std::string bearer_token(const std::string& authorization) {
   constexpr std::string_view kBearer = "Bearer ";
-  if (authorization.size() <= kBearer.size() || authorization.compare(0, kBearer.size(), kBearer) != 0) return "";
+  if (authorization.size() <= kBearer.size() || authorization.compare(0, kBearer.size(), kBearer) != 0)
+    return "";
   return authorization.substr(kBearer.size());
 }
 
 StatusOr<std::unique_ptr<HttpServer>> HttpServer::create(HttpServerOptions options) {
   COHORT_ASSIGN_OR_RETURN(auto host_port, split_listen(options.listen));
   const auto& [host, port] = host_port;
-  if (options.threads < 1) return invalid_argument_error("HTTP threads is {}; it must be at least 1", options.threads);
+  if (options.threads < 1)
+    return invalid_argument_error("HTTP threads is {}; it must be at least 1", options.threads);
   if (options.plaintext && !is_loopback(host)) {
     return invalid_argument_error(
         "http_listen {:?} is not a loopback address, and insecure mode serves plain HTTP without "
         "authentication; listen on 127.0.0.1 or turn insecure off",
         options.listen);
   }
-  if (!options.plaintext && (options.key_pem.empty() || options.certificate_pem.empty() || !options.verify_token)) {
+  if (!options.plaintext &&
+      (options.key_pem.empty() || options.certificate_pem.empty() || !options.verify_token)) {
     return invalid_argument_error(
-        "the HTTPS server on {} needs a key, a certificate and a token verifier (a daemon bug)", options.listen);
+        "the HTTPS server on {} needs a key, a certificate and a token verifier (a daemon bug)",
+        options.listen);
   }
 
   std::unique_ptr<HttpServer> server(new HttpServer(std::move(options)));
@@ -88,12 +93,15 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::create(HttpServerOptions optio
         [&opts](SSL_CTX& ctx) { return setup_tls(ctx, opts.key_pem, opts.certificate_pem); });
     if (!tls->is_valid()) {
       return invalid_argument_error(
-          "the HTTPS server on {} cannot use this daemon's key and certificate (OpenSSL refused them)", opts.listen);
+          "the HTTPS server on {} cannot use this daemon's key and certificate (OpenSSL refused them)",
+          opts.listen);
     }
     server->server_ = std::move(tls);
   }
   const int threads = opts.threads;
-  server->server_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  server->server_->new_task_queue = [threads] {
+    return new httplib::ThreadPool(static_cast<size_t>(threads));
+  };
   server->server_->set_read_timeout(opts.io_timeout);
   server->server_->set_write_timeout(opts.io_timeout);
   server->server_->set_payload_max_length(kMaxHttpRequestBytes);
@@ -117,8 +125,8 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::create(HttpServerOptions optio
     server->port_ = port;
   }
   if (server->port_ <= 0) {
-    return unavailable_error("cannot listen on http_listen {}: the address is in use or not local; pick another",
-                             opts.listen);
+    return unavailable_error(
+        "cannot listen on http_listen {}: the address is in use or not local; pick another", opts.listen);
   }
   const std::string shown_host = host.find(':') != std::string::npos ? "[" + host + "]" : host;
   server->url_ = fmt::format("{}://{}:{}", opts.plaintext ? "http" : "https", shown_host, server->port_);
@@ -138,8 +146,8 @@ void HttpServer::handle_get(const std::string& path, HttpAccess access, HttpHand
   }
   const bool plaintext = options_.plaintext;
   const TokenVerifier verify = options_.verify_token;
-  server_->Get(pattern, [plaintext, verify, access, handler = std::move(handler)](const httplib::Request& request,
-                                                                                 httplib::Response& response) {
+  server_->Get(pattern, [plaintext, verify, access, handler = std::move(handler)](
+                            const httplib::Request& request, httplib::Response& response) {
     HttpRequest call;
     call.path = request.path;
     call.params.insert(request.params.begin(), request.params.end());
@@ -155,7 +163,8 @@ void HttpServer::handle_get(const std::string& path, HttpAccess access, HttpHand
       std::optional<HttpCaller> caller = verify(token);
       if (!caller) return refuse(response, 401, "the bearer token is not valid here (unknown or revoked)");
       if (access == HttpAccess::kAdmin && !caller->admin)
-        return refuse(response, 403, fmt::format("user {} is not an admin; this page is for admins", caller->name));
+        return refuse(response, 403,
+                      fmt::format("user {} is not an admin; this page is for admins", caller->name));
       call.caller = *caller;
     }
     HttpResponse answer = handler(call);

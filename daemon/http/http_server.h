@@ -66,9 +66,9 @@ struct HttpCaller {
 using TokenVerifier = std::function<std::optional<HttpCaller>(const std::string& token)>;
 
 struct HttpRequest {
-  std::string path;                           // "/metrics"
+  std::string path;                                // "/metrics"
   std::multimap<std::string, std::string> params;  // query parameters
-  HttpCaller caller;                          // who is asking (authenticated)
+  HttpCaller caller;                               // who is asking (authenticated)
 };
 
 struct HttpResponse {
@@ -80,13 +80,13 @@ struct HttpResponse {
 using HttpHandler = std::function<HttpResponse(const HttpRequest&)>;
 
 struct HttpServerOptions {
-  std::string listen;           // HOST:PORT; port 0 picks a free one
-  std::string key_pem;          // TLS private key (PEM); required unless plaintext
-  std::string certificate_pem;  // TLS certificate, leaf first (PEM); required unless plaintext
-  bool plaintext = false;       // insecure mode: HTTP, no authentication (loopback hosts only)
-  TokenVerifier verify_token;   // required unless plaintext
-  int threads = kDefaultHttpThreads;                          // requests served at once
-  std::chrono::seconds io_timeout = kDefaultHttpIoTimeout;    // read / write timeout per request
+  std::string listen;                 // HOST:PORT; port 0 picks a free one
+  std::string key_pem;                // TLS private key (PEM); required unless plaintext
+  std::string certificate_pem;        // TLS certificate, leaf first (PEM); required unless plaintext
+  bool plaintext = false;             // insecure mode: HTTP, no authentication (loopback hosts only)
+  TokenVerifier verify_token;         // required unless plaintext
+  int threads = kDefaultHttpThreads;  // requests served at once
+  std::chrono::seconds io_timeout = kDefaultHttpIoTimeout;  // read / write timeout per request
 };
 
 class HttpServer {

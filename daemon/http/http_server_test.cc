@@ -32,7 +32,8 @@ class HttpServerTest : public ::testing::Test {
   void SetUp() override {
     StatusOr<security::ClusterCa> ca = security::ClusterCa::load_or_create(dir_.path() + "/ca");
     ASSERT_TRUE(ca.ok()) << ca.status().to_string();
-    StatusOr<security::KeyAndCertificate> issued = ca->issue("cohort-coordinator", {"cohort-coordinator"}, {"127.0.0.1"});
+    StatusOr<security::KeyAndCertificate> issued =
+        ca->issue("cohort-coordinator", {"cohort-coordinator"}, {"127.0.0.1"});
     ASSERT_TRUE(issued.ok()) << issued.status().to_string();
     ca_file_ = dir_.path() + "/ca.pem";
     std::ofstream(ca_file_) << ca->certificate_pem();
@@ -124,7 +125,8 @@ TEST_F(HttpServerTest, ClientNotTrustingTheClusterCaFailsTheHandshake) {
   ASSERT_TRUE(other_ca.ok());
   const std::string other_file = other.path() + "/other.pem";
   std::ofstream(other_file) << other_ca->certificate_pem();
-  httplib::Result result = client(other_file)->Get("/page", {{"Authorization", std::string("Bearer ") + kUserToken}});
+  httplib::Result result =
+      client(other_file)->Get("/page", {{"Authorization", std::string("Bearer ") + kUserToken}});
   EXPECT_FALSE(result);
 }
 

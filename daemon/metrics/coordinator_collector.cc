@@ -49,17 +49,19 @@ std::vector<MetricFamily> CoordinatorCollector::Collect() const {
   int queued = 0;
   int64_t oldest_submit_ms = 0;
   MetricFamily step = gauge_family("cohort_job_step", "Optimizer steps a running job reported, by job.");
-  MetricFamily epoch = gauge_family("cohort_job_epoch", "Current epoch (0-based) a running job reported, by job.");
+  MetricFamily epoch =
+      gauge_family("cohort_job_epoch", "Current epoch (0-based) a running job reported, by job.");
   MetricFamily loss = gauge_family("cohort_job_loss", "Latest training loss a running job reported, by job.");
-  MetricFamily accuracy =
-      gauge_family("cohort_job_accuracy", "Latest evaluation accuracy (0..1) a running job reported, by job.");
-  MetricFamily throughput = gauge_family("cohort_job_samples_per_second",
-                                         "Training throughput over all ranks a running job reported, by job.");
+  MetricFamily accuracy = gauge_family("cohort_job_accuracy",
+                                       "Latest evaluation accuracy (0..1) a running job reported, by job.");
+  MetricFamily throughput = gauge_family(
+      "cohort_job_samples_per_second", "Training throughput over all ranks a running job reported, by job.");
   for (const coordinator::Job& job : jobs) {
     ++by_state[job.state()];
     if (job.state() == coordinator::JobState::kPending) {
       ++queued;
-      if (oldest_submit_ms == 0 || job.submit_unix_ms < oldest_submit_ms) oldest_submit_ms = job.submit_unix_ms;
+      if (oldest_submit_ms == 0 || job.submit_unix_ms < oldest_submit_ms)
+        oldest_submit_ms = job.submit_unix_ms;
     }
     if (job.state() == coordinator::JobState::kRunning && job.last_metrics) {
       const coordinator::Metrics& m = *job.last_metrics;
@@ -81,8 +83,9 @@ std::vector<MetricFamily> CoordinatorCollector::Collect() const {
   MetricFamily queue = gauge_family("cohort_job_queue_length", "Jobs waiting to be placed (PENDING).");
   add_gauge(queue, queued);
   families.push_back(std::move(queue));
-  MetricFamily head_wait = gauge_family("cohort_job_queue_head_wait_seconds",
-                                        "How long the oldest PENDING job has waited since its submission (0: none).");
+  MetricFamily head_wait =
+      gauge_family("cohort_job_queue_head_wait_seconds",
+                   "How long the oldest PENDING job has waited since its submission (0: none).");
   add_gauge(head_wait, queued == 0 ? 0.0 : std::max<int64_t>(0, now_ms - oldest_submit_ms) / 1000.0);
   families.push_back(std::move(head_wait));
 
@@ -109,7 +112,8 @@ std::vector<MetricFamily> CoordinatorCollector::Collect() const {
   families.push_back(std::move(free_count));
   families.push_back(std::move(node_free));
 
-  for (MetricFamily* family : {&step, &epoch, &loss, &accuracy, &throughput}) families.push_back(std::move(*family));
+  for (MetricFamily* family : {&step, &epoch, &loss, &accuracy, &throughput})
+    families.push_back(std::move(*family));
   return families;
 }
 

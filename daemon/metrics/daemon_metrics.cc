@@ -8,9 +8,8 @@ namespace {
 // Latency buckets (seconds) for gRPC calls: unary calls take milliseconds; store waits, barriers
 // and streams (WatchJob, StreamLogs) run up to their deadlines, so the top buckets reach a minute.
 const prometheus::Histogram::BucketBoundaries& rpc_buckets() {
-  static const prometheus::Histogram::BucketBoundaries kBuckets = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                                                                   0.1,    0.25,  0.5,    1,     2.5,  5,     10,
-                                                                   30,     60};
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {
+      0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
   return kBuckets;
 }
 
@@ -25,10 +24,14 @@ bool is_store_method(const std::string& name) {
 
 const char* reason_name(TaskExitReason reason) {
   switch (reason) {
-    case TaskExitReason::kSucceeded: return "succeeded";
-    case TaskExitReason::kFailed: return "failed";
-    case TaskExitReason::kKilled: return "killed";
-    case TaskExitReason::kStopped: return "stopped";
+    case TaskExitReason::kSucceeded:
+      return "succeeded";
+    case TaskExitReason::kFailed:
+      return "failed";
+    case TaskExitReason::kKilled:
+      return "killed";
+    case TaskExitReason::kStopped:
+      return "stopped";
   }
   return "failed";
 }
@@ -56,11 +59,12 @@ DaemonMetrics::DaemonMetrics()
                                  .Help("Rendezvous (join, barrier, leave) and key-value store operations of "
                                        "job ranks, by operation and status code.")
                                  .Register(*registry_)),
-      task_exits_(prometheus::BuildCounter()
-                      .Name("cohort_task_exits_total")
-                      .Help("Exits of the tasks this node's agent ran, by reason (succeeded, failed: non-zero "
-                            "exit code, killed: a signal the agent did not send, stopped: by the agent).")
-                      .Register(*registry_)) {
+      task_exits_(
+          prometheus::BuildCounter()
+              .Name("cohort_task_exits_total")
+              .Help("Exits of the tasks this node's agent ran, by reason (succeeded, failed: non-zero "
+                    "exit code, killed: a signal the agent did not send, stopped: by the agent).")
+              .Register(*registry_)) {
   // Every reason is on the page from the start, so rate() and alerts see a 0 before the first exit.
   for (TaskExitReason reason : {TaskExitReason::kSucceeded, TaskExitReason::kFailed, TaskExitReason::kKilled,
                                 TaskExitReason::kStopped}) {
@@ -75,7 +79,8 @@ void DaemonMetrics::record_rpc(const std::string& method, const std::string& cod
   const std::string service = slash == std::string::npos || slash == 0 ? "" : method.substr(1, slash - 1);
   const std::string name = slash == std::string::npos ? method : method.substr(slash + 1);
   rpcs_handled_.Add({{"grpc_service", service}, {"grpc_method", name}, {"grpc_code", code}}).Increment();
-  rpc_seconds_.Add({{"grpc_service", service}, {"grpc_method", name}}, rpc_buckets()).Observe(elapsed.count());
+  rpc_seconds_.Add({{"grpc_service", service}, {"grpc_method", name}}, rpc_buckets())
+      .Observe(elapsed.count());
   if (method.rfind(kRendezvousPrefix, 0) == 0) {
     rendezvous_operations_
         .Add({{"kind", is_store_method(name) ? "store" : "rendezvous"}, {"operation", name}, {"code", code}})
@@ -101,7 +106,8 @@ std::string DaemonMetrics::text() const {
   }
   for (const auto& collectable : collectables) {
     std::vector<prometheus::MetricFamily> more = collectable->Collect();
-    families.insert(families.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+    families.insert(families.end(), std::make_move_iterator(more.begin()),
+                    std::make_move_iterator(more.end()));
   }
   return prometheus::TextSerializer().Serialize(families);
 }

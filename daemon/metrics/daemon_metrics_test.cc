@@ -34,17 +34,21 @@ TEST(DaemonMetricsTest, CountsRpcsByMethodAndCodeWithLatency) {
   metrics.record_rpc("/cohort.v1.Coordinator/SubmitJob", "OK", std::chrono::milliseconds(30));
   metrics.record_rpc("/cohort.v1.Coordinator/GetJob", "NOT_FOUND", std::chrono::milliseconds(1));
   const std::string page = metrics.text();
-  EXPECT_EQ(sample(page, "cohort_grpc_server_handled_total{grpc_code=\"OK\",grpc_method=\"SubmitJob\","
-                         "grpc_service=\"cohort.v1.Coordinator\"}"),
+  EXPECT_EQ(sample(page,
+                   "cohort_grpc_server_handled_total{grpc_code=\"OK\",grpc_method=\"SubmitJob\","
+                   "grpc_service=\"cohort.v1.Coordinator\"}"),
             2);
-  EXPECT_EQ(sample(page, "cohort_grpc_server_handled_total{grpc_code=\"NOT_FOUND\",grpc_method=\"GetJob\","
-                         "grpc_service=\"cohort.v1.Coordinator\"}"),
+  EXPECT_EQ(sample(page,
+                   "cohort_grpc_server_handled_total{grpc_code=\"NOT_FOUND\",grpc_method=\"GetJob\","
+                   "grpc_service=\"cohort.v1.Coordinator\"}"),
             1);
-  EXPECT_EQ(sample(page, "cohort_grpc_server_handling_seconds_count{grpc_method=\"SubmitJob\","
-                         "grpc_service=\"cohort.v1.Coordinator\"}"),
+  EXPECT_EQ(sample(page,
+                   "cohort_grpc_server_handling_seconds_count{grpc_method=\"SubmitJob\","
+                   "grpc_service=\"cohort.v1.Coordinator\"}"),
             2);
-  EXPECT_EQ(sample(page, "cohort_grpc_server_handling_seconds_bucket{grpc_method=\"SubmitJob\","
-                         "grpc_service=\"cohort.v1.Coordinator\",le=\"0.005\"}"),
+  EXPECT_EQ(sample(page,
+                   "cohort_grpc_server_handling_seconds_bucket{grpc_method=\"SubmitJob\","
+                   "grpc_service=\"cohort.v1.Coordinator\",le=\"0.005\"}"),
             1);
   EXPECT_NE(page.find("# TYPE cohort_grpc_server_handling_seconds histogram"), std::string::npos);
   // Only rendezvous calls count as rendezvous operations.
@@ -57,10 +61,14 @@ TEST(DaemonMetricsTest, SplitsRendezvousFromStoreOperations) {
   metrics.record_rpc("/cohort.v1.Rendezvous/Set", "OK", std::chrono::milliseconds(1));
   metrics.record_rpc("/cohort.v1.Rendezvous/Wait", "DEADLINE_EXCEEDED", std::chrono::seconds(2));
   const std::string page = metrics.text();
-  EXPECT_EQ(sample(page, "cohort_rendezvous_operations_total{code=\"OK\",kind=\"rendezvous\",operation=\"Join\"}"), 1);
-  EXPECT_EQ(sample(page, "cohort_rendezvous_operations_total{code=\"OK\",kind=\"store\",operation=\"Set\"}"), 1);
-  EXPECT_EQ(sample(page, "cohort_rendezvous_operations_total{code=\"DEADLINE_EXCEEDED\",kind=\"store\","
-                         "operation=\"Wait\"}"),
+  EXPECT_EQ(
+      sample(page, "cohort_rendezvous_operations_total{code=\"OK\",kind=\"rendezvous\",operation=\"Join\"}"),
+      1);
+  EXPECT_EQ(sample(page, "cohort_rendezvous_operations_total{code=\"OK\",kind=\"store\",operation=\"Set\"}"),
+            1);
+  EXPECT_EQ(sample(page,
+                   "cohort_rendezvous_operations_total{code=\"DEADLINE_EXCEEDED\",kind=\"store\","
+                   "operation=\"Wait\"}"),
             1);
 }
 
@@ -131,7 +139,8 @@ TEST(CoordinatorCollectorTest, ShowsJobsQueueNodesAndRunningJobsMetrics) {
   EXPECT_EQ(sample(page, "cohort_job_loss" + label), 0.25);
   EXPECT_EQ(sample(page, "cohort_job_accuracy" + label), 0.5);
   EXPECT_EQ(sample(page, "cohort_job_samples_per_second" + label), 1000);
-  EXPECT_EQ(page.find("job=\"" + *waiting + "\""), std::string::npos) << "only running jobs have training gauges";
+  EXPECT_EQ(page.find("job=\"" + *waiting + "\""), std::string::npos)
+      << "only running jobs have training gauges";
   coord->shutdown();
 }
 

@@ -31,10 +31,10 @@ namespace cohort::daemon {
 inline constexpr size_t kMaxHttpTokenBytes = 4096;
 
 struct DaemonHttpOptions {
-  std::string listen;                                // http_listen: HOST:PORT (port 0: any free one)
-  std::string token_file;                            // http_token_file: a scrape token; empty: none
+  std::string listen;                                  // http_listen: HOST:PORT (port 0: any free one)
+  std::string token_file;                              // http_token_file: a scrape token; empty: none
   const security::DaemonSecurity* security = nullptr;  // TLS material and users; not owned
-  const metrics::DaemonMetrics* metrics = nullptr;   // what /metrics shows; not owned
+  const metrics::DaemonMetrics* metrics = nullptr;     // what /metrics shows; not owned
 };
 
 // The daemon's HTTPS server with /metrics registered, bound but not started. INVALID_ARGUMENT

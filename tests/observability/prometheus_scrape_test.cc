@@ -66,7 +66,8 @@ std::string read_all(const std::string& path) {
 // stopped (TERM, then KILL) by stop().
 class ChildProcess {
  public:
-  ChildProcess(const std::vector<std::string>& argv, const std::string& log, const std::string& stdin_path = "") {
+  ChildProcess(const std::vector<std::string>& argv, const std::string& log,
+               const std::string& stdin_path = "") {
     pid_ = ::fork();
     if (pid_ == 0) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -186,7 +187,8 @@ class PrometheusScrapeTest : public ::testing::Test {
     httplib::Client client("127.0.0.1", port);
     client.set_connection_timeout(kHttpTimeoutSeconds);
     client.set_read_timeout(kHttpTimeoutSeconds);
-    httplib::Result result = client.Get("/api/v1/query", httplib::Params{{"query", promql}}, httplib::Headers{});
+    httplib::Result result =
+        client.Get("/api/v1/query", httplib::Params{{"query", promql}}, httplib::Headers{});
     if (!result || result->status != 200) return "";
     // {"status":"success","data":{"resultType":"vector","result":[{"metric":{...},"value":[T,"V"]}]}}
     static const std::regex kValue(R"re("value":\[[0-9.]+,"([^"]*)"\])re");
@@ -251,15 +253,17 @@ TEST_F(PrometheusScrapeTest, PromtoolAcceptsThePage) {
   EXPECT_NE(page->body.find("cohort_grpc_server_handled_total{grpc_code=\"OK\",grpc_method=\"SubmitJob\""),
             std::string::npos)
       << page->body;
-  EXPECT_NE(page->body.find("cohort_task_exits_total{reason=\"succeeded\"} 1"), std::string::npos) << page->body;
+  EXPECT_NE(page->body.find("cohort_task_exits_total{reason=\"succeeded\"} 1"), std::string::npos)
+      << page->body;
   const std::string page_file = dir_.path() + "/metrics.txt";
   const std::string log = dir_.path() + "/promtool.log";
   write_file(page_file, page->body, 0644);
   ChildProcess promtool({kPromtool, "check", "metrics"}, log, page_file);
   const int status = promtool.wait(kTimeout);
   ASSERT_NE(status, -1) << "promtool did not finish within " << kTimeout.count() << " s";
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-      << "promtool check metrics failed:\n" << read_all(log) << "\npage:\n" << page->body;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "promtool check metrics failed:\n"
+                                                             << read_all(log) << "\npage:\n"
+                                                             << page->body;
 }
 
 TEST_F(PrometheusScrapeTest, RealPrometheusScrapesAShortJob) {
@@ -275,16 +279,22 @@ TEST_F(PrometheusScrapeTest, RealPrometheusScrapesAShortJob) {
              "    scheme: https\n"
              "    authorization:\n"
              "      type: Bearer\n"
-             "      credentials_file: " + token_file_ + "\n"
-             "    tls_config:\n"
-             "      ca_file: " + ca_file_ + "\n"
-             "      server_name: cohort-coordinator\n"
-             "    static_configs:\n"
-             "      - targets: ['127.0.0.1:" + std::to_string(server_->http_port()) + "']\n",
+             "      credentials_file: " +
+                 token_file_ +
+                 "\n"
+                 "    tls_config:\n"
+                 "      ca_file: " +
+                 ca_file_ +
+                 "\n"
+                 "      server_name: cohort-coordinator\n"
+                 "    static_configs:\n"
+                 "      - targets: ['127.0.0.1:" +
+                 std::to_string(server_->http_port()) + "']\n",
              0644);
   const std::string log = dir_.path() + "/prometheus.log";
   prometheus_ = std::make_unique<ChildProcess>(
-      std::vector<std::string>{kPrometheus, "--config.file=" + config, "--storage.tsdb.path=" + dir_.path() + "/tsdb",
+      std::vector<std::string>{kPrometheus, "--config.file=" + config,
+                               "--storage.tsdb.path=" + dir_.path() + "/tsdb",
                                "--web.listen-address=127.0.0.1:" + std::to_string(*port), "--log.level=warn"},
       log);
   ASSERT_TRUE(prometheus_->started());
@@ -294,14 +304,16 @@ TEST_F(PrometheusScrapeTest, RealPrometheusScrapesAShortJob) {
   EXPECT_EQ(wait_for_query(*port, "up{job=\"cohort\"}", "1"), "1") << "Prometheus' log:\n" << read_all(log);
   const std::string id = submit("scraped");
   EXPECT_EQ(wait_for_query(*port, "cohort_jobs{job=\"cohort\",state=\"running\"}", "1"), "1")
-      << "Prometheus never saw the job running; its log:\n" << read_all(log);
+      << "Prometheus never saw the job running; its log:\n"
+      << read_all(log);
   const auto deadline = std::chrono::steady_clock::now() + kTimeout;
   while (job_state(id) != cohort::v1::SUCCEEDED && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(kPoll);
   ASSERT_EQ(job_state(id), cohort::v1::SUCCEEDED);
 
   EXPECT_EQ(wait_for_query(*port, "cohort_jobs{job=\"cohort\",state=\"succeeded\"}", "1"), "1")
-      << "Prometheus' log:\n" << read_all(log);
+      << "Prometheus' log:\n"
+      << read_all(log);
   EXPECT_EQ(wait_for_query(*port, "cohort_task_exits_total{reason=\"succeeded\"}", "1"), "1");
   EXPECT_EQ(wait_for_query(*port, "up{job=\"cohort\"}", "1"), "1");
 }
