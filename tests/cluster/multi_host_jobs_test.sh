@@ -40,7 +40,8 @@ name: cluster-graph
 nodes: 3
 procs_per_node: 1
 communicator: flat
-# UCX prints the transport of each endpoint (ep_cfg) at info level, tagged with the host name.
+# UCX prints the transport of each endpoint (ep_cfg) at info level, tagged [host:pid:thread] (the pid
+# padded with spaces).
 env: {UCX_LOG_LEVEL: info}
 dataset: {kind: synthetic, train_size: 96, test_size: 48, input_shape: [1, 8, 8], num_classes: 4}
 data_parallel:
@@ -64,7 +65,7 @@ state="$(cluster_wait_job "${graph}" "SUCCEEDED FAILED CANCELLED" "${JOB_TIMEOUT
 check_placement "${graph}"
 while read -r rank node address; do
   log="$(cluster_cli logs "${graph}" --rank "${rank}")"
-  grep -q "\[${node}:[0-9]*:[0-9]*\] .*UCX" <<< "${log}" || fail "rank ${rank}'s UCX log is not tagged with host name ${node}"
+  grep -q "\[${node}:[0-9 ]*:[0-9]*\] .*UCX" <<< "${log}" || fail "rank ${rank}'s UCX log is not tagged with host name ${node}; its log:"$'\n'"${log}"
   grep -q "ep_cfg\[[0-9]*\]: tag(tcp/eth0)" <<< "${log}" ||
     fail "rank ${rank} on ${node} did not talk UCX over tcp/eth0 (its namespace address); its log:"$'\n'"${log}"
   if [[ "${rank}" == 0 ]]; then
