@@ -24,6 +24,7 @@
 
 #include "daemon/server/daemon_config.h"
 #include "daemon/server/daemon_server.h"
+#include "daemon/server/journal_logging.h"
 #include "daemon/server/systemd_notifier.h"
 #include "worker/base/logging.h"
 #include "worker/base/version.h"
@@ -134,6 +135,8 @@ int main(int argc, char** argv) {
   if (cohort::Status logging = cohort::init_logging("cohortd"); !logging.ok()) {
     return usage_error(logging.message() + " (cohortd's log_level setting sets COHORT_LOG_LEVEL)");
   }
+  // Under systemd, records go to journald with their priority (journalctl -p err).
+  cohort::daemon::log_to_journal_if_attached("cohortd");
   // Block the stop signals before any thread starts, so every thread inherits the mask and
   // sigwait below is the only place they arrive.
   sigset_t stop_signals;
