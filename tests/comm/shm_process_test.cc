@@ -96,12 +96,12 @@ class ShmProcessTest : public ::testing::Test {
 };
 
 TEST_F(ShmProcessTest, EveryOpDtypeAndReduceOpMatchesTheReferenceOnForcedSharedMemory) {
-  // Sizes cover the one-barrier allreduce, the pipelined one (f64 x 70001 is 3 chunks) and empty.
+  // Sizes cover the one-barrier allreduce, the pipelined one (f64 x 140001 is 2 chunks) and empty.
   for (int size : {2, 3}) {
     ProcessRanks ranks(dir_.path());
     ranks.fork_ranks(size, [&](int rank) -> Status {
       COHORT_ASSIGN_OR_RETURN(auto comm, make(rank, size, "flat", Algorithm::kShm, seconds(30)));
-      return testing::run_collective_matrix(*comm, {0, 1, 7, 1000, 70001});
+      return testing::run_collective_matrix(*comm, {0, 1, 7, 1000, 140001});
     });
     EXPECT_EQ(failed_ranks(ranks.wait_all(kTestDeadline)), "") << size << " ranks";
     server_.reset();
@@ -128,7 +128,7 @@ TEST_F(ShmProcessTest, KilledRankInsideALargeAllreduceIsNamedAndNothingStaysInDe
   constexpr Duration kTimeout = seconds(5);
   ranks.fork_ranks(3, [&](int rank) -> Status {
     COHORT_ASSIGN_OR_RETURN(auto comm, make(rank, 3, "flat", Algorithm::kShm, kTimeout));
-    std::vector<float> x(4 << 20, 1.0f);  // 16 MiB: 64 pipeline chunks
+    std::vector<float> x(4 << 20, 1.0f);  // 16 MiB: 16 pipeline chunks
     COHORT_RETURN_IF_ERROR(comm->allreduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum)->wait());
     if (x[12345] != 3.0f) return internal_error("sum {}", x[12345]);
     // The segment is unlinked once mapped: nothing of the job is in /dev/shm while it runs.

@@ -50,14 +50,14 @@ TEST_P(MatrixTest, EveryOpDtypeReduceOpAndSizeMatchesTheReference) {
 INSTANTIATE_TEST_SUITE_P(Ranks, MatrixTest, ::testing::Values(1, 2, 3, 4, 5, 8));
 
 // The same matrix forced onto the intra-node shared-memory engine (the ranks are threads here;
-// tests/comm:shm_process_test runs it with processes). 70001 f64 elements span three chunks.
+// tests/comm:shm_process_test runs it with processes). 140001 f64 elements span two chunks.
 class ShmMatrixTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(ShmMatrixTest, EveryOpDtypeReduceOpAndSizeMatchesTheReferenceOnSharedMemory) {
   CommunicatorOptions options = test_options();
   options.algorithm = Algorithm::kShm;
   auto statuses = on_loopback(GetParam(), "flat", [](Communicator& comm) {
-    return testing::run_collective_matrix(comm, {0, 1, 7, 1000, 70001});
+    return testing::run_collective_matrix(comm, {0, 1, 7, 1000, 140001});
   }, nodes_of(1 << 20), options);
   EXPECT_EQ(failures(statuses), "");
 }

@@ -41,11 +41,12 @@ constexpr size_t kDataOffset = kControlBytes * kShmMaxRanks;
 constexpr size_t kSlotBytes = 4 * kShmChunkBytes;
 // The segment name travels over the transport in a fixed buffer.
 constexpr size_t kNameBytes = 64;
-// Busy polls before yielding, and yields before sleeping in the kernel. Short: with 2 ranks on
-// 2 idle cores the peer arrives within a few hundred nanoseconds; when cores are oversubscribed
-// the spinning rank holds the core the peer needs, so it yields and then sleeps.
-constexpr int kSpinIterations = 1000;
-constexpr int kYieldIterations = 64;
+// How long a waiter polls before sleeping in the kernel. With a core per rank the peer usually
+// arrives within microseconds, and a sleeping rank pays a futex wake-up plus, on a busy machine,
+// a wait for its core (tens to hundreds of microseconds) at every step, so it polls for a while.
+// With more ranks than cores the peer needs the poller's core: it yields a few times instead.
+constexpr auto kSpinTime = std::chrono::microseconds(50);
+constexpr int kOversubscribedYields = 16;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -185,6 +186,7 @@ StatusOr<std::unique_ptr<SharedMemoryEngine>> SharedMemoryEngine::create(int ran
     return failed_precondition_error("shared-memory setup for {} failed on some rank{}", label,
                                      failure.empty() ? "" : " (here: " + failure + ")");
   }
+  engine->oversubscribed_ = size > static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
   // The peers' identities, for the liveness checks.
   engine->in_process_ = true;
   for (int r = 0; r < size; ++r) {
@@ -239,13 +241,20 @@ Status SharedMemoryEngine::check_alive(int peer, const char* op) const {
 Status SharedMemoryEngine::wait_for(int peer, uint32_t target, Deadline deadline, const char* op) {
   Control& c = control(peer);
   auto reached = [&] { return static_cast<int32_t>(c.arrive.load(std::memory_order_acquire) - target) >= 0; };
-  for (int i = 0; i < kSpinIterations; ++i) {
-    if (reached()) return ok_status();
-    cpu_relax();
-  }
-  for (int i = 0; i < kYieldIterations; ++i) {
-    if (reached()) return ok_status();
-    sched_yield();
+  if (oversubscribed_) {
+    for (int i = 0; i < kOversubscribedYields; ++i) {
+      if (reached()) return ok_status();
+      sched_yield();
+    }
+  } else {
+    const auto spin_until = Clock::now() + kSpinTime;
+    while (true) {
+      for (int i = 0; i < 64; ++i) {
+        if (reached()) return ok_status();
+        cpu_relax();
+      }
+      if (Clock::now() >= spin_until) break;
+    }
   }
   while (true) {
     // Announce the sleep before the last look, so the peer's bump either is seen here or sees us.
