@@ -7,9 +7,10 @@
 # GPU path: when nvcc is installed (PATH or ${COHORT_CUDA_HOME:-/usr/local/cuda}/bin), the
 # targets tagged "cuda" (//tests/gpu/..., the NCCL transport test) are built and tested with
 # --config=cuda instead of in the plain run, together with `bazel build --config=cuda //...`
-# (issue 7: the whole tree must build with nvcc; on a cold cache this compiles everything a second
-# time, about as long as the plain build). COHORT_CUDA_BUILD_TARGETS="//worker/comm/... ..." narrows
-# it for quick local runs.
+# (issue 7: the GPU path must build with nvcc). It builds every library and program the cuda select
+# reaches (rdeps of //third_party:cuda_enabled: the comm core, the libtorch layers, cohort-worker,
+# bench, the shared libraries) and the cuda-tagged tests; COHORT_CUDA_BUILD_TARGETS="//..." builds
+# the whole tree, or narrows it for quick runs.
 # --config=cuda writes to its own output directory (bazel-out/k8-optcuda), so the plain and cuda
 # builds do not rebuild each other. Without nvcc the cuda-tagged tests run in the plain build,
 # where they report SKIPPED (CPU-only build).
@@ -37,7 +38,18 @@ if command -v nvcc >/dev/null 2>&1 || [[ -x "${COHORT_CUDA_HOME:-/usr/local/cuda
   # The GPU path must keep compiling wherever the toolkit exists; its tests run (or skip, without
   # a GPU) in the cuda configuration, so the plain run leaves them out.
   echo "run_all: CUDA toolkit found; building with --config=cuda"
-  read -r -a cuda_build <<<"${COHORT_CUDA_BUILD_TARGETS:-//...}"
+  # Every library and program whose build --config=cuda changes: those that depend on the cuda
+  # select (//third_party:cuda_enabled), with all they need; the cuda-tagged tests are built below
+  # when they run. The rest (the daemon, the CLI, their gRPC code, the CPU-only tests) compiles
+  # to the same objects in both configurations, so building it twice would prove nothing and cost
+  # a cold run many minutes. COHORT_CUDA_BUILD_TARGETS=//... builds literally everything.
+  if [[ -n ${COHORT_CUDA_BUILD_TARGETS:-} ]]; then
+    read -r -a cuda_build <<<"$COHORT_CUDA_BUILD_TARGETS"
+  else
+    mapfile -t cuda_build < <(bazel query "kind('cc_library|cc_binary', rdeps(//..., //third_party:cuda_enabled))" 2>/dev/null)
+    [[ ${#cuda_build[@]} -gt 0 ]] || cuda_build=(//...)
+    echo "run_all: --config=cuda builds the ${#cuda_build[@]} libraries and programs that depend on //third_party:cuda_enabled"
+  fi
   if ! bazel build --config=cuda --keep_going -- "${cuda_build[@]}" >"$log" 2>&1; then
     cat "$log"
     echo "run_all: bazel build --config=cuda FAILED"
