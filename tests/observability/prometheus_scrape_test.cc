@@ -4,6 +4,7 @@
 // server name cohort-coordinator) with a user's bearer token from a credentials file. Prometheus'
 // HTTP API must then show up == 1 and the job among cohort_jobs{state="succeeded"}. `promtool
 // check metrics` must pass on the page, and the page refuses requests without a valid token.
+// An agent (no users) serves the page only to the scrape token in its http_token_file.
 
 #include <fcntl.h>
 #include <signal.h>
@@ -374,6 +375,66 @@ TEST(PrometheusTokenFileTest, ScrapeTokenFileMustBePrivate) {
   ASSERT_TRUE(page) << httplib::to_string(page.error());
   EXPECT_EQ(page->status, 200);
   (*server)->shutdown();
+}
+
+TEST(PrometheusAgentTest, AgentAcceptsOnlyItsScrapeToken) {
+  TempDir dir;
+  DaemonServerOptions coordinator_options;
+  coordinator_options.role = DaemonRole::kCoordinator;
+  coordinator_options.listen = "127.0.0.1:0";
+  coordinator_options.data_dir = dir.path() + "/coordinator";
+  auto coordinator = DaemonServer::start(coordinator_options);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().to_string();
+  auto admin = cohort::v1::Coordinator::NewStub(
+      tls::make_channel((*coordinator)->address(), testing::admin_security(coordinator_options.data_dir)));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kTimeout);
+  cohort::v1::CreateJoinTokenResponse join;
+  grpc::Status made = admin->CreateJoinToken(&context, {}, &join);
+  ASSERT_TRUE(made.ok()) << made.error_message();
+
+  // An agent has no users: without a scrape token file its HTTPS port would refuse everyone.
+  DaemonServerOptions options;
+  options.role = DaemonRole::kAgent;
+  options.listen = "127.0.0.1:0";
+  options.http_listen = "127.0.0.1:0";
+  options.data_dir = dir.path() + "/agent";
+  options.node_id = "node-a";
+  options.coordinator_address = (*coordinator)->address();
+  options.join_token = join.token();
+  options.worker_command = {"/bin/true"};
+  auto refused = DaemonServer::start(options);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("http_token_file"), std::string::npos)
+      << refused.status().to_string();
+
+  // The node joined above; this start loads its certificate and serves with it.
+  options.http_token_file = dir.path() + "/scrape.token";
+  write_file(options.http_token_file, "agent-scrape-token\n", 0600);
+  auto agent = DaemonServer::start(options);
+  ASSERT_TRUE(agent.ok()) << agent.status().to_string();
+  const std::string ca_file = dir.path() + "/ca.crt";
+  write_file(ca_file, (*coordinator)->security().ca_pem(), 0644);
+  StatusOr<std::string> user = (*coordinator)->security().identities()->add_user("alice", false);
+  ASSERT_TRUE(user.ok());
+  // The agent's certificate names the node, not an address: dial that name on 127.0.0.1.
+  const std::string name = security::node_tls_name("node-a");
+  httplib::SSLClient client(name, (*agent)->http_port());
+  client.set_hostname_addr_map({{name, "127.0.0.1"}});
+  client.set_ca_cert_path(ca_file.c_str());
+  client.enable_server_certificate_verification(true);
+  client.set_read_timeout(kHttpTimeoutSeconds);
+  httplib::Result page = client.Get("/metrics", {{"Authorization", "Bearer agent-scrape-token"}});
+  ASSERT_TRUE(page) << httplib::to_string(page.error());
+  EXPECT_EQ(page->status, 200);
+  EXPECT_NE(page->body.find("cohort_task_exits_total{reason=\"succeeded\"} 0"), std::string::npos)
+      << page->body;
+  EXPECT_EQ(page->body.find("cohort_jobs{"), std::string::npos) << "an agent has no jobs gauges";
+  httplib::Result user_token = client.Get("/metrics", {{"Authorization", "Bearer " + *user}});
+  ASSERT_TRUE(user_token);
+  EXPECT_EQ(user_token->status, 401);
+  (*agent)->shutdown();
+  (*coordinator)->shutdown();
 }
 
 }  // namespace
