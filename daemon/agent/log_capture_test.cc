@@ -1,7 +1,10 @@
 #include "daemon/agent/log_capture.h"
 
+#include <functional>
 #include <string>
 #include <thread>
+
+#include <fmt/format.h>
 
 #include <gtest/gtest.h>
 
@@ -78,6 +81,92 @@ TEST(LogCaptureTest, UnwritableDirectoryIsAnError) {
   ASSERT_FALSE(capture.ok());
   EXPECT_NE(capture.status().message().find("/proc/cohort-no-such-dir"), std::string::npos)
       << capture.status().message();
+}
+
+// A clock the tests move by hand.
+struct ManualClock {
+  int64_t ms = 1'000'000;
+  std::function<int64_t()> fn() {
+    return [this] { return ms; };
+  }
+};
+
+std::string read_all_files(const std::string& dir, const std::string& name, const LogSelection& selection,
+                           StatusCode* code = nullptr) {
+  auto confined = ConfinedDir::open(dir, kLogDirectoryMode);
+  EXPECT_TRUE(confined.ok());
+  std::string out;
+  Status status = read_log_files(*confined, name, selection, [&](std::string_view bytes) {
+    out.append(bytes);
+    return true;
+  });
+  if (code != nullptr) *code = status.code();
+  else EXPECT_TRUE(status.ok()) << status.to_string();
+  return out;
+}
+
+TEST(LogCaptureTest, TailLinesStartIgnoresTheFinalNewline) {
+  EXPECT_EQ(tail_lines_start("a\nb\nc\n", 2), 2u);
+  EXPECT_EQ(tail_lines_start("a\nb\nc", 1), 4u);
+  EXPECT_EQ(tail_lines_start("a\nb\n", 5), 0u);
+  EXPECT_EQ(tail_lines_start("a\nb\n", 0), 0u);
+}
+
+TEST(LogCaptureTest, FilesRotateAtHalfTheCapSoARankNeverHoldsMore) {
+  TempDir dir;
+  auto confined = ConfinedDir::open(dir.path(), kLogDirectoryMode);
+  ASSERT_TRUE(confined.ok());
+  LogCaptureOptions options;
+  options.max_file_bytes = 40;  // 20 bytes per file
+  auto capture = LogCapture::open_in(*confined, "rank-0.log", options);
+  ASSERT_TRUE(capture.ok()) << capture.status().to_string();
+  for (int i = 0; i < 10; ++i) (*capture)->append(fmt::format("line {:02}\n", i));  // 8 bytes each
+  (*capture)->close();
+  ASSERT_TRUE((*capture)->file_status().ok()) << (*capture)->file_status().to_string();
+  const std::string current = testing::read_file(dir.path() + "/rank-0.log");
+  const std::string rotated = testing::read_file(dir.path() + "/rank-0.log.1");
+  EXPECT_LE(current.size() + rotated.size(), 40u);
+  EXPECT_EQ(current, "line 08\nline 09\n");
+  EXPECT_EQ(rotated, "line 06\nline 07\n");
+  // Read back from disk: the rotated file first, then the current one.
+  EXPECT_EQ(read_all_files(dir.path(), "rank-0.log", {}), "line 06\nline 07\nline 08\nline 09\n");
+  EXPECT_EQ(read_all_files(dir.path(), "rank-0.log", {3, 0}), "line 07\nline 08\nline 09\n");
+  // The ring still has everything, offsets unchanged.
+  EXPECT_EQ((*capture)->size(), 80u);
+}
+
+TEST(LogCaptureTest, SinceAndTailSelectFromMemoryAndFromDisk) {
+  TempDir dir;
+  auto confined = ConfinedDir::open(dir.path(), kLogDirectoryMode);
+  ASSERT_TRUE(confined.ok());
+  ManualClock clock;
+  LogCaptureOptions options;
+  options.now_unix_ms = clock.fn();
+  auto capture = LogCapture::open_in(*confined, "rank-1.log", options);
+  ASSERT_TRUE(capture.ok()) << capture.status().to_string();
+  (*capture)->append("old 1\nold 2\n");
+  clock.ms += 60'000;
+  const int64_t since = clock.ms - 10;
+  (*capture)->append("new 1\nnew ");
+  clock.ms += 300;  // same second: no new checkpoint, still after `since`
+  (*capture)->append("2\nnew 3\n");
+
+  const std::string all = "old 1\nold 2\nnew 1\nnew 2\nnew 3\n";
+  auto from = [&](LogSelection selection) { return (*capture)->read_from((*capture)->start_of(selection)).data; };
+  EXPECT_EQ(from({}), all);
+  EXPECT_EQ(from({0, since}), "new 1\nnew 2\nnew 3\n");
+  EXPECT_EQ(from({2, 0}), "new 2\nnew 3\n");
+  EXPECT_EQ(from({1, since}), "new 3\n");
+  EXPECT_EQ(from({0, clock.ms + 5'000}), "");
+  (*capture)->close();
+
+  EXPECT_EQ(read_all_files(dir.path(), "rank-1.log", {}), all);
+  EXPECT_EQ(read_all_files(dir.path(), "rank-1.log", {0, since}), "new 1\nnew 2\nnew 3\n");
+  EXPECT_EQ(read_all_files(dir.path(), "rank-1.log", {2, 0}), "new 2\nnew 3\n");
+  EXPECT_EQ(read_all_files(dir.path(), "rank-1.log", {0, clock.ms + 5'000}), "");
+  StatusCode code = StatusCode::kOk;
+  read_all_files(dir.path(), "rank-7.log", {}, &code);
+  EXPECT_EQ(code, StatusCode::kNotFound);
 }
 
 }  // namespace

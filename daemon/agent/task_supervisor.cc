@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <filesystem>
 #include <set>
 #include <utility>
 
@@ -108,11 +110,17 @@ StatusOr<std::shared_ptr<TaskSupervisor::Task>> TaskSupervisor::start_task(const
   auto task = std::make_shared<Task>();
   task->job_id = job.job_id;
   task->rank = rank;
-  // <log_dir>/<job_id>/rank-<rank>.log, walked without following links (the job id is checked).
+  // <log_dir>/<job_id>/attempt-<N>/rank-<rank>.log, walked without following links (the job id
+  // is checked); the attempt's cap is shared evenly by its ranks here.
   COHORT_ASSIGN_OR_RETURN(ConfinedDir log_root, ConfinedDir::open(options_.log_dir, kLogDirectoryMode));
-  COHORT_ASSIGN_OR_RETURN(ConfinedDir job_logs, log_root.subdir({job.job_id}, kLogDirectoryMode));
+  std::vector<std::string> components = {job.job_id};
+  if (job.attempt > 0) components.push_back(fmt::format("attempt-{}", job.attempt));
+  COHORT_ASSIGN_OR_RETURN(ConfinedDir job_logs, log_root.subdir(components, kLogDirectoryMode));
+  LogCaptureOptions log_options;
+  log_options.max_file_bytes = options_.max_log_bytes_per_job / std::max<size_t>(job.ranks.size(), 1);
+  if (options_.max_log_bytes_per_job > 0 && log_options.max_file_bytes == 0) log_options.max_file_bytes = 1;
   COHORT_ASSIGN_OR_RETURN(std::unique_ptr<LogCapture> log,
-                          LogCapture::open_in(job_logs, fmt::format("rank-{}.log", rank)));
+                          LogCapture::open_in(job_logs, fmt::format("rank-{}.log", rank), log_options));
   task->log = std::move(log);
 
   LaunchOptions launch;
@@ -279,6 +287,43 @@ StatusOr<std::shared_ptr<LogCapture>> TaskSupervisor::log(const std::string& job
     return not_found_error("logs: job {} has no rank {} on node {}", job_id, rank, options_.node_id);
   }
   return task->second->log;
+}
+
+Status TaskSupervisor::read_log_files(const std::string& job_id, int attempt, int rank,
+                                      const LogSelection& selection,
+                                      const std::function<bool(std::string_view)>& on_data) const {
+  COHORT_RETURN_IF_ERROR(validate_job_id(job_id, "logs"));
+  if (attempt < 0) return invalid_argument_error("logs of job {}: attempt {} is negative", job_id, attempt);
+  const std::string name = fmt::format("rank-{}.log", rank);
+  // Reading never creates directories: a job or attempt that never ran here is NOT_FOUND.
+  const std::filesystem::path job_dir = std::filesystem::path(options_.log_dir) / job_id;
+  std::error_code exists_error;
+  if (!std::filesystem::is_directory(job_dir, exists_error) ||
+      (attempt > 0 && !std::filesystem::is_directory(job_dir / fmt::format("attempt-{}", attempt), exists_error))) {
+    return not_found_error("logs: no log directory {}{} on node {} (the job{} never ran here)", job_dir.string(),
+                           attempt > 0 ? fmt::format("/attempt-{}", attempt) : "", options_.node_id,
+                           attempt > 0 ? fmt::format("'s attempt {}", attempt) : "");
+  }
+  COHORT_ASSIGN_OR_RETURN(ConfinedDir log_root, ConfinedDir::open(options_.log_dir, kLogDirectoryMode));
+  StatusOr<ConfinedDir> job_logs = log_root.subdir({job_id}, kLogDirectoryMode);
+  if (!job_logs.ok()) return job_logs.status();
+  if (attempt == 0) {
+    // The newest attempt that has this rank's log here; jobs logged before attempts had their own
+    // directories keep the rank's file in the job's directory itself.
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(job_logs->path(), ec)) {
+      int n = 0;
+      const std::string dir_name = entry.path().filename().string();
+      if (std::sscanf(dir_name.c_str(), "attempt-%d", &n) == 1 && n > attempt &&
+          std::filesystem::exists(entry.path() / name, ec)) {
+        attempt = n;
+      }
+    }
+  }
+  if (attempt == 0) return agent::read_log_files(*job_logs, name, selection, on_data);
+  COHORT_ASSIGN_OR_RETURN(ConfinedDir attempt_logs,
+                          job_logs->subdir({fmt::format("attempt-{}", attempt)}, kLogDirectoryMode));
+  return agent::read_log_files(attempt_logs, name, selection, on_data);
 }
 
 StatusOr<std::vector<TaskInfo>> TaskSupervisor::tasks(const std::string& job_id) const {

@@ -63,6 +63,12 @@ inline constexpr Duration kKillWaitTimeout = std::chrono::seconds(10);
 // a ring buffer per rank). Their log files stay on disk.
 inline constexpr size_t kDefaultMaxFinishedJobs = 64;
 
+// A job attempt's rank logs on one node, all its ranks here together, are capped at this many
+// bytes on disk (each rank gets an even share, rotated at half of it, see LogCaptureOptions):
+// the newest output is kept, and a chatty job cannot fill the disk. The agent's setting
+// max_log_bytes_per_job overrides it.
+inline constexpr uint64_t kDefaultMaxLogBytesPerJob = uint64_t{1} << 30;  // 1 GiB
+
 struct TaskSupervisorOptions {
   std::string log_dir;                        // rank logs go to <log_dir>/<job_id>/rank-<rank>.log
   std::string node_id;                        // COHORT_NODE_ID
@@ -74,11 +80,15 @@ struct TaskSupervisorOptions {
   Duration output_drain_timeout = kDefaultOutputDrainTimeout;  // exit → last output bytes
   const coordinator::Clock* clock = nullptr;           // times the grace period; nullptr: the system clock
   size_t max_finished_jobs = kDefaultMaxFinishedJobs;  // ended jobs kept; older ones are forgotten
+  uint64_t max_log_bytes_per_job = kDefaultMaxLogBytesPerJob;  // rank logs of an attempt here; 0: no cap
 };
 
 // The tasks of one job that run on this node.
 struct JobTasks {
   std::string job_id;
+  // The attempt: its rank logs go to <log_dir>/<job_id>/attempt-<N>/rank-<R>.log, so every
+  // attempt's output stays readable (`cohort logs --attempt N`); 0: <log_dir>/<job_id>/rank-<R>.log.
+  int attempt = 0;
   std::vector<std::string> argv;           // the worker command; argv[0] an absolute path
   std::string working_dir;                 // empty: the agent's working directory
   int world_size = 0;                      // ranks in the whole job
@@ -138,6 +148,13 @@ class TaskSupervisor {
 
   // The rank's captured output; it stays readable after the job ends until forget(). Non-blocking.
   StatusOr<std::shared_ptr<LogCapture>> log(const std::string& job_id, int rank) const;
+
+  // Reads a rank's log files from disk (rotated part first), the part `selection` picks, to
+  // `on_data` until it returns false: for an attempt other than the one in memory, or once the
+  // agent restarted or forgot the job. attempt 0: the newest attempt with a log for the rank.
+  // NOT_FOUND naming the path when there is none. Blocking (disk reads).
+  Status read_log_files(const std::string& job_id, int attempt, int rank, const LogSelection& selection,
+                        const std::function<bool(std::string_view)>& on_data) const;
 
   // The job's ranks, ascending. NOT_FOUND for an unknown job. Non-blocking.
   StatusOr<std::vector<TaskInfo>> tasks(const std::string& job_id) const;

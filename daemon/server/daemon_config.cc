@@ -60,6 +60,10 @@ const std::vector<DaemonSetting>& daemon_settings() {
       {"shutdown_grace_ms", "--shutdown-grace-ms", "MS", "how long shutdown lets in-flight calls finish"},
       {"peer_rpc_timeout_ms", "--peer-rpc-timeout-ms", "MS", "deadline of one call between daemons"},
       {"log_level", "--log-level", "LEVEL", "trace, debug, info, warn, error or off"},
+      {"max_log_bytes_per_job", "--max-log-bytes-per-job", "BYTES",
+       "agent: the rank logs of one job attempt on this node keep at most this many bytes on disk "
+       "together (each rank's file rotates at half its share, the newest output is kept; default "
+       "1073741824, 1 GiB; 0: no cap)"},
       {"allowed_path_roots", "--allowed-path-roots", "DIR[,DIR...]",
        "directories (besides each job's own) that a spec's checkpoint.dir, dataset.path and "
        "torchscript_file may lie under (default /usr/share/datasets); a YAML list or comma-separated"},
@@ -174,6 +178,10 @@ Status DaemonConfig::set(const std::string& key, const std::string& value, const
       map[entry.substr(0, eq)] = entry.substr(eq + 1);
     }
     options_.user_map = std::move(map);
+  } else if (key == "max_log_bytes_per_job") {
+    // Up to a pebibyte: anything larger is a typo.
+    COHORT_ASSIGN_OR_RETURN(long long bytes, parse_integer(value, 0, 1LL << 50, where, key));
+    options_.max_log_bytes_per_job = static_cast<uint64_t>(bytes);
   } else if (key == "join_token") {
     options_.join_token = value;
   } else if (key == "http_listen") {

@@ -30,6 +30,7 @@ stop_grace_ms: 5000
 shutdown_grace_ms: 3000
 peer_rpc_timeout_ms: 4000
 log_level: debug
+max_log_bytes_per_job: 4096
 )",
                                      "cohortd.yaml");
   ASSERT_TRUE(applied.ok()) << applied.to_string();
@@ -52,6 +53,7 @@ log_level: debug
   EXPECT_EQ(options->shutdown_grace.count(), 3000);
   EXPECT_EQ(options->peer_rpc_timeout.count(), 4000);
   EXPECT_EQ(config.log_level(), "debug");
+  EXPECT_EQ(options->max_log_bytes_per_job, 4096u);
 }
 
 TEST(DaemonConfigTest, EveryProblemIsReportedWithFileAndLine) {

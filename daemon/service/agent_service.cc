@@ -95,6 +95,7 @@ Status AgentService::launch(const cohort::v1::LaunchTasksRequest& request,
     return invalid_argument_error("LaunchTasks for job '{}': no tasks given", request.job_id());
   agent::JobTasks job;
   job.job_id = request.job_id();
+  job.attempt = request.attempt();  // each attempt logs to its own directory
   // Never as root: the owner's mapped user, else the job user (or the agent's own user when the
   // agent is not root and cannot switch).
   COHORT_ASSIGN_OR_RETURN(job.run_as,
@@ -245,9 +246,38 @@ grpc::Status AgentService::StreamLogs(grpc::ServerContext* context,
         request->job_id(), request->rank()));
   }
   if (Status id = agent::validate_job_id(request->job_id(), "StreamLogs"); !id.ok()) return to_grpc_status(id);
+  if (request->attempt() < 0 || request->tail_lines() < 0 || request->since_unix_ms() < 0) {
+    return to_grpc_status(invalid_argument_error(
+        "StreamLogs for job '{}' rank {}: attempt {}, tail_lines {} and since_unix_ms {} must be >= 0",
+        request->job_id(), request->rank(), request->attempt(), request->tail_lines(), request->since_unix_ms()));
+  }
+  const agent::LogSelection selection{request->tail_lines(), request->since_unix_ms()};
   StatusOr<std::shared_ptr<agent::LogCapture>> capture = supervisor_->log(request->job_id(), request->rank());
-  if (!capture.ok()) return to_grpc_status(capture.status());
-  uint64_t offset = 0;
+  if (!capture.ok() && capture.status().code() != StatusCode::kNotFound) return to_grpc_status(capture.status());
+  const std::optional<int> live_attempt = attempt_of(request->job_id());
+  const bool in_memory =
+      capture.ok() && (request->attempt() == 0 || (live_attempt && *live_attempt == request->attempt()));
+  if (!in_memory) {
+    // An older attempt, or a job this agent no longer holds (it restarted, or forgot the job):
+    // the rank's files on disk have it; there is nothing to follow.
+    int64_t offset = 0;
+    bool client_left = false;
+    Status read = supervisor_->read_log_files(
+        request->job_id(), request->attempt(), request->rank(), selection, [&](std::string_view bytes) {
+          cohort::v1::LogChunk out;
+          out.set_rank(request->rank());
+          out.set_stream(cohort::v1::BOTH);
+          out.set_data(std::string(bytes));
+          out.set_offset(offset);
+          offset += static_cast<int64_t>(bytes.size());
+          client_left = context->IsCancelled() || !writer->Write(out);
+          return !client_left;
+        });
+    return client_left ? grpc::Status::OK : to_grpc_status(read);
+  }
+  // Without a selection, from 0: a reader then learns (skipped, log_path) what the ring dropped.
+  const bool selected = selection.tail_lines > 0 || selection.since_unix_ms > 0;
+  uint64_t offset = selected ? (*capture)->start_of(selection) : 0;
   while (!context->IsCancelled()) {
     agent::LogChunk chunk = request->follow() ? (*capture)->wait_and_read_from(offset, kLogFollowPollInterval)
                                               : (*capture)->read_from(offset);
