@@ -99,14 +99,7 @@ TEST_F(CommandJobTest, CancelStopsEveryRank) {
   ASSERT_FALSE(id.empty());
   ASSERT_EQ(wait_for_state(id, cohort::v1::RUNNING).state(), cohort::v1::RUNNING);
   ASSERT_TRUE(wait_for_workers(id, 2));
-  cohort::v1::CancelJobRequest request;
-  request.set_job_id(id);
-  request.set_reason("test cancel");
-  cohort::v1::CancelJobResponse response;
-  grpc::ClientContext context;
-  set_deadline(&context);
-  grpc::Status status = stub_->CancelJob(&context, request, &response);
-  ASSERT_TRUE(status.ok()) << status.error_message();
+  cancel(id, "test cancel");
   EXPECT_EQ(wait_for_state(id, cohort::v1::CANCELLED).state(), cohort::v1::CANCELLED);
   EXPECT_TRUE(wait_for_no_workers(id)) << worker_pids(id).size() << " ranks still run";
 }

@@ -28,7 +28,6 @@ namespace cohort::daemon {
 namespace {
 
 using testing::kJobTimeout;
-using testing::set_deadline;
 using testing::wait_for_nodes;
 using testing::worker_pids;
 
@@ -147,14 +146,7 @@ TEST_F(EndToEndTest, CancelStopsEveryWorkerProcess) {
   ASSERT_TRUE(wait_for_workers(id, 2));
   ASSERT_TRUE(wait_for_training(id)) << get_job(id).reason();
 
-  cohort::v1::CancelJobRequest request;
-  request.set_job_id(id);
-  request.set_reason("e2e cancel");
-  cohort::v1::CancelJobResponse response;
-  grpc::ClientContext context;
-  set_deadline(&context);
-  grpc::Status status = stub_->CancelJob(&context, request, &response);
-  ASSERT_TRUE(status.ok()) << status.error_message();
+  cancel(id, "e2e cancel");
   EXPECT_EQ(wait_for_state(id, cohort::v1::CANCELLED).state(), cohort::v1::CANCELLED);
   EXPECT_TRUE(wait_for_no_workers(id)) << worker_pids(id).size() << " workers still run";
 }

@@ -180,6 +180,18 @@ class LiveClusterTest : public ::testing::Test {
     return false;
   }
 
+  // Coordinator.CancelJob as an admin; a refused call is a test failure.
+  void cancel(const std::string& id, const std::string& reason) {
+    cohort::v1::CancelJobRequest request;
+    request.set_job_id(id);
+    request.set_reason(reason);
+    cohort::v1::CancelJobResponse response;
+    grpc::ClientContext context;
+    set_deadline(&context);
+    grpc::Status status = stub_->CancelJob(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+  }
+
   bool wait_for_no_workers(const std::string& id) {
     const auto give_up = std::chrono::steady_clock::now() + kRpcTimeout;
     while (std::chrono::steady_clock::now() < give_up) {

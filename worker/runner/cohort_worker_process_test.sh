@@ -13,23 +13,7 @@ fail() {
   failed=1
 }
 
-cat > "${tmp}/job.pbtxt" <<'SPEC'
-name: "process-test"
-dataset { kind: SYNTHETIC train_size: 128 test_size: 64 input_shape: [1, 8, 8] num_classes: 4 }
-data_parallel {
-  graph {
-    layers { type: "flatten" }
-    layers { type: "linear" in_features: 64 out_features: 16 }
-    layers { type: "relu" }
-    layers { type: "linear" in_features: 16 out_features: 4 }
-  }
-}
-loss: "cross_entropy"
-optimizer { kind: MOMENTUM lr: 0.1 momentum: 0.9 }
-batch_size: 16
-epochs: 2
-seed: 3
-SPEC
+cp "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/data/specs/tiny_job.pbtxt" "${tmp}/job.pbtxt"
 
 pids=()
 for r in 0 1; do

@@ -191,23 +191,7 @@ bad="$(grep -E '^ +[0-9]+ ' "${tmp}/bench.out" | awk '$NF != 0' | wc -l)"
 [[ "${bad}" -eq 0 ]] || fail "cohort-bench: ${bad} rows with wrong elements"
 
 # --- 2. a graph job through sbatch: two cohort-worker tasks train a tiny synthetic spec.
-cat > "${tmp}/job.pbtxt" << 'SPEC'
-name: "slurm-test"
-dataset { kind: SYNTHETIC train_size: 128 test_size: 64 input_shape: [1, 8, 8] num_classes: 4 }
-data_parallel {
-  graph {
-    layers { type: "flatten" }
-    layers { type: "linear" in_features: 64 out_features: 16 }
-    layers { type: "relu" }
-    layers { type: "linear" in_features: 16 out_features: 4 }
-  }
-}
-loss: "cross_entropy"
-optimizer { kind: MOMENTUM lr: 0.1 momentum: 0.9 }
-batch_size: 16
-epochs: 2
-seed: 3
-SPEC
+cp "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/data/specs/tiny_job.pbtxt" "${tmp}/job.pbtxt"
 cat > "${tmp}/graph.sbatch" << SCRIPT
 #!/bin/bash
 #SBATCH --job-name=cohort-graph
