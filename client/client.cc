@@ -82,6 +82,20 @@ StatusOr<cohort::v1::JobRecord> Client::get(const std::string& job_id) {
   return response.job();
 }
 
+StatusOr<std::vector<cohort::v1::MetricsPoint>> Client::metrics(const std::string& job_id, int64_t after_seq,
+                                                                 int attempt) {
+  cohort::v1::GetMetricsRequest request;
+  request.set_job_id(job_id);
+  request.set_after_seq(after_seq);
+  request.set_attempt(attempt);
+  cohort::v1::GetMetricsResponse response;
+  grpc::ClientContext context;
+  set_deadline(&context);
+  grpc::Status status = coordinator_->GetMetrics(&context, request, &response);
+  if (!status.ok()) return rpc_error(status, "Coordinator.GetMetrics", address_);
+  return std::vector<cohort::v1::MetricsPoint>(response.points().begin(), response.points().end());
+}
+
 StatusOr<std::vector<cohort::v1::JobRecord>> Client::list(const std::vector<cohort::v1::JobState>& states,
                                                           bool all_users) {
   cohort::v1::ListJobsRequest request;
@@ -151,7 +165,7 @@ Status Client::watch(const std::string& job_id, const JobEventCallback& on_event
 }
 
 Status Client::logs(const std::string& job_id, int rank, bool follow, const LogCallback& on_data,
-                    StreamTimeout timeout, const LogGapCallback& on_gap) {
+                    StreamTimeout timeout, const LogGapCallback& on_gap, const LogSelection& selection) {
   COHORT_ASSIGN_OR_RETURN(cohort::v1::JobRecord job, get(job_id));
   const cohort::v1::Placement& placement = job.placement();
   if (placement.nodes_size() == 0 && is_final(job.state())) {
@@ -178,6 +192,11 @@ Status Client::logs(const std::string& job_id, int rank, bool follow, const LogC
   // A finished job's task has exited: follow only while there is something to wait for.
   request.set_follow(follow && !is_final(job.state()));
   request.set_stream(cohort::v1::BOTH);
+  request.set_attempt(selection.attempt);
+  request.set_tail_lines(selection.tail_lines);
+  request.set_since_unix_ms(selection.since_unix_ms);
+  // Only the newest attempt has a task to follow.
+  if (selection.attempt != 0 && selection.attempt != job.attempt()) request.set_follow(false);
   grpc::ClientContext context;
   if (timeout.has_value()) {
     context.set_deadline(std::chrono::system_clock::now() + *timeout);
@@ -190,7 +209,11 @@ Status Client::logs(const std::string& job_id, int rank, bool follow, const LogC
   cohort::v1::LogChunk chunk;
   bool stopped = false;
   int64_t expected_offset = 0;  // where the bytes received so far end
+  // A tail or a time cut starts where it starts: only bytes missing after that are a gap.
+  bool first = selection.tail_lines > 0 || selection.since_unix_ms > 0;
   while (reader->Read(&chunk)) {
+    if (first) expected_offset = chunk.offset();
+    first = false;
     if (chunk.offset() > expected_offset && on_gap) {
       on_gap(chunk.offset() - expected_offset, chunk.log_path(), node->node_id());
     }

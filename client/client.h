@@ -68,6 +68,13 @@ struct ClientOptions {
 // the task exits) or the callback stops it.
 using StreamTimeout = std::optional<std::chrono::milliseconds>;
 
+// Which part of a rank's output `Client::logs` reads (cohort logs --attempt / --tail / --since).
+struct LogSelection {
+  int attempt = 0;            // 0: the newest attempt on the rank's node
+  int tail_lines = 0;         // only the last this many lines (then new ones when following); 0: all
+  int64_t since_unix_ms = 0;  // only output from this time on (to about a second); 0: all
+};
+
 // Receives one event of a job; returns false to stop watching.
 using JobEventCallback = std::function<bool(const cohort::v1::JobEvent& event)>;
 // Receives a chunk of a rank's output; returns false to stop reading.
@@ -96,6 +103,11 @@ class Client {
 
   // One job's record. NOT_FOUND for an unknown id. Blocks up to the RPC timeout.
   StatusOr<cohort::v1::JobRecord> get(const std::string& job_id);
+
+  // The job's stored metrics reports with seq > after_seq, oldest first (attempt 0: every
+  // attempt); kept across coordinator restarts. Blocks up to the RPC timeout.
+  StatusOr<std::vector<cohort::v1::MetricsPoint>> metrics(const std::string& job_id, int64_t after_seq = 0,
+                                                          int attempt = 0);
 
   // Job records in submission order, only those in `states` when it is non-empty. Follows every
   // page of ListJobs (one RPC per kMaxJobsPageSize jobs), so it may block for several RPC timeouts.
@@ -131,8 +143,11 @@ class Client {
   // callback returns false or the timeout passes. FAILED_PRECONDITION while the job has no
   // placement (it is still queued); INVALID_ARGUMENT for a rank outside the job. `on_gap`
   // (optional) hears of output the agent already dropped, before the chunk after the gap. Blocks.
+  // `selection` picks an attempt and a part of the output (the gap callback then hears only of
+  // bytes missing inside that part).
   Status logs(const std::string& job_id, int rank, bool follow, const LogCallback& on_data,
-              StreamTimeout timeout = std::nullopt, const LogGapCallback& on_gap = nullptr);
+              StreamTimeout timeout = std::nullopt, const LogGapCallback& on_gap = nullptr,
+              const LogSelection& selection = {});
 
  private:
   // A unary call's context with the RPC deadline.

@@ -39,7 +39,8 @@ std::string tool_usage() {
       "                           talks plaintext (only a daemon with `insecure: true` accepts that)\n"
       "  --coordinator HOST:PORT  the coordinator (default: $COHORT_COORDINATOR, else the credentials\n"
       "                           file's, else {})\n"
-      "  -o, --output FORMAT      human (default) or json: the records in protobuf's JSON mapping\n"
+      "  -o, --output FORMAT      human (default) or json: the records in protobuf's JSON mapping;\n"
+      "                           csv for `cohort metrics`\n"
       "  -h, --help               this help, or a command's with `cohort <command> --help`\n"
       "  --version                print the client's version\n"
       "\n"
@@ -108,10 +109,13 @@ int run_cli(const std::vector<std::string>& args, const CliIo& io) {
     if (matched != 0) {
       if (matched > 0 && value == "json") {
         context.format = OutputFormat::kJson;
+      } else if (matched > 0 && value == "csv") {
+        context.format = OutputFormat::kCsv;
       } else if (matched > 0 && value == "human") {
         context.format = OutputFormat::kHuman;
       } else {
-        *io.err << "cohort: -o takes json or human" << (matched > 0 ? ", not '" + value + "'" : "") << '\n';
+        *io.err << "cohort: -o takes json, csv (cohort metrics) or human"
+                << (matched > 0 ? ", not '" + value + "'" : "") << '\n';
         return kExitUsage;
       }
       continue;
@@ -152,6 +156,10 @@ int run_cli(const std::vector<std::string>& args, const CliIo& io) {
   if (help) {
     *io.out << command->help;
     return kExitOk;
+  }
+  if (context.format == OutputFormat::kCsv && std::string(command->name) != "metrics") {
+    *io.err << "cohort: -o csv is for cohort metrics; " << command->name << " prints human or json\n";
+    return kExitUsage;
   }
   // `run` starts its own cluster in-process and needs no credentials.
   if (std::string(command->name) != "run") {

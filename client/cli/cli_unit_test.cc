@@ -149,7 +149,7 @@ TEST(OutputTest, TableColumnsAlign) {
 TEST(CliTest, HelpListsEveryCommandAndEachCommandHasExamples) {
   std::ostringstream out, err;
   ASSERT_EQ(run_cli({"--help"}, {&out, &err, false, ""}), kExitOk);
-  for (const char* name : {"submit", "status", "list", "logs", "cancel", "nodes", "run", "version"}) {
+  for (const char* name : {"submit", "status", "list", "logs", "metrics", "cancel", "nodes", "run", "version"}) {
     EXPECT_NE(out.str().find(std::string("  ") + name), std::string::npos) << name;
     std::ostringstream command_out;
     ASSERT_EQ(run_cli({name, "--help"}, {&command_out, &err, false, ""}), kExitOk) << name;
@@ -165,6 +165,19 @@ TEST(CliTest, UsageErrorsExitTwo) {
   EXPECT_NE(err.str().find("unknown command 'frobnicate'"), std::string::npos);
   EXPECT_EQ(run_cli({"status"}, {&out, &err, false, ""}), kExitUsage);
   EXPECT_EQ(run_cli({"list", "-o", "yaml"}, {&out, &err, false, ""}), kExitUsage);
+}
+
+TEST(CliTest, CsvIsForMetricsAndLogsFlagsAreCheckedBeforeAnyCall) {
+  std::ostringstream out, err;
+  EXPECT_EQ(run_cli({"list", "-o", "csv"}, {&out, &err, false, ""}), kExitUsage);
+  EXPECT_NE(err.str().find("-o csv is for cohort metrics"), std::string::npos) << err.str();
+  EXPECT_EQ(run_cli({"metrics"}, {&out, &err, false, ""}), kExitUsage);
+  EXPECT_EQ(run_cli({"metrics", "job-1", "--attempt", "-1"}, {&out, &err, false, ""}), kExitUsage);
+  std::ostringstream since_err;
+  EXPECT_EQ(run_cli({"logs", "job-1", "--since", "10y"}, {&out, &since_err, false, ""}), kExitUsage);
+  EXPECT_NE(since_err.str().find("unknown unit 'y'"), std::string::npos) << since_err.str();
+  EXPECT_EQ(run_cli({"logs", "job-1", "--since", "m"}, {&out, &err, false, ""}), kExitUsage);
+  EXPECT_EQ(run_cli({"logs", "job-1", "--tail", "-3"}, {&out, &err, false, ""}), kExitUsage);
 }
 
 }  // namespace

@@ -20,6 +20,7 @@ inline constexpr int kExitUsage = 2;    // a command line that cannot be run
 enum class OutputFormat {
   kHuman,  // tables and sentences
   kJson,   // protobuf's JSON mapping of the records (field names as in the .proto files)
+  kCsv,    // comma-separated rows with a header (only `cohort metrics`)
 };
 
 struct CommandContext {

@@ -3,7 +3,7 @@
 namespace cohort::client::commands {
 
 std::vector<const cli::Command*> all_commands() {
-  return {&kSubmitCommand, &kStatusCommand, &kListCommand, &kLogsCommand,
+  return {&kSubmitCommand, &kStatusCommand, &kListCommand, &kLogsCommand, &kMetricsCommand,
           &kCancelCommand, &kNodesCommand,  &kRunCommand,  &kVersionCommand,
           &kUserCommand,   &kNodeCommand};
 }

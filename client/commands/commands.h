@@ -13,6 +13,7 @@ extern const cli::Command kSubmitCommand;   // submit_command.cc
 extern const cli::Command kStatusCommand;   // status_command.cc
 extern const cli::Command kListCommand;     // list_command.cc
 extern const cli::Command kLogsCommand;     // logs_command.cc
+extern const cli::Command kMetricsCommand;  // metrics_command.cc
 extern const cli::Command kCancelCommand;   // cancel_command.cc
 extern const cli::Command kNodesCommand;    // nodes_command.cc
 extern const cli::Command kRunCommand;      // run_command.cc

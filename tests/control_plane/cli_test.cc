@@ -285,7 +285,7 @@ TEST_F(CliTest, MessagesSayWhatHappened) {
 TEST_F(CliTest, LogsSaysWhatTheAgentAlreadyDropped) {
   const std::string id = submit("big");
   ASSERT_EQ(wait_for_state(id, cohort::v1::SUCCEEDED).state(), cohort::v1::SUCCEEDED);
-  CliResult logs = cohort({"logs", id});
+  CliResult logs = cohort({"logs", id, "--rank", "0"});
   ASSERT_EQ(logs.status, kExitOk) << logs.err;
   EXPECT_NE(logs.out.find("last line"), std::string::npos);
   EXPECT_LT(logs.out.size(), 1200000u);
