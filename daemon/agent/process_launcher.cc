@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstring>
 
 #include <atomic>
 #include <thread>
@@ -202,6 +204,21 @@ std::string child_failure_hint(ChildStage stage, const LaunchOptions& options) {
   }
 }
 
+// /proc/<pid>/stat's state field (after the command name, which may itself hold ')' and spaces):
+// 'T' stopped by a signal, 't' stopped by a tracer. Not waitpid(WUNTRACED): that reports a stop
+// once, and a poll that missed it could not ask again.
+bool process_is_stopped(pid_t pid) {
+  std::FILE* file = std::fopen(fmt::format("/proc/{}/stat", pid).c_str(), "re");
+  if (file == nullptr) return false;
+  char buffer[512];
+  size_t n = std::fread(buffer, 1, sizeof(buffer) - 1, file);
+  std::fclose(file);
+  buffer[n] = '\0';
+  const char* paren = std::strrchr(buffer, ')');
+  if (paren == nullptr || paren[1] != ' ') return false;
+  return paren[2] == 'T' || paren[2] == 't';
+}
+
 class PosixProcessHandle final : public ProcessHandle {
  public:
   PosixProcessHandle(pid_t pid, int stdout_fd, int stderr_fd, OutputCallback on_stdout,
@@ -246,6 +263,13 @@ class PosixProcessHandle final : public ProcessHandle {
     pid_t result = ::waitpid(pid_, &wait_status, WNOHANG);
     if (result == pid_) exit_ = ExitStatus::from_wait_status(wait_status);
     return exit_;
+  }
+
+  bool is_stopped() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    // A reaped pid may already name another process.
+    if (exit_.has_value()) return false;
+    return process_is_stopped(pid_);
   }
 
   bool wait_output_closed(std::chrono::milliseconds timeout) override {

@@ -100,6 +100,12 @@ class ProcessHandle {
   // while it runs. Non-blocking.
   virtual std::optional<ExitStatus> poll_exit() = 0;
 
+  // Whether the process is stopped now (SIGSTOP, SIGTSTP, a tracer): none of its threads runs, so
+  // it neither makes progress nor heartbeats, and only its parent can tell (issue 16's hang
+  // detection). False once it was reaped or when it cannot tell. Non-blocking. The default
+  // (fake launchers) never sees a stop.
+  virtual bool is_stopped() { return false; }
+
   // Blocks until the process's stdout and stderr are closed (every writer, children included, has
   // exited or closed them) and every byte was delivered to the callbacks, or `timeout` passes.
   // Returns whether the output was drained.

@@ -3,7 +3,9 @@
 #include "daemon/agent/confined_dir.h"
 #include "daemon/agent/job_id.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,6 +28,24 @@ void merge_entries(const std::vector<std::string>& entries, std::map<std::string
     if (eq == std::string::npos || eq == 0) continue;
     (*env)[entry.substr(0, eq)] = entry.substr(eq + 1);
   }
+}
+
+// The heartbeat file's mtime; nullopt while it does not exist. Not following a link: the file lies
+// in a directory of the job's user, and a link must not make the agent look elsewhere.
+std::optional<struct timespec> read_heartbeat_mtime(const std::string& path) {
+  struct stat info;
+  if (::fstatat(AT_FDCWD, path.c_str(), &info, AT_SYMLINK_NOFOLLOW) != 0) return std::nullopt;
+  return info.st_mtim;
+}
+
+bool same_time(const std::optional<struct timespec>& a, const std::optional<struct timespec>& b) {
+  if (a.has_value() != b.has_value()) return false;
+  return !a.has_value() || (a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec);
+}
+
+std::string heartbeat_path_for(const JobTasks& job, int rank) {
+  if (job.heartbeat_dir.empty()) return "";
+  return job.heartbeat_dir + "/" + fmt::format(kHeartbeatFileFormat, rank);
 }
 
 Status validate(const JobTasks& job) {
@@ -99,6 +119,9 @@ std::vector<std::string> TaskSupervisor::environment_for(const JobTasks& job, in
   env["COHORT_NODE_ID"] = options_.node_id;
   // Empty when the agent learns the address per launch (JobTasks.env carries it then).
   if (!options_.coordinator_address.empty()) env["COHORT_COORDINATOR"] = options_.coordinator_address;
+  if (std::string heartbeat = heartbeat_path_for(job, rank); !heartbeat.empty()) {
+    env["COHORT_HEARTBEAT_FILE"] = heartbeat;
+  }
   std::vector<std::string> entries;
   entries.reserve(env.size());
   for (const auto& [name, value] : env) entries.push_back(name + "=" + value);
@@ -110,6 +133,9 @@ StatusOr<std::shared_ptr<TaskSupervisor::Task>> TaskSupervisor::start_task(const
   auto task = std::make_shared<Task>();
   task->job_id = job.job_id;
   task->rank = rank;
+  task->heartbeat_path = heartbeat_path_for(job, rank);
+  // A file left by an earlier attempt counts only once it changes.
+  if (!task->heartbeat_path.empty()) task->heartbeat_mtime = read_heartbeat_mtime(task->heartbeat_path);
   // <log_dir>/<job_id>/attempt-<N>/rank-<rank>.log, walked without following links (the job id
   // is checked); the attempt's cap is shared evenly by its ranks here.
   COHORT_ASSIGN_OR_RETURN(ConfinedDir log_root, ConfinedDir::open(options_.log_dir, kLogDirectoryMode));
@@ -215,7 +241,7 @@ bool TaskSupervisor::check_exit(const std::shared_ptr<Task>& task) {
     std::lock_guard<std::mutex> lock(mu_);
     task->exit = exit;
     task->exit_order = ++exits_recorded_;
-    report = TaskExit{task->job_id, task->rank, *exit, task->stopping};
+    report = TaskExit{task->job_id, task->rank, *exit, task->stopping, task->hang_detail};
   }
   if (on_exit_) on_exit_(report);
   return true;
@@ -272,10 +298,59 @@ void TaskSupervisor::monitor_loop() {
       }
     }
     lock.unlock();
-    for (const auto& task : running) check_exit(task);
+    for (const auto& task : running) {
+      check_hang(task);
+      check_exit(task);
+    }
     lock.lock();
     shutdown_cv_.wait_for(lock, options_.exit_poll_interval, [this] { return shutdown_; });
   }
+}
+
+void TaskSupervisor::check_hang(const std::shared_ptr<Task>& task) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // A rank being stopped is on its way out; one already killed for a hang is reported once.
+    if (task->stopping || task->exit.has_value() || !task->hang_detail.empty()) return;
+  }
+  const coordinator::TimePoint now = clock_->now();
+  std::string detail;
+  if (task->process->is_stopped()) {
+    if (!task->stopped_since.has_value()) task->stopped_since = now;
+    const Duration stopped_for = std::chrono::duration_cast<Duration>(now - *task->stopped_since);
+    if (options_.stopped_task_limit.count() > 0 && stopped_for >= options_.stopped_task_limit) {
+      detail = fmt::format(
+          "pid {} stopped (SIGSTOP or SIGTSTP: process state T) for {}; the agent killed it "
+          "(stopped_task_limit {})",
+          task->process->pid(), coordinator::format_duration(stopped_for),
+          coordinator::format_duration(options_.stopped_task_limit));
+    }
+  } else {
+    task->stopped_since.reset();
+  }
+  if (detail.empty() && !task->heartbeat_path.empty()) {
+    std::optional<struct timespec> mtime = read_heartbeat_mtime(task->heartbeat_path);
+    if (mtime.has_value() && !same_time(mtime, task->heartbeat_mtime)) task->last_beat = now;
+    task->heartbeat_mtime = mtime;
+    // A stopped rank does not beat either; while stopped, the stop is what gets reported.
+    if (task->last_beat.has_value() && !task->stopped_since.has_value() && options_.heartbeat_timeout.count() > 0) {
+      const Duration silent_for = std::chrono::duration_cast<Duration>(now - *task->last_beat);
+      if (silent_for >= options_.heartbeat_timeout) {
+        detail = fmt::format(
+            "pid {} sent no heartbeat for {} ({} not touched); the agent killed it (heartbeat_timeout {})",
+            task->process->pid(), coordinator::format_duration(silent_for), task->heartbeat_path,
+            coordinator::format_duration(options_.heartbeat_timeout));
+      }
+    }
+  }
+  if (detail.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (task->stopping || task->exit.has_value()) return;
+    task->hang_detail = detail;
+  }
+  // SIGKILL ends a stopped process too; the exit is then reported with the detail (check_exit).
+  task->process->signal_group(SIGKILL).ignore_error();
 }
 
 StatusOr<std::shared_ptr<LogCapture>> TaskSupervisor::log(const std::string& job_id, int rank) const {

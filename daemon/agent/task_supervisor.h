@@ -24,6 +24,7 @@
 //   COHORT_RETURN_IF_ERROR(supervisor.stop(job.job_id));
 
 #include <sys/types.h>
+#include <time.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -58,6 +59,26 @@ inline constexpr Duration kDefaultOutputDrainTimeout = std::chrono::seconds(2);
 // uninterruptible sleep (a hung NFS or GPU driver call) takes longer.
 inline constexpr Duration kKillWaitTimeout = std::chrono::seconds(10);
 
+// Hang detection (issue 16): a stopped or frozen rank holds every peer in its next collective until
+// the collective timeout (minutes), and only its node can see it. The monitor therefore watches each
+// running rank two ways, and kills a rank (its group, SIGKILL) whose exit it then reports with what
+// it saw (TaskExit::detail), which fails or restarts the job by its restart policy:
+//  - its process state (/proc): stopped (SIGSTOP, SIGTSTP, a tracer) for stopped_task_limit;
+//  - its heartbeat: the rank touches COHORT_HEARTBEAT_FILE every few seconds from a thread of its
+//    own (worker/base/rank_heartbeat.h; cohort-worker does, a command job may), so a rank busy in a
+//    long computation still beats, and one whose every thread is frozen does not. Only a rank that
+//    has beaten once is held to heartbeat_timeout: a program that never beats is watched by its
+//    process state alone.
+// A rank stopped this long is killed. Short, since a stopped rank holds all its peers; long enough
+// that an operator's or a debugger's brief stop (kill -STOP, kill -CONT) passes. With the heartbeat
+// timeout below, a stop is seen within 15 s whatever the collective timeout.
+inline constexpr Duration kDefaultStoppedTaskLimit = std::chrono::seconds(5);
+// A rank that beat once and then goes this long without a beat is killed: five of the library's
+// beats (kDefaultRankHeartbeatInterval, 2 s), so one late beat under load does not kill it.
+inline constexpr Duration kDefaultHeartbeatTimeout = std::chrono::seconds(10);
+// The heartbeat file of a rank, in JobTasks::heartbeat_dir; its path is COHORT_HEARTBEAT_FILE.
+inline constexpr const char* kHeartbeatFileFormat = "heartbeat-rank-{}";
+
 // Ended jobs whose records and log rings the agent keeps (for `cohort logs` after the end); beyond
 // it the oldest ended ones are forgotten, so a long-lived agent's memory stays bounded (each keeps
 // a ring buffer per rank). Their log files stay on disk.
@@ -80,6 +101,8 @@ struct TaskSupervisorOptions {
   Duration output_drain_timeout = kDefaultOutputDrainTimeout;  // exit → last output bytes
   const coordinator::Clock* clock = nullptr;           // times the grace period; nullptr: the system clock
   size_t max_finished_jobs = kDefaultMaxFinishedJobs;  // ended jobs kept; older ones are forgotten
+  Duration stopped_task_limit = kDefaultStoppedTaskLimit;  // stopped this long: killed; 0: never
+  Duration heartbeat_timeout = kDefaultHeartbeatTimeout;   // silent this long after a beat: killed; 0: never
   uint64_t max_log_bytes_per_job = kDefaultMaxLogBytesPerJob;  // rank logs of an attempt here; 0: no cap
 };
 
@@ -101,6 +124,10 @@ struct JobTasks {
   std::map<int, std::map<std::string, std::string>> rank_env;
   // The Unix user the ranks run as (the agent is root); nullopt: the agent's own user.
   std::optional<UnixUser> run_as;
+  // Where the ranks' heartbeat files go (a directory the ranks' user may write, e.g. the job's
+  // own); each rank gets COHORT_HEARTBEAT_FILE=<heartbeat_dir>/heartbeat-rank-<R>. Empty: no
+  // heartbeat, the process state alone is watched.
+  std::string heartbeat_dir;
 };
 
 // One rank's exit, as reported to the callback.
@@ -109,6 +136,9 @@ struct TaskExit {
   int rank = 0;
   ExitStatus status;
   bool stopped = false;  // the exit followed stop(): a cancel, not a failure
+  // Set when the supervisor killed the rank for a hang: what it saw, e.g. "pid 42 stopped
+  // (SIGSTOP or SIGTSTP) for 5.0 s; the agent killed it (stopped_task_limit 5.0 s)".
+  std::string detail{};
 };
 
 // Called once per task exit, from the supervisor's monitor thread or from the thread in stop().
@@ -179,6 +209,12 @@ class TaskSupervisor {
     bool stopping = false;           // guarded by mu_
     bool claimed = false;            // guarded by mu_; someone is reporting this task's exit
     uint64_t exit_order = 0;         // guarded by mu_; when it exited, in exits_recorded_ counts
+    std::string hang_detail;         // guarded by mu_; why the monitor killed it (empty: it did not)
+    // Hang detection state, touched by the monitor thread only.
+    std::string heartbeat_path;                        // empty: no heartbeat
+    std::optional<struct timespec> heartbeat_mtime;    // the file's mtime when last looked at
+    std::optional<coordinator::TimePoint> last_beat;   // when a change was last seen; nullopt: never
+    std::optional<coordinator::TimePoint> stopped_since;  // first seen stopped, in this stop
   };
   using Job = std::map<int, std::shared_ptr<Task>>;
 
@@ -190,6 +226,9 @@ class TaskSupervisor {
   // Polls the tasks until all exited or `done()` says to give up.
   bool wait_all_exited(const std::vector<std::shared_ptr<Task>>& tasks, const std::function<bool()>& give_up);
   void monitor_loop();
+  // One look at a running task's process state and heartbeat; kills it (recording why) when it
+  // was stopped or silent too long. Monitor thread only, without mu_.
+  void check_hang(const std::shared_ptr<Task>& task);
   // Moves the oldest ended jobs beyond options_.max_finished_jobs into `forgotten` (to destroy
   // after mu_ is released: their handles join reader threads), sparing `keep`.
   void forget_oldest_finished_locked(const std::string& keep, std::vector<Job>* forgotten);

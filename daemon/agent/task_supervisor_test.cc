@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "daemon/agent/test_util.h"
@@ -299,6 +300,93 @@ TEST_F(TaskSupervisorTest, KillFollowsTermOnlyWhenTheFakeClockPassesTheGracePeri
   ASSERT_EQ(exits.size(), 2u);
   EXPECT_EQ(exits[0].status.signal, SIGKILL);
   EXPECT_TRUE(exits[0].stopped);
+}
+
+
+// ---- hang detection (issue 16): real processes, short limits ----
+
+pid_t pid_of(TaskSupervisor& supervisor, const std::string& job_id, int rank) {
+  auto tasks = supervisor.tasks(job_id);
+  if (!tasks.ok()) return 0;
+  for (const TaskInfo& task : *tasks) {
+    if (task.rank == rank) return task.pid;
+  }
+  return 0;
+}
+
+TEST_F(TaskSupervisorTest, AStoppedRankIsKilledAfterTheLimitAndTheExitSaysWhy) {
+  TaskSupervisorOptions opts = options();
+  opts.stopped_task_limit = 300ms;
+  TaskSupervisor supervisor(opts, &launcher_, recorder_.callback());
+  ASSERT_TRUE(supervisor.launch(shell_job("job-stop", "sleep 100", 2)).ok());
+  const pid_t pid = pid_of(supervisor, "job-stop", 1);
+  ASSERT_GT(pid, 0);
+  const auto stopped_at = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+  ASSERT_TRUE(recorder_.wait_for(1));
+  const auto seen_after = std::chrono::steady_clock::now() - stopped_at;
+  std::vector<TaskExit> exits = recorder_.exits();
+  ASSERT_EQ(exits.size(), 1u);
+  EXPECT_EQ(exits[0].rank, 1);
+  EXPECT_EQ(exits[0].status.signal, SIGKILL);
+  EXPECT_FALSE(exits[0].stopped) << "a hang is a failure, not a cancel";
+  EXPECT_NE(exits[0].detail.find(fmt::format("pid {} stopped (SIGSTOP", pid)), std::string::npos)
+      << exits[0].detail;
+  EXPECT_NE(exits[0].detail.find("stopped_task_limit 300 ms"), std::string::npos) << exits[0].detail;
+  EXPECT_GE(seen_after, 300ms);
+  EXPECT_EQ(supervisor.running_tasks(), 1) << "the healthy rank is left to the coordinator's stop";
+  ASSERT_TRUE(supervisor.stop("job-stop").ok());
+}
+
+TEST_F(TaskSupervisorTest, ABriefStopIsForgiven) {
+  TaskSupervisorOptions opts = options();
+  opts.stopped_task_limit = 3s;
+  TaskSupervisor supervisor(opts, &launcher_, recorder_.callback());
+  ASSERT_TRUE(supervisor.launch(shell_job("job-brief", "sleep 1; exit 0")).ok());
+  const pid_t pid = pid_of(supervisor, "job-brief", 0);
+  ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+  // Seen stopped by the monitor (50 ms polls), then continued well before the limit.
+  std::this_thread::sleep_for(300ms);
+  ASSERT_EQ(::kill(pid, SIGCONT), 0);
+  ASSERT_TRUE(recorder_.wait_for(1));
+  std::vector<TaskExit> exits = recorder_.exits();
+  EXPECT_EQ(exits[0].status, (ExitStatus{0, 0}));
+  EXPECT_EQ(exits[0].detail, "");
+}
+
+TEST_F(TaskSupervisorTest, ARankThatStopsBeatingIsKilledAndTheExitSaysWhy) {
+  TaskSupervisorOptions opts = options();
+  opts.heartbeat_timeout = 300ms;
+  TaskSupervisor supervisor(opts, &launcher_, recorder_.callback());
+  JobTasks job = shell_job("job-silent", "touch \"$COHORT_HEARTBEAT_FILE\"; sleep 100");
+  job.heartbeat_dir = dir_.path();
+  ASSERT_TRUE(supervisor.launch(job).ok());
+  ASSERT_TRUE(recorder_.wait_for(1));
+  std::vector<TaskExit> exits = recorder_.exits();
+  EXPECT_EQ(exits[0].status.signal, SIGKILL);
+  EXPECT_NE(exits[0].detail.find("sent no heartbeat for"), std::string::npos) << exits[0].detail;
+  EXPECT_NE(exits[0].detail.find(dir_.path() + "/heartbeat-rank-0"), std::string::npos) << exits[0].detail;
+}
+
+// A rank in a long computation keeps beating from its own thread (here: a loop that touches the file
+// while the "computation" takes three times the timeout), and is not killed; a program that never
+// beats is not held to the heartbeat at all.
+TEST_F(TaskSupervisorTest, ABusyRankThatBeatsAndARankThatNeverBeatsAreNotKilled) {
+  TaskSupervisorOptions opts = options();
+  opts.heartbeat_timeout = 300ms;
+  TaskSupervisor supervisor(opts, &launcher_, recorder_.callback());
+  JobTasks job = shell_job("job-busy",
+                           "if [ \"$RANK\" = 1 ]; then sleep 1; exit 0; fi; "
+                           "i=0; while [ $i -lt 20 ]; do touch \"$COHORT_HEARTBEAT_FILE\"; sleep 0.05; "
+                           "i=$((i+1)); done; exit 0",
+                           2);
+  job.heartbeat_dir = dir_.path();
+  ASSERT_TRUE(supervisor.launch(job).ok());
+  ASSERT_TRUE(recorder_.wait_for(2));
+  for (const TaskExit& exit : recorder_.exits()) {
+    EXPECT_EQ(exit.status, (ExitStatus{0, 0})) << "rank " << exit.rank << ": " << exit.detail;
+    EXPECT_EQ(exit.detail, "");
+  }
 }
 
 }  // namespace

@@ -21,7 +21,9 @@ SlotRequest request_of(const cohort::v1::JobSpec& spec) {
 bool exited_cleanly(const TaskExit& exit) { return exit.signal == 0 && exit.exit_code == 0; }
 
 // "rank 3 on node node-b exited with code 1" / "... was killed by signal 9 (SIGKILL)".
+// With the agent's detail, what it saw: "rank 1 on node node-a: pid 42 stopped ... for 5.0 s; ...".
 std::string describe_exit(const TaskExit& exit) {
+  if (!exit.detail.empty()) return fmt::format("rank {} on node {}: {}", exit.rank, exit.node_id, exit.detail);
   if (exit.signal != 0) {
     const char* abbrev = sigabbrev_np(exit.signal);
     return fmt::format("rank {} on node {} was killed by signal {}{}", exit.rank, exit.node_id, exit.signal,

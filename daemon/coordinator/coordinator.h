@@ -126,6 +126,9 @@ struct TaskExit {
   int rank = 0;
   int exit_code = 0;  // the exit status when it exited by itself
   int signal = 0;     // the signal that killed it, 0 if none
+  // What the agent saw when it killed the task itself ("pid 42 stopped (SIGSTOP or SIGTSTP) for
+  // 5.0 s ..."); empty for an exit of its own. Becomes part of the job's reason.
+  std::string detail{};
 };
 
 class Coordinator {

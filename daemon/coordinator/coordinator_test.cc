@@ -172,6 +172,20 @@ TEST_F(CoordinatorTest, ARankExitingNonZeroFailsTheJobWithAReasonNamingTheRank) 
                                                       JobState::kRunning, JobState::kFailed}));
 }
 
+// Issue 16: an agent that killed a stopped or silent rank says what it saw; the reason carries it.
+TEST_F(CoordinatorTest, AnAgentsHangDetailBecomesTheJobsReason) {
+  add_node("node-a", 2);
+  const std::string id = submit(valid_spec("mlp", 1, 2));
+  tick_and_start();
+  TaskExit exit{"node-a", id, 1, 1, 0, 9};
+  exit.detail = "pid 42 stopped (SIGSTOP or SIGTSTP: process state T) for 5.0 s; the agent killed it";
+  auto orders = coordinator_->report_task_exit(exit);
+  ASSERT_TRUE(orders.ok()) << orders.status().to_string();
+  EXPECT_EQ(job(id).state(), JobState::kFailed);
+  EXPECT_NE(job(id).machine.reason().find("rank 1 on node node-a: pid 42 stopped (SIGSTOP"), std::string::npos)
+      << job(id).machine.reason();
+}
+
 TEST_F(CoordinatorTest, EveryRankExitingZeroSucceeds) {
   add_node("node-a", 2);
   const std::string id = submit(valid_spec("ok", 1, 2));

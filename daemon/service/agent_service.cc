@@ -170,6 +170,8 @@ Status AgentService::launch(const cohort::v1::LaunchTasksRequest& request,
   }
   COHORT_ASSIGN_OR_RETURN(const std::string job_dir, make_job_dir(job.job_id, job.run_as));
   job.env["COHORT_JOB_DIR"] = job_dir;
+  // The ranks' user may write there (the supervisor watches the files for hang detection).
+  job.heartbeat_dir = job_dir;
   job.env["COHORT_ALLOWED_PATH_ROOTS"] = fmt::format("{}", fmt::join(options_.allowed_path_roots, ":"));
   // Relative paths a rank writes land in its own directory, which its user may write; a spec's
   // working_dir is confined like its other paths, symlinks resolved.

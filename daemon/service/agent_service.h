@@ -77,6 +77,8 @@ struct AgentServiceOptions {
 //   COHORT_RESUME=1     only on a restarted attempt whose spec asks to resume from a checkpoint
 //   COHORT_JOB_DIR      the job's own directory (also the ranks' working directory)
 //   COHORT_JOB_SECRET   the attempt's secret for the rendezvous and rank 0's store (when given)
+//   COHORT_HEARTBEAT_FILE <job dir>/heartbeat-rank-<R>: touched by a rank every few seconds, it is
+//                       held to the agent's heartbeat timeout (task_supervisor.h, hang detection)
 //   CUDA_VISIBLE_DEVICES the task's GPUs (empty when it has none: CPU ranks see no GPU)
 inline constexpr const char* kJobSpecFileName = "job_spec.pb";
 // The job's directory: only its user reaches it. Its parent (the agent's) is searchable, not

@@ -281,6 +281,8 @@ grpc::Status CoordinatorService::ReportTaskExit(grpc::ServerContext* context,
   exit.rank = request->rank();
   exit.exit_code = request->exit_code();
   exit.signal = request->signal();
+  // Recorded as the job's reason: bounded, whatever a node sends.
+  exit.detail = request->detail().substr(0, kMaxTaskExitDetailBytes);
   StatusOr<AgentOrders> orders = coordinator_->report_task_exit(exit);
   if (!orders.ok()) return to_grpc_status(orders.status());
   dispatch(std::move(orders).value());

@@ -30,6 +30,8 @@ using OrdersHandler = std::function<void(coordinator::AgentOrders orders)>;
 inline constexpr std::chrono::milliseconds kWatchPollInterval = std::chrono::seconds(1);
 // Agents heartbeat this many times per lease, so one lost heartbeat never loses the node.
 inline constexpr int kHeartbeatsPerLease = 3;
+// The longest ReportTaskExit detail kept (it becomes a job's reason); longer ones are cut.
+inline constexpr size_t kMaxTaskExitDetailBytes = 1024;
 // The reason CancelJob records when the request gives none.
 inline constexpr const char* kDefaultCancelReason = "cancelled by a client";
 

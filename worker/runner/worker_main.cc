@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -24,6 +25,7 @@
 #include <spdlog/spdlog.h>
 
 #include "worker/base/logging.h"
+#include "worker/base/rank_heartbeat.h"
 #include "worker/base/status.h"
 #include "worker/comm/bootstrap.h"
 #include "worker/comm/init/cohort/cohort_init_method.h"
@@ -58,7 +60,8 @@ else cuda:LOCAL_RANK mod the GPU count); that needs a cohort-worker built agains
 
 Environment: COHORT_RESUME=1 resumes from the newest checkpoint; COHORT_COORDINATOR, COHORT_JOB_ID
 and COHORT_ATTEMPT make rank 0 report metrics to the coordinator; COHORT_LOG_LEVEL sets logging.
-COHORT_JOB_DIR and COHORT_ALLOWED_PATH_ROOTS (set by the agent) confine the spec's checkpoint.dir,
+COHORT_HEARTBEAT_FILE (set by the agent) is touched every 2 s so the agent can tell a busy rank from a
+stopped one. COHORT_JOB_DIR and COHORT_ALLOWED_PATH_ROOTS (set by the agent) confine the spec's checkpoint.dir,
 dataset.path and torchscript_file to the job's directory and those roots, symlinks resolved.
 
 example: two ranks on this machine
@@ -81,6 +84,9 @@ std::string env_or(const char* name, const std::string& fallback) {
 // Joins the job, trains, reports. Every error says which step failed.
 cohort::Status run_worker(WorkerFlags flags) {
   using cohort::Status;
+  // Started by an agent: beat from a thread of our own for the whole run, so a long step or a long
+  // collective is never taken for a hang, and a stopped or frozen process is.
+  std::unique_ptr<cohort::RankHeartbeat> heartbeat = cohort::RankHeartbeat::from_environment();
   if (flags.job_spec.empty()) flags.job_spec = env_or("COHORT_JOB_SPEC", "");
   if (flags.job_spec.empty()) {
     return cohort::invalid_argument_error("no job spec: pass --job-spec FILE or set COHORT_JOB_SPEC");
