@@ -180,7 +180,7 @@ TEST_F(AgentServiceTest, RanksRunAsTheJobUserInTheirOwnDirectory) {
   EXPECT_EQ(info.st_uid, user->uid);
   EXPECT_EQ(info.st_mode & 07777, kJobSpecFileMode);
   // The logs stay the agent's.
-  ASSERT_EQ(::stat((log_dir_ + "/mnist-1/rank-0.log").c_str(), &info), 0);
+  ASSERT_EQ(::stat((log_dir_ + "/mnist-1/attempt-1/rank-0.log").c_str(), &info), 0);
   EXPECT_EQ(info.st_uid, 0u);
 }
 
