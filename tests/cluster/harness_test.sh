@@ -2,7 +2,8 @@
 # The multi-host harness itself (tests/cluster/lib.sh):
 #  - two hosts get their own host names, and only their own addresses (10.213.X.i on eth0);
 #  - host-2 reaches host-1's cohortd over the bridge; a partition cuts it off, a heal restores it;
-#  - a run that exits normally leaves no namespace, state directory or process behind;
+#  - a run that exits normally leaves no namespace, state directory or process behind, even with
+#    a SIGSTOPped daemon;
 #  - a run SIGKILLed mid-way (no EXIT trap) leaves leftovers that the next cluster_init removes.
 set -u
 source "$(dirname "$0")/lib.sh"
@@ -23,6 +24,8 @@ start_child() {
     source "$1"
     cluster_init || exit 3
     cluster_start 2 1 || exit 4
+    # A stopped daemon ignores SIGTERM: cleanup must still remove it.
+    cluster_signal_daemon 2 STOP
     echo "${CLUSTER_ID} ${CLUSTER_DAEMON_PIDS[*]}" > "$3.tmp" && mv "$3.tmp" "$3"
     while [[ ! -e "$2" ]]; do sleep 0.1; done
   ' child "$(dirname "$0")/lib.sh" "$1" "$2" &
@@ -62,6 +65,11 @@ for i in 1 2; do
     fail "host ${i}'s addresses are '${addresses}'"
 done
 [[ "$(hostname)" != host-1 ]] || fail "the test's own host name changed"
+for i in 1 2; do
+  # Signals from cluster_stop_daemon / cluster_signal_daemon must reach cohortd, not a shell.
+  comm="$(cat "/proc/${CLUSTER_DAEMON_PIDS[i]}/comm")"
+  [[ "${comm}" == cohortd ]] || fail "host ${i}'s daemon pid ${CLUSTER_DAEMON_PIDS[i]} is '${comm}', not cohortd"
+done
 connect() { cluster_exec 2 timeout "${CONNECT_TIMEOUT_S}" bash -c "echo > /dev/tcp/${CLUSTER_COORDINATOR%:*}/${CLUSTER_COORDINATOR##*:}" 2> /dev/null; }
 connect || fail "host-2 cannot reach the coordinator at ${CLUSTER_COORDINATOR}"
 cluster_partition 2

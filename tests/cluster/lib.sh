@@ -265,9 +265,12 @@ cluster_start_daemon() {
   # The hosts share one kernel: left to itself UCX sees one machine (it compares boot ids) and
   # moves tensors through shared memory. Real hosts talk over the network, so workers get TCP over
   # their namespace's interface (inherited from cohortd's environment; a job's env still wins).
-  cluster_exec "${i}" env UCX_TLS="${CLUSTER_UCX_TLS}" UCX_NET_DEVICES="${CLUSTER_UCX_NET_DEVICES}" \
+  # exec all the way down (ip netns exec, nsenter and env exec too), so that $! is cohortd itself:
+  # a function or a subshell in between would take the signals meant for the daemon.
+  (exec ip netns exec "$(cluster_host_ns "${i}")" nsenter --uts="$(_cluster_uts "${i}")" -- \
+    env UCX_TLS="${CLUSTER_UCX_TLS}" UCX_NET_DEVICES="${CLUSTER_UCX_NET_DEVICES}" \
     "${COHORTD}" --listen "$(cluster_host_addr "${i}"):0" \
-    --data-dir "${CLUSTER_TMP}/data-${i}" "$@" >> "${log}" 2>&1 &
+    --data-dir "${CLUSTER_TMP}/data-${i}" "$@" >> "${log}" 2>&1) &
   CLUSTER_DAEMON_PIDS[i]=$!
   deadline=$((SECONDS + CLUSTER_START_TIMEOUT_S))
   while ((SECONDS < deadline)); do
@@ -290,6 +293,10 @@ cluster_stop_daemon() {
   kill -TERM "${CLUSTER_DAEMON_PIDS[i]}" 2> /dev/null
   wait "${CLUSTER_DAEMON_PIDS[i]}" 2> /dev/null
 }
+
+# Sends signal `sig` (KILL, STOP, CONT...) to host i's cohortd, for fault injection. Cleanup
+# handles stopped and killed daemons alike.
+cluster_signal_daemon() { kill -"$2" "${CLUSTER_DAEMON_PIDS[$1]}"; }
 
 # Waits until exactly `count` nodes are live; returns 1 after `timeout` seconds.
 cluster_wait_nodes() {
