@@ -55,7 +55,8 @@ algorithm bandwidth and bus bandwidth, and with --check the number of wrong elem
   --init URL          join an existing job instead: env://, tcp://host:port, file:///path
   --op OP             allreduce (default), broadcast, reduce, allgather, reduce_scatter, alltoall
   --kind KIND         communicator: naive, flat (default), hierarchical, two_dimensional, single_node, pure_nccl
-  --algo ALGO         force an algorithm: ring, rhd, recursive_doubling, binomial, pairwise, linear
+  --algo ALGO         force an algorithm: ring, rhd, recursive_doubling, binomial, pairwise, linear;
+                      or a path: shm (intra-node shared memory), ucx (the transport) (env COHORT_ALGO)
   --dtype T           f16 bf16 f32 (default) f64 i8 u8 i32 i64
   --redop OP          sum (default) prod min max avg
   -b SIZE / -e SIZE   smallest / largest message in bytes, e.g. 8, 64K, 64M (default 8 .. 64M)
