@@ -6,6 +6,7 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "daemon/coordinator/job_spec_validation.h"
@@ -78,15 +79,33 @@ Status Coordinator::recover_locked(JobStore::Snapshot snapshot) {
         COHORT_RETURN_IF_ERROR(scheduler_.enqueue(job.id, job.seq, request_of(job.spec)));
         break;
       case JobState::kPlaced:
-      case JobState::kRunning:
-        // The attempt's tasks may still run, but its rendezvous and task tracking died with the old
-        // coordinator; the attempt cannot finish cleanly, so it fails through the restart policy.
-        fail_attempt_locked(job,
-                            fmt::format("the coordinator restarted while attempt {} was {}; its tasks are no "
-                                        "longer tracked",
-                                        job.attempt(), job_state_name(job.state())),
-                            unused);
+      case JobState::kRunning: {
+        if (job.placement.nodes.empty()) {
+          fail_attempt_locked(job,
+                              fmt::format("the coordinator restarted while attempt {} was {} and its placement "
+                                          "was not stored",
+                                          job.attempt(), job_state_name(job.state())),
+                              unused);
+          break;
+        }
+        // Its tasks may still run: it waits for its nodes to register and report it (register_node)
+        // instead of being failed and relaunched while its old workers still write. Its slots are
+        // reserved as each node comes back.
+        LiveAttempt live;
+        live.placement = job.placement;
+        for (const NodeAssignment& node : live.placement.nodes) {
+          for (int rank = node.first_rank; rank < node.first_rank + node.num_ranks; ++rank)
+            live.live_ranks.insert(rank);
+        }
+        live.rendezvous = std::make_shared<Rendezvous>(job.id, job.attempt(), live.placement);
+        const Duration window = options_.reconcile_window.count() > 0 ? options_.reconcile_window : nodes_.lease();
+        live.reconcile_deadline = clock_->now() + window;
+        attempts_.emplace(AttemptKey{job.id, job.attempt()}, std::move(live));
+        spdlog::info("coordinator: job {} attempt {} was {}; waiting up to {} for its nodes ({}) to report it",
+                     job.id, job.attempt(), job_state_name(job.state()), format_duration(window),
+                     job.placement.node_list());
         break;
+      }
       default:
         break;
     }
@@ -100,19 +119,117 @@ Status Coordinator::recover_locked(JobStore::Snapshot snapshot) {
 
 // ---- nodes ----
 
-StatusOr<AgentOrders> Coordinator::register_node(NodeInfo info) {
+StatusOr<AgentOrders> Coordinator::register_node(NodeInfo info, const std::vector<RunningAttempt>& running) {
   COHORT_RETURN_IF_ERROR(NodeRegistry::validate(info));
   std::lock_guard<std::mutex> lock(mu_);
   AgentOrders orders;
-  if (nodes_.contains(info.node_id)) {
-    node_lost_locked(
-        info.node_id,
-        fmt::format("node {} re-registered: its agent restarted and lost its tasks", info.node_id), orders);
-  }
   const std::string id = info.node_id;
+  const std::string address = info.address;
+  const bool was_alive = nodes_.contains(id);
+  // What the agent runs that is still ours: placed on this node, with ranks there not yet counted
+  // as exited. The rest is stopped (a fenced or partitioned agent may return with tasks of an
+  // attempt that has since failed and been relaunched elsewhere).
+  std::set<AttemptKey> kept;
+  for (const RunningAttempt& attempt : running) {
+    const AttemptKey key{attempt.job_id, attempt.attempt};
+    auto it = attempts_.find(key);
+    const NodeAssignment* node = it != attempts_.end() ? it->second.placement.find_node(id) : nullptr;
+    bool live_here = false;
+    for (int rank = node != nullptr ? node->first_rank : 0; node != nullptr && rank < node->first_rank + node->num_ranks;
+         ++rank) {
+      live_here = live_here || it->second.live_ranks.count(rank) != 0;
+    }
+    if (live_here) {
+      kept.insert(key);
+      continue;
+    }
+    spdlog::warn("coordinator: node {} still runs job {} attempt {}, which the coordinator no longer runs there; "
+                 "stopping it",
+                 id, attempt.job_id, attempt.attempt);
+    orders.stops.push_back(StopOrder{id, address, attempt.job_id, attempt.attempt,
+                                     fmt::format("node {} registered with job {} attempt {}, which is no longer "
+                                                 "placed there (fencing)",
+                                                 id, attempt.job_id, attempt.attempt)});
+  }
+  // Attempts placed here that the agent no longer runs lost their tasks here. Their ranks count as
+  // exited without releasing slots: the node's registration below starts from a clean record.
+  std::vector<AttemptKey> lost;
+  for (const auto& item : attempts_) {
+    if (item.second.placement.find_node(id) != nullptr && kept.count(item.first) == 0) lost.push_back(item.first);
+  }
+  for (const AttemptKey& key : lost) {
+    const NodeAssignment node = *attempts_.at(key).placement.find_node(id);
+    bool had_live_rank = false;
+    for (int rank = node.first_rank; rank < node.first_rank + node.num_ranks; ++rank) {
+      had_live_rank = had_live_rank || attempts_.at(key).live_ranks.count(rank) != 0;
+      rank_exited_locked(key, rank, /*node_is_gone=*/true);
+    }
+    if (had_live_rank && is_active_locked(key)) {
+      const std::string ranks = fmt::format("{}..{}", node.first_rank, node.first_rank + node.num_ranks - 1);
+      fail_attempt_locked(jobs_.at(key.first),
+                          was_alive ? fmt::format("node {} re-registered without job {} attempt {}'s ranks {}: its "
+                                                  "agent restarted or stopped them",
+                                                  id, key.first, key.second, ranks)
+                                    : fmt::format("the coordinator restarted and node {} registered without job {} "
+                                                  "attempt {}'s ranks {}: they no longer run there",
+                                                  id, key.first, key.second, ranks),
+                          orders);
+    }
+    forget_if_drained_locked(key);
+  }
   COHORT_RETURN_IF_ERROR(nodes_.register_node(std::move(info), clock_->now()));
-  spdlog::info("coordinator: node {} registered", id);
+  // The kept attempts hold their slots on the new record, as when they were placed.
+  for (const AttemptKey& key : kept) {
+    LiveAttempt& live = attempts_.at(key);
+    const NodeAssignment& node = *live.placement.find_node(id);
+    Status reserved = nodes_.reserve(id, node.num_ranks, node.gpus);
+    if (!reserved.ok()) {
+      spdlog::error("coordinator: node {}: cannot reserve job {} attempt {}'s slots again: {}", id, key.first,
+                    key.second, reserved.to_string());
+    }
+    live.started_nodes.insert(id);
+    if (live.reconcile_deadline.has_value()) {
+      live.adopted_nodes.insert(id);
+      if (live.adopted_nodes.size() == live.placement.nodes.size()) {
+        live.reconcile_deadline.reset();
+        spdlog::info("coordinator: job {} attempt {} re-adopted from its {} node(s) after a restart", key.first,
+                     key.second, live.placement.nodes.size());
+      }
+    }
+    maybe_running_locked(key);
+  }
+  spdlog::info("coordinator: node {} {} ({} running attempt(s) kept, {} stopped)", id,
+               was_alive ? "registered again" : "registered", kept.size(), running.size() - kept.size());
   return orders;
+}
+
+void Coordinator::expire_unreconciled_locked(AgentOrders& orders) {
+  const TimePoint now = clock_->now();
+  std::vector<AttemptKey> expired;
+  for (const auto& item : attempts_) {
+    if (item.second.reconcile_deadline.has_value() && now >= *item.second.reconcile_deadline)
+      expired.push_back(item.first);
+  }
+  for (const AttemptKey& key : expired) {
+    LiveAttempt& live = attempts_.at(key);
+    live.reconcile_deadline.reset();
+    std::vector<std::string> missing;
+    for (const NodeAssignment& node : live.placement.nodes) {
+      if (live.adopted_nodes.count(node.node_id) != 0) continue;
+      missing.push_back(node.node_id);
+      // Never registered since the restart: no slots are held for them.
+      for (int rank = node.first_rank; rank < node.first_rank + node.num_ranks; ++rank)
+        rank_exited_locked(key, rank, /*node_is_gone=*/true);
+    }
+    if (is_active_locked(key) && !missing.empty()) {
+      fail_attempt_locked(jobs_.at(key.first),
+                          fmt::format("the coordinator restarted and node(s) {} did not report attempt {}'s "
+                                      "tasks within the reconcile window",
+                                      fmt::join(missing, ", "), key.second),
+                          orders);
+    }
+    forget_if_drained_locked(key);
+  }
 }
 
 Status Coordinator::heartbeat(const std::string& node_id, bool unschedulable) {
@@ -292,6 +409,7 @@ AgentOrders Coordinator::tick() {
         node_id, fmt::format("node {} lost: no heartbeat for {}", node_id, format_duration(nodes_.lease())),
         orders);
   }
+  expire_unreconciled_locked(orders);
   place_locked(orders);
   return orders;
 }

@@ -35,6 +35,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -88,6 +89,17 @@ struct CoordinatorOptions {
   std::vector<std::string> allowed_path_roots = {kDefaultAllowedPathRoot};
   // Executables command jobs may run (daemon config allowed_commands); empty: any.
   std::vector<std::string> allowed_commands;
+  // After a restart, how long the attempts that were PLACED or RUNNING wait for their nodes to
+  // register and report them (RegisterNode.running) before they fail; 0: one node lease (every
+  // live agent registers again within it).
+  Duration reconcile_window = Duration(0);
+};
+
+// An attempt whose tasks an agent still runs on its node, as RegisterNode reports it.
+struct RunningAttempt {
+  std::string job_id;
+  int attempt = 0;
+  std::vector<int> ranks{};  // global ranks still running there
 };
 
 // Start these tasks of an attempt on one node (Agent.LaunchTasks).
@@ -135,7 +147,8 @@ class Coordinator {
  public:
   // Opens the job store in options.data_dir, reloads every job and event, and recovers: queued
   // jobs re-enter the queue; attempts that were PLACED or RUNNING when the last coordinator stopped
-  // are failed through the restart policy (their tasks are no longer tracked). `clock` is not owned
+  // wait up to options.reconcile_window for their nodes to register and report them (see
+  // register_node), and fail through the restart policy if some node does not. `clock` is not owned
   // and must outlive the coordinator. Blocks on disk I/O.
   static StatusOr<std::unique_ptr<Coordinator>> open(CoordinatorOptions options, const Clock* clock);
 
@@ -146,10 +159,16 @@ class Coordinator {
 
   // ---- nodes ----
 
-  // Registers a node (or re-registers it). Re-registering a live node means its agent restarted:
-  // the attempts with tasks there fail as on a lost node, and the orders stop their other tasks.
+  // Registers a node (or re-registers it) with what its agent still runs (reconciliation, issue 16):
+  //  - a running attempt this coordinator still places there keeps running: its slots are reserved
+  //    again, and an attempt recovered after a restart is re-adopted (RUNNING once all its nodes
+  //    reported it, instead of failing and relaunching while its old workers still run);
+  //  - a running attempt it no longer owns (over, superseded, unknown, not placed there, or its
+  //    ranks there already counted as lost) gets a stop order to this node;
+  //  - an attempt placed there that the agent does not report lost its tasks (the agent restarted
+  //    or fenced them): it fails as on a lost node, and the orders stop its other tasks.
   // INVALID_ARGUMENT for malformed info.
-  StatusOr<AgentOrders> register_node(NodeInfo info);
+  StatusOr<AgentOrders> register_node(NodeInfo info, const std::vector<RunningAttempt>& running = {});
   // Renews a node's lease. NOT_FOUND: the node must register again.
   Status heartbeat(const std::string& node_id, bool unschedulable = false);
   // Drops a node now, as if its lease had run out (`cohort node revoke`): its attempts fail over
@@ -254,6 +273,9 @@ class Coordinator {
     std::set<std::string> started_nodes;  // nodes whose tasks all started
     std::set<int> live_ranks;             // ranks that have not exited
     std::shared_ptr<Rendezvous> rendezvous;
+    // Recovered after a restart and not yet reported by every node: the time it fails by.
+    std::optional<TimePoint> reconcile_deadline;
+    std::set<std::string> adopted_nodes;  // nodes that reported it since the restart
   };
 
   Coordinator(CoordinatorOptions options, const Clock* clock, std::unique_ptr<JobStore> store);
@@ -291,6 +313,9 @@ class Coordinator {
   void forget_if_drained_locked(const AttemptKey& key);
   // PLACED → RUNNING once every node of the active attempt has started.
   void maybe_running_locked(const AttemptKey& key);
+  // Recovered attempts whose reconcile deadline passed with nodes missing: those nodes' ranks count
+  // as lost and the attempt fails through its restart policy.
+  void expire_unreconciled_locked(AgentOrders& orders);
 
   const CoordinatorOptions options_;
   const Clock* const clock_;

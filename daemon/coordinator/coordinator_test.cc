@@ -417,14 +417,13 @@ TEST_F(CoordinatorTest, ARestartedCoordinatorKeepsEveryJob) {
   EXPECT_EQ(jobs[0].id, done);
   EXPECT_EQ(jobs[0].state(), JobState::kSucceeded);
   EXPECT_EQ(jobs[1].id, running);
-  EXPECT_EQ(jobs[1].state(), JobState::kFailed);
-  EXPECT_TRUE(contains(jobs[1].machine.reason(), "the coordinator restarted while attempt 1 was RUNNING"))
-      << jobs[1].machine.reason();
+  // Running attempts wait for their node to report them (issue 16's reconciliation).
+  EXPECT_EQ(jobs[1].state(), JobState::kRunning);
   ASSERT_TRUE(jobs[1].last_metrics.has_value());  // written at shutdown
   EXPECT_EQ(jobs[1].last_metrics->step, 50);
   EXPECT_EQ(jobs[2].id, restartable);
-  EXPECT_EQ(jobs[2].state(), JobState::kPending);
-  EXPECT_EQ(jobs[2].attempt(), 2);
+  EXPECT_EQ(jobs[2].state(), JobState::kRunning);
+  EXPECT_EQ(jobs[2].attempt(), 1);
   EXPECT_EQ(jobs[3].id, queued);
   EXPECT_EQ(jobs[3].state(), JobState::kPending);
   EXPECT_EQ(jobs[3].spec.procs_per_node(), 8);
@@ -434,12 +433,117 @@ TEST_F(CoordinatorTest, ARestartedCoordinatorKeepsEveryJob) {
                                                         JobState::kRunning, JobState::kSucceeded}));
   EXPECT_EQ(submit(valid_spec("fresh", 1, 1)), "fresh-5");
 
-  // Nodes re-register after a coordinator restart; the restarted job runs again.
+  // Nodes re-register after a coordinator restart; this one no longer runs the two attempts (its
+  // agent restarted too): they fail by their restart policy, and the restarted job runs again.
   add_node("node-a", 4);
+  EXPECT_EQ(job(running).state(), JobState::kFailed);
+  EXPECT_TRUE(contains(job(running).machine.reason(),
+                       "the coordinator restarted and node node-a registered without job " + running))
+      << job(running).machine.reason();
+  EXPECT_EQ(job(restartable).state(), JobState::kPending);
+  EXPECT_EQ(job(restartable).attempt(), 2);
   AgentOrders orders = coordinator_->tick();
   ASSERT_EQ(orders.launches.size(), 1u);
   EXPECT_EQ(orders.launches[0].job_id, restartable);
   EXPECT_EQ(orders.launches[0].attempt, 2);
+}
+
+// ---- reconciliation (issue 16) ----
+
+NodeInfo node_info(const std::string& id, int slots) {
+  NodeInfo info;
+  info.node_id = id;
+  info.address = id + ":7071";
+  info.hostname = id;
+  info.slots = slots;
+  return info;
+}
+
+TEST_F(CoordinatorTest, ARestartedCoordinatorReadoptsTheAttemptsItsNodesStillRun) {
+  add_node("node-a", 2);
+  add_node("node-b", 2);
+  const std::string id = submit(valid_spec("long", 2, 2));
+  tick_and_start();
+  ASSERT_EQ(job(id).state(), JobState::kRunning);
+  coordinator_.reset();
+  open();
+  EXPECT_EQ(job(id).state(), JobState::kRunning);
+  auto a = coordinator_->register_node(node_info("node-a", 2), {RunningAttempt{id, 1, {0, 1}}});
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  EXPECT_TRUE(a->empty()) << "nothing to stop: the attempt is still ours";
+  auto b = coordinator_->register_node(node_info("node-b", 2), {RunningAttempt{id, 1, {2, 3}}});
+  ASSERT_TRUE(b.ok());
+  EXPECT_TRUE(b->empty());
+  // Its slots are held again, so nothing else is placed over its running workers.
+  EXPECT_EQ(free_slots("node-a"), 0);
+  EXPECT_EQ(free_slots("node-b"), 0);
+  clock_.advance(kLease / 2);
+  ASSERT_TRUE(coordinator_->heartbeat("node-a").ok());
+  ASSERT_TRUE(coordinator_->heartbeat("node-b").ok());
+  clock_.advance(kLease / 2 + seconds(1));  // past the reconcile window: adopted, nothing fails
+  EXPECT_TRUE(coordinator_->tick().empty());
+  EXPECT_EQ(job(id).state(), JobState::kRunning);
+  EXPECT_EQ(job(id).attempt(), 1);
+  for (int rank = 0; rank < 4; ++rank) exit_task(rank < 2 ? "node-a" : "node-b", id, 1, rank, 0);
+  EXPECT_EQ(job(id).state(), JobState::kSucceeded);
+  EXPECT_EQ(free_slots("node-a"), 2);
+  EXPECT_EQ(free_slots("node-b"), 2);
+}
+
+TEST_F(CoordinatorTest, ARecoveredAttemptANodeNeverReportsFailsWhenTheReconcileWindowEnds) {
+  add_node("node-a", 1);
+  add_node("node-b", 1);
+  const std::string id = submit(valid_spec("half", 2, 1));
+  tick_and_start();
+  coordinator_.reset();
+  open();
+  ASSERT_TRUE(coordinator_->register_node(node_info("node-a", 1), {RunningAttempt{id, 1, {0}}}).ok());
+  clock_.advance(kLease - seconds(1));
+  EXPECT_TRUE(coordinator_->tick().empty()) << "still within the window";
+  ASSERT_TRUE(coordinator_->heartbeat("node-a").ok());
+  clock_.advance(seconds(2));
+  AgentOrders orders = coordinator_->tick();
+  EXPECT_EQ(job(id).state(), JobState::kFailed);
+  EXPECT_TRUE(contains(job(id).machine.reason(), "node(s) node-b did not report attempt 1")) << job(id).machine.reason();
+  EXPECT_EQ(stopped_nodes(orders), (std::vector<std::string>{"node-a"}));
+}
+
+TEST_F(CoordinatorTest, ANodeReturningWithAnAttemptItNoLongerOwnsIsToldToStopIt) {
+  add_node("node-a", 1);
+  cohort::v1::JobSpec spec = valid_spec("moved", 1, 1);
+  spec.mutable_restart_policy()->set_max_restarts(1);
+  const std::string id = submit(spec);
+  tick_and_start();
+  add_node("node-b", 1);
+  // node-a goes silent past its lease: the attempt fails over to node-b.
+  clock_.advance(kLease / 2);
+  ASSERT_TRUE(coordinator_->heartbeat("node-b").ok());
+  clock_.advance(kLease / 2 + seconds(1));
+  AgentOrders moved = coordinator_->tick();
+  ASSERT_EQ(moved.launches.size(), 1u);
+  EXPECT_EQ(moved.launches[0].node.node_id, "node-b");
+  // node-a comes back still running attempt 1 (it had not fenced): it is told to stop it, and its
+  // slot counts as free again; attempt 2 is untouched.
+  auto orders = coordinator_->register_node(node_info("node-a", 1), {RunningAttempt{id, 1, {0}}});
+  ASSERT_TRUE(orders.ok());
+  ASSERT_EQ(orders->stops.size(), 1u);
+  EXPECT_EQ(orders->stops[0].node_id, "node-a");
+  EXPECT_EQ(orders->stops[0].attempt, 1);
+  EXPECT_EQ(free_slots("node-a"), 1);
+  EXPECT_EQ(job(id).attempt(), 2);
+  EXPECT_EQ(job(id).state(), JobState::kPlaced);
+}
+
+TEST_F(CoordinatorTest, ReRegisteringALiveNodeThatStillRunsItsTasksKeepsThem) {
+  add_node("node-a", 1);
+  add_node("node-b", 1);
+  const std::string id = submit(valid_spec("kept", 2, 1));
+  tick_and_start();
+  auto orders = coordinator_->register_node(node_info("node-b", 1), {RunningAttempt{id, 1, {1}}});
+  ASSERT_TRUE(orders.ok());
+  EXPECT_TRUE(orders->empty());
+  EXPECT_EQ(job(id).state(), JobState::kRunning);
+  EXPECT_EQ(free_slots("node-b"), 0);
 }
 
 TEST_F(CoordinatorTest, TheMetricsHistorySurvivesARestartAndNewEventsComeAfterIt) {

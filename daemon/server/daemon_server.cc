@@ -433,7 +433,9 @@ void DaemonServer::agent_loop() {
     lock.unlock();
 
     if (registered && Clock::now() >= next_contact) {
+      const Clock::time_point sent = Clock::now();
       Status beat = heartbeat();
+      if (beat.ok()) last_renewal_ = sent;
       if (beat.code() == StatusCode::kNotFound) {
         spdlog::warn("the coordinator does not know node {} ({}); registering again", node_id_,
                      beat.to_string());
@@ -444,10 +446,23 @@ void DaemonServer::agent_loop() {
       next_contact = registered ? Clock::now() + heartbeat_interval_ : Clock::now();
     }
     if (!registered && Clock::now() >= next_contact) {
+      const Clock::time_point sent = Clock::now();
       Status status = register_node();
       registered = status.ok();
+      if (registered) last_renewal_ = sent;
       if (!registered) spdlog::warn("registering node {} failed: {}; retrying", node_id_, status.to_string());
       next_contact = Clock::now() + (registered ? heartbeat_interval_ : kRegisterRetryInterval);
+    }
+    // Fencing (issue 16): with no renewal for a whole lease, the coordinator has declared this node
+    // lost and may have restarted its attempts elsewhere; the tasks here stop before the node
+    // registers again, so two attempts of a job never run (and write its checkpoints) at once.
+    if (last_renewal_.has_value() && Clock::now() - *last_renewal_ >= lease_) {
+      fence_tasks();
+      last_renewal_.reset();  // once per loss of the lease
+      registered = false;
+      next_contact = Clock::now();
+    } else if (last_renewal_.has_value()) {
+      next_contact = std::min(next_contact, *last_renewal_ + lease_);
     }
     std::deque<agent::TaskExit> retry;
     for (const agent::TaskExit& exit : exits) {
@@ -471,6 +486,18 @@ Status DaemonServer::register_node() {
   COHORT_ASSIGN_OR_RETURN(cohort::v1::NodeInfo node, agent_service_->describe_node());
   cohort::v1::RegisterNodeRequest request;
   *request.mutable_node() = std::move(node);
+  // What still runs here: the coordinator keeps what it owns and orders the rest stopped.
+  for (const std::string& job_id : supervisor_->running_jobs()) {
+    std::optional<int> attempt = agent_service_->attempt_of(job_id);
+    StatusOr<std::vector<agent::TaskInfo>> tasks = supervisor_->tasks(job_id);
+    if (!attempt.has_value() || !tasks.ok()) continue;
+    cohort::v1::RunningAttempt* running = request.add_running();
+    running->set_job_id(job_id);
+    running->set_attempt(*attempt);
+    for (const agent::TaskInfo& task : *tasks) {
+      if (!task.exit.has_value()) running->add_ranks(task.rank);
+    }
+  }
   cohort::v1::RegisterNodeResponse response;
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + options_.peer_rpc_timeout);
@@ -481,9 +508,23 @@ Status DaemonServer::register_node() {
                             ? std::chrono::milliseconds(response.heartbeat_interval_ms())
                             : std::chrono::milliseconds(response.lease_ms() / 3);
   if (heartbeat_interval_.count() <= 0) heartbeat_interval_ = kRegisterRetryInterval;
+  lease_ = response.lease_ms() > 0 ? std::chrono::milliseconds(response.lease_ms()) : coordinator::kDefaultNodeLease;
   spdlog::info("node {} registered at {} (heartbeat every {} ms)", node_id_, address_,
                heartbeat_interval_.count());
   return ok_status();
+}
+
+void DaemonServer::fence_tasks() {
+  std::vector<std::string> jobs = supervisor_->running_jobs();
+  if (jobs.empty()) return;
+  spdlog::warn("node {}: its lease ({} ms) was not renewed; stopping the tasks of {} job(s) before registering "
+               "again (fencing)",
+               node_id_, lease_.count(), jobs.size());
+  for (const std::string& job_id : jobs) {
+    if (std::optional<int> attempt = agent_service_->attempt_of(job_id)) fenced_.insert({job_id, *attempt});
+    Status stopped = supervisor_->stop(job_id);
+    if (!stopped.ok()) spdlog::error("fencing job {} on node {}: {}", job_id, node_id_, stopped.to_string());
+  }
 }
 
 Status DaemonServer::heartbeat() {
@@ -508,6 +549,10 @@ Status DaemonServer::report_exit(const agent::TaskExit& exit) {
   request.set_exit_code(exit.status.exit_code);
   request.set_signal(exit.status.signal);
   request.set_detail(exit.detail);
+  if (exit.detail.empty() && fenced_.count({exit.job_id, *attempt}) != 0) {
+    request.set_detail(fmt::format("stopped by node {}'s agent, which could not renew its lease for {} ms (fencing)",
+                                   node_id_, lease_.count()));
+  }
   cohort::v1::ReportTaskExitResponse response;
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + options_.peer_rpc_timeout);

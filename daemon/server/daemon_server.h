@@ -14,7 +14,9 @@
 // heartbeat_interval_ms the coordinator asks for (lease / 3), registers again when a heartbeat
 // answers NOT_FOUND (the coordinator restarted or declared the node lost), and reports each task
 // exit (ReportTaskExit). The supervisor's exit callback only queues the exit; the agent thread
-// sends it, so no RPC runs inside the callback.
+// sends it, so no RPC runs inside the callback. RegisterNode lists the attempts the node still
+// runs, so the coordinator keeps what it owns and stops the rest; an agent that could not renew its
+// lease for a whole lease stops all its tasks first (fencing, issue 16).
 //
 // Every role serves cohort.v1.Info and grpc.health.v1.
 //
@@ -40,6 +42,8 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -209,6 +213,8 @@ class DaemonServer {
   Status register_node();
   Status heartbeat();
   Status report_exit(const agent::TaskExit& exit);
+  // Stops every running task of this node (the lease ran out: fencing). Blocks up to the grace period.
+  void fence_tasks();
   bool has_coordinator() const { return options_.role != DaemonRole::kAgent; }
   bool has_agent() const { return options_.role != DaemonRole::kCoordinator; }
 
@@ -225,6 +231,12 @@ class DaemonServer {
   std::unique_ptr<cohort::v1::Coordinator::Stub> coordinator_stub_;  // the agent's coordinator
   std::string node_id_;
   std::chrono::milliseconds heartbeat_interval_ = kRegisterRetryInterval;  // agent thread only
+  std::chrono::milliseconds lease_ = coordinator::kDefaultNodeLease;       // agent thread only; from the coordinator
+  // When the lease was last renewed (register or heartbeat sent); nullopt before the first and
+  // after a fence. Agent thread only.
+  std::optional<std::chrono::steady_clock::time_point> last_renewal_;
+  // Attempts this agent fenced (job id, attempt): their exit reports say so. Agent thread only.
+  std::set<std::pair<std::string, int>> fenced_;
   std::unique_ptr<metrics::DaemonMetrics> metrics_;  // declared before server_: its interceptor uses it
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<http::HttpServer> http_server_;  // http_listen; stopped first in shutdown

@@ -229,6 +229,13 @@ grpc::Status AgentService::StopTasks(grpc::ServerContext* /*context*/,
                                      const cohort::v1::StopTasksRequest* request,
                                      cohort::v1::StopTasksResponse* response) {
   if (Status id = agent::validate_job_id(request->job_id(), "StopTasks"); !id.ok()) return to_grpc_status(id);
+  // The supervisor keys tasks by job: a stop for another attempt than the one running here (a late
+  // order, or fencing of an old attempt) must not stop the current one.
+  if (std::optional<int> attempt = attempt_of(request->job_id());
+      request->attempt() > 0 && attempt.has_value() && *attempt != request->attempt()) {
+    response->set_signalled(0);
+    return grpc::Status::OK;
+  }
   StatusOr<std::vector<agent::TaskInfo>> tasks = supervisor_->tasks(request->job_id());
   if (!tasks.ok()) return to_grpc_status(tasks.status());
   int running = 0;

@@ -329,5 +329,27 @@ TEST_F(AgentServiceTest, CommandNotOnPathAndWorkingDirOutsideTheRootsAreRefused)
   EXPECT_EQ(supervisor_->running_tasks(), 0);
 }
 
+
+// Issue 16: the supervisor keys tasks by job; a stop for another attempt (a late order, or the
+// coordinator fencing an old attempt) must leave the attempt that runs here alone.
+TEST_F(AgentServiceTest, StopTasksForAnotherAttemptLeavesTheRunningOneAlone) {
+  use_worker("exec sleep 100");
+  cohort::v1::LaunchTasksRequest launch = request(2);
+  cohort::v1::LaunchTasksResponse launched;
+  grpc::ServerContext context;
+  ASSERT_TRUE(service_->LaunchTasks(&context, &launch, &launched).ok());
+  cohort::v1::StopTasksRequest stop;
+  stop.set_job_id("mnist-1");
+  stop.set_attempt(1);
+  cohort::v1::StopTasksResponse stopped;
+  ASSERT_TRUE(service_->StopTasks(&context, &stop, &stopped).ok());
+  EXPECT_EQ(stopped.signalled(), 0);
+  EXPECT_EQ(supervisor_->running_tasks(), 2);
+  stop.set_attempt(2);
+  ASSERT_TRUE(service_->StopTasks(&context, &stop, &stopped).ok());
+  EXPECT_EQ(stopped.signalled(), 2);
+  EXPECT_EQ(supervisor_->running_tasks(), 0);
+}
+
 }  // namespace
 }  // namespace cohort::daemon

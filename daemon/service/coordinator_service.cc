@@ -93,7 +93,14 @@ grpc::Status CoordinatorService::RegisterNode(grpc::ServerContext* context,
     return to_grpc_status(invalid_argument_error("node is not set; describe the node"));
   if (Status node = security::require_node(caller, request->node().node_id()); !node.ok())
     return to_grpc_status(node);
-  StatusOr<AgentOrders> orders = coordinator_->register_node(from_proto(request->node()));
+  // What the agent still runs, for reconciliation (fencing of what the coordinator no longer owns).
+  std::vector<coordinator::RunningAttempt> running;
+  for (const cohort::v1::RunningAttempt& attempt : request->running()) {
+    if (Status id = require_job_id(attempt.job_id()); !id.ok()) return to_grpc_status(id);
+    running.push_back(coordinator::RunningAttempt{attempt.job_id(), attempt.attempt(),
+                                                  std::vector<int>(attempt.ranks().begin(), attempt.ranks().end())});
+  }
+  StatusOr<AgentOrders> orders = coordinator_->register_node(from_proto(request->node()), running);
   if (!orders.ok()) return to_grpc_status(orders.status());
   dispatch(std::move(orders).value());
   const int64_t lease_ms = coordinator_->node_lease().count();

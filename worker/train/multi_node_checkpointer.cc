@@ -1,10 +1,12 @@
 #include "worker/train/multi_node_checkpointer.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <functional>
@@ -170,6 +172,46 @@ MultiNodeCheckpointer::MultiNodeCheckpointer(std::string name, comm::Communicato
   options_.keep_generations = std::max(options_.keep_generations, 1);
 }
 
+MultiNodeCheckpointer::~MultiNodeCheckpointer() {
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
+}
+
+std::string MultiNodeCheckpointer::lock_path() const {
+  return fmt::format("{}/{}.rank{}of{}.lock", directory_, name_, comm_.rank(), comm_.size());
+}
+
+Status MultiNodeCheckpointer::lock_directory() {
+  if (lock_fd_ >= 0) return ok_status();
+  const std::string path = lock_path();
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return errno_status("open(" + path + ")", errno);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int error = errno;
+    char holder[128] = {0};
+    ssize_t n = ::pread(fd, holder, sizeof(holder) - 1, 0);
+    ::close(fd);
+    if (error != EWOULDBLOCK) return errno_status("flock(" + path + ")", error);
+    std::string who = n > 0 ? std::string(holder, static_cast<size_t>(n)) : std::string("another process");
+    while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
+    return failed_precondition_error(
+        "checkpointer {}: checkpoint directory {} is in use: {} holds {} (another attempt of this job, or another "
+        "job, still writes it). Two writers would corrupt its checkpoints; stop the other one, or give this run "
+        "its own checkpoint.dir",
+        name_, directory_, who, path);
+  }
+  // Who holds it, for the error the next one gets.
+  char host[64] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  const char* attempt = std::getenv("COHORT_ATTEMPT");
+  const std::string holder = fmt::format("pid {} on {}{}\n", ::getpid(), host,
+                                         attempt != nullptr ? fmt::format(" (attempt {})", attempt) : "");
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, holder.data(), holder.size(), 0) < 0) {
+    // Only the message suffers; the lock is held.
+  }
+  lock_fd_ = fd;
+  return ok_status();
+}
+
 void MultiNodeCheckpointer::add_module(const std::string& key, torch::nn::Module& module) {
   entries_.push_back(std::make_shared<Entry>(
       Entry{"module." + key, [&module](auto& archive) { save_module(module, archive); },
@@ -287,6 +329,7 @@ Status MultiNodeCheckpointer::save(int64_t iteration) {
     fs::create_directories(directory_, error);
     if (error)
       return unavailable_error("checkpointer {}: cannot create {}: {}", name_, directory_, error.message());
+    COHORT_RETURN_IF_ERROR(lock_directory());
     COHORT_ASSIGN_OR_RETURN(std::string data, serialize(iteration));
     return write_atomically(path_for(iteration), data);
   }();
@@ -348,6 +391,11 @@ Status MultiNodeCheckpointer::load_file(int64_t iteration) {
 }
 
 StatusOr<std::optional<int64_t>> MultiNodeCheckpointer::resume() {
+  // Reading while another attempt writes could load a set it is replacing: the lock first (when
+  // the directory exists; otherwise there is nothing to read and save() takes it).
+  std::error_code exists_error;
+  Status locked = fs::exists(directory_, exists_error) ? lock_directory() : ok_status();
+  COHORT_RETURN_IF_ERROR(agree(locked, "locking the checkpoint directory"));
   StatusOr<std::vector<int64_t>> mine = local_iterations();
   // A rank that cannot list its files contributes "none" so the collective still completes.
   COHORT_ASSIGN_OR_RETURN(std::vector<std::string> all,

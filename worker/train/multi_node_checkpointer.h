@@ -27,6 +27,12 @@
 // registered tensor. Optimizer state is written by the optimizer's own serializer: state on a GPU
 // keeps its device in the file, so such a file needs a CUDA libtorch to load.
 //
+// Exclusive use (issue 16): the first save() or resume() that finds the directory takes an flock on
+// <directory>/<name>.rank<R>of<N>.lock, held until the checkpointer is destroyed, so two attempts of
+// a job (an old one still running on a partitioned node, and its restart) never write the same
+// files at once: the second gets FAILED_PRECONDITION naming the lock file and its holder. The lock
+// dies with its process, so a killed attempt never leaves the directory locked.
+//
 // Thread-safety: one training thread uses a checkpointer. Registered objects must outlive it.
 
 #include <cstdint>
@@ -57,6 +63,10 @@ class MultiNodeCheckpointer {
   // Local; the directory is created by the first save().
   MultiNodeCheckpointer(std::string name, comm::Communicator& comm, std::string directory,
                         CheckpointerOptions options = {});
+  // Releases the directory's lock.
+  ~MultiNodeCheckpointer();
+  MultiNodeCheckpointer(const MultiNodeCheckpointer&) = delete;
+  MultiNodeCheckpointer& operator=(const MultiNodeCheckpointer&) = delete;
 
   // Registration (local): each `key` names a section of the file; a section must be registered
   // on resume under the same key as on save. Objects are referenced, not copied.
@@ -82,12 +92,17 @@ class MultiNodeCheckpointer {
   StatusOr<std::vector<int64_t>> local_iterations() const;
   // The file of this rank for `iteration`.
   std::string path_for(int64_t iteration) const;
+  // This rank's lock file in the directory.
+  std::string lock_path() const;
 
  private:
   struct Entry;
   StatusOr<std::string> serialize(int64_t iteration) const;
   Status load_file(int64_t iteration);
   Status collect_garbage();
+  // Takes this rank's lock on the directory (once; the directory must exist). FAILED_PRECONDITION
+  // when another process holds it.
+  Status lock_directory();
   // True on every rank iff `local` is OK on every rank (one allreduce MAX of a failure flag).
   Status agree(const Status& local, const char* what);
 
@@ -96,6 +111,7 @@ class MultiNodeCheckpointer {
   std::string directory_;
   CheckpointerOptions options_;
   std::vector<std::shared_ptr<Entry>> entries_;
+  int lock_fd_ = -1;  // the held lock file, or -1
 };
 
 // ChainerMN's name for the constructor.

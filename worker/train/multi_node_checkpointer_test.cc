@@ -2,9 +2,12 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
+
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -197,6 +200,37 @@ TEST(MultiNodeCheckpointerTest, ResumesNewestCommonIterationAndCollectsGarbage) 
     });
     EXPECT_EQ(failures, "") << "size " << size;
   }
+}
+
+// Issue 16: while one attempt's checkpointer holds the directory, a second one (an old attempt still
+// running on a partitioned node, and its restart) can neither save nor resume there, on any rank,
+// and its error names the lock and its holder; once the first is gone, the second goes on.
+TEST(MultiNodeCheckpointerTest, TwoAttemptsNeverWriteOneDirectoryAtOnce) {
+  std::string dir = fresh_dir("locked");
+  std::string failures = run_on_ranks(kRanks, [&](int rank, comm::Communicator& comm) -> Status {
+    at::Tensor value = at::zeros({2});
+    auto first = create_multi_node_checkpointer("job", comm, dir);
+    first->add_tensors("value", {value});
+    COHORT_RETURN_IF_ERROR(first->save(1));
+    auto second = create_multi_node_checkpointer("job", comm, dir);
+    second->add_tensors("value", {value});
+    Status refused = second->save(2);
+    if (refused.code() != StatusCode::kFailedPrecondition ||
+        refused.message().find(second->lock_path()) == std::string::npos ||
+        refused.message().find(fmt::format("pid {}", ::getpid())) == std::string::npos) {
+      return internal_error("rank {}: a second writer was not refused clearly: {}", rank, refused.to_string());
+    }
+    auto resumed = second->resume();
+    if (resumed.ok()) return internal_error("rank {}: the second attempt resumed from a directory in use", rank);
+    COHORT_ASSIGN_OR_RETURN(auto kept, first->local_iterations());
+    if (kept != std::vector<int64_t>{1}) return internal_error("rank {}: the refused save wrote a file", rank);
+    first.reset();  // the first attempt ends (or dies): its lock goes with it
+    COHORT_RETURN_IF_ERROR(comm.barrier(comm::CallOptions{std::nullopt, true})->wait());
+    COHORT_ASSIGN_OR_RETURN(auto at, second->resume());
+    if (at != std::optional<int64_t>(1)) return internal_error("rank {}: resumed at {}", rank, at.value_or(-1));
+    return second->save(2);
+  });
+  EXPECT_EQ(failures, "");
 }
 
 // An iterator restored under another shuffle seed would continue with other samples: refused on
