@@ -5,8 +5,12 @@ reader parses them."""
 import os
 import tempfile
 import unittest
+from unittest import mock
+
+import grpc
 
 import cohort_client
+from cohort.v1 import coordinator_pb2
 from cohort.v1 import job_pb2
 
 REPO_CONFIGS = os.path.join(os.environ.get("TEST_SRCDIR", ""), os.environ.get("TEST_WORKSPACE", ""), "configs", "jobs")
@@ -146,6 +150,103 @@ class CredentialsTest(unittest.TestCase):
         finally:
             os.environ.clear()
             os.environ.update(saved)
+
+
+class _RpcError(grpc.RpcError):
+    """A failed call as grpc raises it: code() and details()."""
+
+    def __init__(self, code, details=""):
+        super().__init__(details)
+        self._code = code
+        self._details = details
+
+    def code(self):
+        return self._code
+
+    def details(self):
+        return self._details
+
+
+class _BrokenStream:
+    """A WatchJob stream that breaks at once, as a coordinator restart breaks it."""
+
+    def __iter__(self):
+        raise _RpcError(grpc.StatusCode.UNAVAILABLE, "Socket closed")
+
+    def cancel(self):
+        pass
+
+
+class _FakeStub:
+    """GetJob answers from a script of results (a JobRecord or an exception to raise)."""
+
+    def __init__(self, get_results):
+        self.get_results = list(get_results)
+        self.get_calls = 0
+        self.watch_calls = 0
+
+    def GetJob(self, request, timeout=None):
+        self.get_calls += 1
+        result = self.get_results.pop(0)
+        if isinstance(result, Exception):
+            raise result
+        return coordinator_pb2.GetJobResponse(job=result)
+
+    def WatchJob(self, request, timeout=None):
+        self.watch_calls += 1
+        return _BrokenStream()
+
+
+def _fake_client(stub):
+    client = cohort_client.Client.__new__(cohort_client.Client)  # no channel: the stub is the fake
+    client.address = "127.0.0.1:1"
+    client.rpc_timeout = 1.0
+    client._stub = stub
+    return client
+
+
+class WaitTest(unittest.TestCase):
+    RUNNING = job_pb2.JobRecord(id="j-1", state=job_pb2.RUNNING)
+    SUCCEEDED = job_pb2.JobRecord(id="j-1", state=job_pb2.SUCCEEDED)
+
+    def test_survives_a_restart_longer_than_the_backoff(self):
+        # The watch breaks, then GetJob fails twice (down, then still starting) before the
+        # restarted coordinator answers: wait() retries GetJob with the growing backoff.
+        stub = _FakeStub([self.RUNNING,
+                          _RpcError(grpc.StatusCode.UNAVAILABLE, "connection refused"),
+                          _RpcError(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline"),
+                          self.SUCCEEDED])
+        with mock.patch("cohort_client.client.time.sleep") as sleep:
+            self.assertEqual(_fake_client(stub).wait("j-1", timeout=60), "SUCCEEDED")
+        self.assertEqual(stub.get_calls, 4)
+        self.assertEqual(stub.watch_calls, 1)
+        delays = [call.args[0] for call in sleep.call_args_list]
+        self.assertEqual(len(delays), 3, delays)  # after the break, then after each failed GetJob
+        self.assertLess(delays[0], delays[1])
+        self.assertLess(delays[1], delays[2])
+
+    def test_gives_up_at_its_timeout(self):
+        stub = _FakeStub([self.RUNNING] + [_RpcError(grpc.StatusCode.UNAVAILABLE, "connection refused")] * 1000)
+        with self.assertRaises(cohort_client.CohortError) as caught:
+            _fake_client(stub).wait("j-1", timeout=0.3)
+        self.assertEqual(caught.exception.code, "DEADLINE_EXCEEDED")
+        self.assertIn("j-1", caught.exception.message)
+        self.assertIn("UNAVAILABLE", caught.exception.message)
+
+    def test_first_get_job_failing_is_not_retried(self):
+        # Before any watch, an unreachable cohortd is a configuration problem: say so at once.
+        stub = _FakeStub([_RpcError(grpc.StatusCode.UNAVAILABLE, "connection refused")])
+        with self.assertRaises(cohort_client.CohortError) as caught:
+            _fake_client(stub).wait("j-1", timeout=60)
+        self.assertEqual(caught.exception.code, "UNAVAILABLE")
+        self.assertEqual(stub.get_calls, 1)
+
+    def test_other_get_job_errors_are_raised(self):
+        stub = _FakeStub([self.RUNNING, _RpcError(grpc.StatusCode.NOT_FOUND, "no job j-1")])
+        with mock.patch("cohort_client.client.time.sleep"):
+            with self.assertRaises(cohort_client.CohortError) as caught:
+                _fake_client(stub).wait("j-1", timeout=60)
+        self.assertEqual(caught.exception.code, "NOT_FOUND")
 
 
 if __name__ == "__main__":

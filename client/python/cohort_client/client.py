@@ -43,6 +43,8 @@ WATCH_RETRY_MAX = 5.0
 # Job states by name, and the final ones.
 FINAL_STATES = ("SUCCEEDED", "FAILED", "CANCELLED")
 _RETRYABLE_WATCH_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL)
+# wait()'s GetJob after a broken watch: the coordinator is down or still starting.
+_RETRYABLE_GET_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
 def state_name(state):
@@ -164,8 +166,13 @@ class Client:
         deadline = None if timeout is None else time.monotonic() + timeout
         after_seq = 0
         backoff = WATCH_RETRY_INITIAL
+        resuming = False  # True once a watch broke: then GetJob failing is the same outage
         while True:
-            job = self.get(job_id)
+            if resuming:
+                job, backoff = self._get_after_break(job_id, deadline, timeout, backoff)
+            else:
+                job = self.get(job_id)
+            resuming = True
             if _is_final(job.state):
                 return state_name(job.state)
             remaining = None if deadline is None else deadline - time.monotonic()
@@ -196,6 +203,26 @@ class Client:
                 # The stream ended without a final state (the server closed it): GetJob says
                 # where the job is; the backoff keeps a server that keeps closing from a busy loop.
                 time.sleep(backoff if deadline is None else min(backoff, max(0.0, deadline - time.monotonic())))
+                backoff = min(backoff * 2, WATCH_RETRY_MAX)
+
+    def _get_after_break(self, job_id, deadline, timeout, backoff):
+        """GetJob after wait()'s watch broke: a coordinator restart that outlasts the backoff makes
+        GetJob fail too (UNAVAILABLE, or DEADLINE_EXCEEDED while it starts), so it is retried with
+        the watch's backoff until wait()'s deadline. Returns (job record, next backoff)."""
+        while True:
+            try:
+                return self._stub.GetJob(coordinator_pb2.GetJobRequest(job_id=job_id),
+                                         timeout=self.rpc_timeout).job, backoff
+            except grpc.RpcError as error:
+                if error.code() not in _RETRYABLE_GET_CODES:
+                    raise self._error(error, "Coordinator.GetJob") from None
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise CohortError("DEADLINE_EXCEEDED",
+                                      f"job {job_id}: cohortd at {self.address} still unreachable after "
+                                      f"{timeout} s ({error.code().name}: {error.details() or ''})",
+                                      "Coordinator.GetJob") from None
+                time.sleep(backoff if remaining is None else min(backoff, remaining))
                 backoff = min(backoff * 2, WATCH_RETRY_MAX)
 
     def logs(self, job_id, rank=0, follow=False, timeout=None):
