@@ -104,17 +104,6 @@ std::vector<size_t> displacements(const std::vector<size_t>& lengths) {
 
 size_t chunks_of(size_t bytes) { return (bytes + kShmChunkBytes - 1) / kShmChunkBytes; }
 
-// Elements per pipeline chunk of a reduction over `count` elements: at least kMinPipelineChunks
-// chunks where that keeps chunks of kMinChunkBytes, so copy-in, reduction and copy-out overlap
-// across ranks even for mid-size messages; at most kShmChunkBytes. Every rank computes the same.
-constexpr size_t kMinPipelineChunks = 4;
-constexpr size_t kMinChunkBytes = 64 * 1024;
-size_t reduction_chunk_elements(size_t count, size_t esize) {
-  size_t bytes = std::max(kMinChunkBytes, (count * esize + kMinPipelineChunks - 1) / kMinPipelineChunks);
-  bytes = std::min(bytes, kShmChunkBytes);
-  return std::max<size_t>(1, bytes / esize);
-}
-
 }  // namespace
 
 StatusOr<std::unique_ptr<SharedMemoryEngine>> SharedMemoryEngine::create(int rank, int size,
@@ -329,14 +318,14 @@ Status SharedMemoryEngine::allreduce(const void* send, void* recv, size_t count,
   const uint8_t* in = static_cast<const uint8_t*>(send != nullptr ? send : recv);
   uint8_t* out = static_cast<uint8_t*>(recv);
   const bool wants = root < 0 || root == rank_;
-  const size_t chunk_elems = reduction_chunk_elements(count, esize);
+  const size_t chunk_elems = kShmChunkBytes / esize;
   // Every rank reduces slot by slot in rank order, so every rank's result is bit-identical.
   auto reduce_all = [&](uint8_t* dst, size_t offset, size_t n, int bank) {
     if (n == 0) return;
     reduce_to(dst, input(0, bank) + offset, input(1, bank) + offset, n, dtype, op);
     for (int p = 2; p < size_; ++p) reduce_into(dst, input(p, bank) + offset, n, dtype, op);
   };
-  if (count * esize <= kShmDirectReduceBytes) {
+  if (count <= chunk_elems && count * esize <= kShmDirectReduceBytes) {
     // Small: one barrier; each rank reduces the whole message straight into its output.
     std::memcpy(input(rank_, bank()), in, count * esize);
     COHORT_RETURN_IF_ERROR(step(deadline, what));
@@ -375,7 +364,7 @@ Status SharedMemoryEngine::reduce_scatterv(const void* send, void* recv, const s
   const uint8_t* in = static_cast<const uint8_t*>(send != nullptr ? send : recv);
   uint8_t* out = static_cast<uint8_t*>(recv);
   const size_t mine_begin = displacements(counts)[rank_], mine_end = mine_begin + counts[rank_];
-  const size_t chunk_elems = reduction_chunk_elements(total, esize);
+  const size_t chunk_elems = kShmChunkBytes / esize;
   const size_t chunks = (total + chunk_elems - 1) / chunk_elems;
   // Step t posts chunk t and reduces the part of chunk t-1 inside this rank's block straight into
   // recv. In place, recv's block is written below chunk t, which is already posted.
