@@ -21,8 +21,11 @@ struct ProcessMetrics {
   std::mutex mutex;
   bool initialized = false;
   int rank = 0;
-  train::MetricsReporter* reporter = nullptr;  // null: reporting is off in this process
-  std::set<std::string> warned_names;          // unknown names already warned about
+  // null: reporting is off in this process. Shared: flush_metrics() flushes outside the lock on
+  // its own reference, so the exit handler or a test's reset dropping this one cannot free the
+  // reporter under it; the last holder deletes it.
+  std::shared_ptr<train::MetricsReporter> reporter;
+  std::set<std::string> warned_names;  // unknown names already warned about
 };
 
 ProcessMetrics& process_metrics() {
@@ -32,10 +35,10 @@ ProcessMetrics& process_metrics() {
 
 void flush_and_stop_at_exit() {
   ProcessMetrics& state = process_metrics();
-  train::MetricsReporter* reporter = nullptr;
+  std::shared_ptr<train::MetricsReporter> reporter;
   {
     std::lock_guard<std::mutex> lock(state.mutex);
-    reporter = state.reporter;
+    reporter = std::move(state.reporter);
     state.reporter = nullptr;
   }
   if (reporter == nullptr) return;
@@ -43,7 +46,8 @@ void flush_and_stop_at_exit() {
     spdlog::warn("cohort::report_metrics: some metrics were not sent within {} ms at exit",
                  kExitFlushTimeout.count());
   }
-  delete reporter;  // the sending thread stops; nothing is left to send, or sending failed
+  // Dropping the reference stops the sending thread (nothing is left to send, or sending failed),
+  // unless a flush_metrics() still holds one: then that call's end deletes it.
 }
 
 // Decides, once, whether this process reports. Called with state.mutex held.
@@ -60,7 +64,7 @@ void initialize_locked(ProcessMetrics& state) {
     return;
   }
   if (state.rank != 0) return;  // rank 0 reports for the job (see the header)
-  state.reporter = reporter.release();
+  state.reporter = std::move(reporter);
   static std::once_flag registered;
   std::call_once(registered, [] { std::atexit(flush_and_stop_at_exit); });
 }
@@ -84,14 +88,14 @@ void report_metrics(const std::vector<std::pair<std::string, double>>& values, i
 
 bool flush_metrics(std::chrono::milliseconds timeout) {
   ProcessMetrics& state = process_metrics();
-  train::MetricsReporter* reporter = nullptr;
+  std::shared_ptr<train::MetricsReporter> reporter;
   {
     std::lock_guard<std::mutex> lock(state.mutex);
     initialize_locked(state);
     reporter = state.reporter;
   }
-  // Not under the lock: report() from other threads must not wait for the network. The reporter
-  // lives until exit (or a test's reset), so the pointer stays valid.
+  // Not under the lock: report() from other threads must not wait for the network. The copied
+  // reference keeps the reporter alive while the exit handler or a test's reset drops theirs.
   return reporter == nullptr || reporter->flush(timeout);
 }
 
@@ -106,15 +110,15 @@ namespace train {
 
 void reset_report_metrics_for_testing() {
   ProcessMetrics& state = process_metrics();
-  train::MetricsReporter* reporter = nullptr;
+  std::shared_ptr<train::MetricsReporter> reporter;
   {
     std::lock_guard<std::mutex> lock(state.mutex);
-    reporter = state.reporter;
+    reporter = std::move(state.reporter);
     state.reporter = nullptr;
     state.initialized = false;
     state.warned_names.clear();
   }
-  delete reporter;
+  // Dropped outside the lock: the reporter's destructor joins its sending thread.
 }
 
 }  // namespace train

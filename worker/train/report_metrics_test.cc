@@ -1,12 +1,17 @@
 #include "worker/train/report_metrics.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "worker/train/metrics_reporter.h"
@@ -107,6 +112,41 @@ TEST_F(ReportMetricsTest, HeldReportsAreSentAtExit) {
   ASSERT_FALSE(requests.empty());
   EXPECT_EQ(requests.back().metrics().step(), 2);  // the held one
   EXPECT_DOUBLE_EQ(requests.back().metrics().loss(), 1.0);
+}
+
+// A flush on one thread while the reporter is dropped on another (a test's reset here; the atexit
+// handler in a program whose other thread flushes): the flush holds its own reference, so the
+// reporter outlives it. The coordinator is a socket that accepts connections but never answers,
+// so the send (and the flush waiting for it) lasts until the RPC deadline.
+TEST_F(ReportMetricsTest, AFlushInFlightSurvivesTheReporterBeingDropped) {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(listen(listener, 4), 0);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const std::string coordinator = "127.0.0.1:" + std::to_string(ntohs(address.sin_port));
+  setenv("COHORT_COORDINATOR", coordinator.c_str(), 1);
+  setenv("COHORT_JOB_ID", "train-7", 1);
+  setenv("RANK", "0", 1);
+  train::reset_report_metrics_for_testing();
+  ASSERT_TRUE(metrics_reporting_enabled());
+  report_metrics({{"loss", 0.5}}, 1, /*epoch_end=*/true);
+
+  const auto start = std::chrono::steady_clock::now();
+  std::thread flusher([] { flush_metrics(std::chrono::seconds(20)); });
+  // Let the flush take its reference and start waiting (if it has not yet, the reset below only
+  // makes it a no-op: the test cannot fail spuriously).
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  train::reset_report_metrics_for_testing();  // drops the process's reference mid-flush
+  flusher.join();
+  // The flush ended with the send (RPC deadline), not its own 20 s limit.
+  EXPECT_LT(std::chrono::steady_clock::now() - start,
+            train::kDefaultMetricsRpcTimeout + std::chrono::seconds(5));
+  close(listener);
 }
 
 }  // namespace
