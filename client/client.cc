@@ -186,6 +186,10 @@ Status Client::logs(const std::string& job_id, int rank, bool follow, const LogC
     return invalid_argument_error("job {} has no rank {}; its ranks are 0..{}", job_id, rank,
                                   placement.world_size() - 1);
   }
+  if (selection.attempt > job.attempt()) {
+    return invalid_argument_error("job {} has no attempt {}; its attempts are 1..{}", job_id, selection.attempt,
+                                  job.attempt());
+  }
   cohort::v1::StreamLogsRequest request;
   request.set_job_id(job_id);
   request.set_rank(rank);

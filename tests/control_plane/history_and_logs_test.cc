@@ -204,6 +204,15 @@ TEST_F(HistoryAndLogsTest, EveryAttemptsLogsStayReadableAlsoFromDiskAfterTheAgen
             "[rank 0] attempt=2 rank=0 line 5\n[rank 1] attempt=2 rank=1 line 5\n");
   EXPECT_EQ(cohort({"logs", id, "--attempt", "1", "--rank", "1", "-n", "2"}), lines(1, 1, 4, 5));
   EXPECT_EQ(cohort({"logs", id, "--since", "1h", "--rank", "0"}), lines(2, 0, 1, 5));
+  {
+    std::ostringstream out, err;
+    EXPECT_EQ(client::cli::run_cli({"logs", id, "--attempt", "3", "--credentials",
+                                    coordinator_dir_.path() + "/admin.credentials", "--coordinator",
+                                    coordinator_->address()},
+                                   {&out, &err, false, ""}),
+              1);
+    EXPECT_NE(err.str().find("has no attempt 3; its attempts are 1..2"), std::string::npos) << err.str();
+  }
   grpc::StatusCode code = grpc::StatusCode::OK;
   logs(id, 0, /*attempt=*/7, 0, &code);
   EXPECT_EQ(code, grpc::StatusCode::NOT_FOUND);
