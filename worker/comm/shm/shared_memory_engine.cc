@@ -129,6 +129,11 @@ StatusOr<std::unique_ptr<SharedMemoryEngine>> SharedMemoryEngine::create(int ran
     } else if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
       failure = fmt::format("ftruncate({}, {}) failed: {} (is /dev/shm large enough?)", name, bytes,
                             std::strerror(errno));
+    } else if (int error = posix_fallocate(fd, 0, static_cast<off_t>(bytes)); error != 0) {
+      // Reserve the pages now: a sparse tmpfs file on a small /dev/shm (containers default to
+      // 64 MiB) would SIGBUS mid-collective instead of falling back to the transport here.
+      failure = fmt::format("reserving {} bytes for {} failed: {} (/dev/shm too small? raise its size, "
+                            "e.g. docker --shm-size)", bytes, name, std::strerror(error));
     }
     if (!failure.empty()) {
       if (fd >= 0) close(fd);
