@@ -20,7 +20,8 @@ readonly CONNECT_TIMEOUT_S=2
 # Starts a 2-host cluster in a child shell that writes "<its id> <daemon pids>" to $2 once ready,
 # then waits for $1 (a file) to appear before exiting normally.
 start_child() {
-  bash -c '
+  # Its temporary directory lies in ours, so that a SIGKILLed child's is removed with ours.
+  TEST_TMPDIR="${CLUSTER_TMP}" bash -c '
     source "$1"
     cluster_init || exit 3
     cluster_start 2 1 || exit 4

@@ -46,6 +46,7 @@ CLUSTER_UCX_NET_DEVICES="${CLUSTER_UCX_NET_DEVICES:-eth0}"
 
 CLUSTER_ID=""
 CLUSTER_SUBNET=""     # "10.213.X"
+# shellcheck disable=SC2034  # for tests: how many hosts cluster_create_hosts made
 CLUSTER_HOSTS=0
 CLUSTER_TMP=""        # logs and data directories
 CLUSTER_CREDENTIALS=""
@@ -215,6 +216,7 @@ _cluster_uts() { echo "${CLUSTER_RUN_ROOT}/${CLUSTER_ID}/h$1.uts"; }
 cluster_create_hosts() {
   local count="$1" i hub host
   CLUSTER_SUBNET="$(_cluster_pick_subnet)" || return 1
+  # shellcheck disable=SC2034  # for tests
   CLUSTER_HOSTS="${count}"
   hub="$(cluster_hub_ns)"
   ip netns add "${hub}" || return 1
@@ -320,8 +322,11 @@ cluster_node_ids() { cluster_cli nodes -o json | jq -r '.nodes[].node.node_id'; 
 # coordinator come from CLUSTER_COORDINATOR_FLAGS, for every daemon from CLUSTER_DAEMON_FLAGS.
 cluster_start() {
   local count="$1" slots="$2" i token
+  # The *_FLAGS variables are word lists: split on purpose.
+  # shellcheck disable=SC2206,SC2086
   local -a common=(--slots "${slots}" --worker "${COHORT_WORKER}" ${CLUSTER_DAEMON_FLAGS:-})
   cluster_create_hosts "${count}" || return 1
+  # shellcheck disable=SC2086
   cluster_start_daemon 1 --role all "${common[@]}" ${CLUSTER_COORDINATOR_FLAGS:-} || return 1
   CLUSTER_COORDINATOR="${CLUSTER_LAST_ADDRESS}"
   CLUSTER_CREDENTIALS="${CLUSTER_TMP}/data-1/admin.credentials"

@@ -21,8 +21,10 @@ readonly DETECT_BOUND_S=$((LEASE_MS / 1000 + 4))
 readonly REREGISTER_BOUND_S=15
 readonly JOB_TIMEOUT_S=60
 
+# shellcheck disable=SC2034  # read by cluster_start
 CLUSTER_COORDINATOR_FLAGS="--node-lease-ms ${LEASE_MS} --tick-interval-ms 100"
 # A heartbeat stuck in a partition gives up after this, so a healed agent retries soon.
+# shellcheck disable=SC2034  # read by cluster_start
 CLUSTER_DAEMON_FLAGS="--peer-rpc-timeout-ms 1000"
 cluster_start 3 1 || { cluster_dump_logs; exit 1; }
 
