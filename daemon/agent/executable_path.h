@@ -10,6 +10,9 @@
 //
 // Reads the file system (stat, access); thread-safe.
 
+#include <sys/types.h>
+
+#include <optional>
 #include <string>
 
 #include "worker/base/status.h"
@@ -19,9 +22,20 @@ namespace cohort::agent {
 // The PATH used when neither the job's env nor the agent's environment has one.
 inline constexpr const char* kDefaultSearchPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
+// Whose permissions the search uses: the job's user, not the agent's (root could see and "execute"
+// files the job's user cannot reach).
+struct SearchIdentity {
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+
 // `name` itself when it contains a '/' (absolute, or relative to the working directory: left to
-// execve); else the first `<dir>/<name>` along `search_path` that is a regular file with an
-// execute bit. NOT_FOUND naming the command and the directories searched otherwise.
-StatusOr<std::string> find_executable(const std::string& name, const std::string& search_path);
+// execve); else the first `<dir>/<name>` along `search_path` that is a regular file `as` may
+// execute (checked with the calling thread's file-system identity switched to `as` with
+// setfsuid/setfsgid, so directories it cannot search are skipped too; its supplementary groups
+// are not considered). Without `as`, the agent's own permissions. NOT_FOUND naming the command
+// and the directories searched otherwise.
+StatusOr<std::string> find_executable(const std::string& name, const std::string& search_path,
+                                      std::optional<SearchIdentity> as = std::nullopt);
 
 }  // namespace cohort::agent

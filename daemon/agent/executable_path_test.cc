@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -44,6 +45,25 @@ TEST_F(ExecutablePathTest, DirectoriesAndRelativeEntriesAreSkipped) {
   StatusOr<std::string> found = find_executable("tool", "relative::" + dir_ + "/a:" + dir_ + "/b");
   ASSERT_TRUE(found.ok()) << found.status().to_string();
   EXPECT_EQ(*found, dir_ + "/b/tool");
+}
+
+// The search uses the job user's permissions, not the agent's: a program only root may run, or one
+// in a directory the user cannot search, is passed over as execvp as that user would.
+TEST_F(ExecutablePathTest, SearchesWithTheJobUsersPermissions) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to act as another user";
+  ASSERT_EQ(::chmod(dir_.c_str(), 0755), 0);
+  write(dir_ + "/a/tool", 0700);  // root's only
+  write(dir_ + "/b/tool", 0755);
+  const SearchIdentity nobody{65534, 65534};
+  StatusOr<std::string> found = find_executable("tool", dir_ + "/a:" + dir_ + "/b", nobody);
+  ASSERT_TRUE(found.ok()) << found.status().to_string();
+  EXPECT_EQ(*found, dir_ + "/b/tool");
+  ASSERT_EQ(::chmod((dir_ + "/b").c_str(), 0700), 0);  // not searchable by nobody
+  EXPECT_EQ(find_executable("tool", dir_ + "/a:" + dir_ + "/b", nobody).status().code(), StatusCode::kNotFound);
+  // The agent's own identity comes back afterwards.
+  StatusOr<std::string> as_root = find_executable("tool", dir_ + "/a:" + dir_ + "/b");
+  ASSERT_TRUE(as_root.ok());
+  EXPECT_EQ(*as_root, dir_ + "/a/tool");
 }
 
 TEST_F(ExecutablePathTest, NamesWithASlashAreLeftToExecve) {

@@ -140,7 +140,7 @@ bool is_reserved_env_name(const std::string& name) {
 }
 
 // `env` applies to graph and command jobs alike.
-void check_env(const cohort::v1::JobSpec& spec, Problems& problems) {
+void check_env(const cohort::v1::JobSpec& spec, const JobSpecValidationOptions& options, Problems& problems) {
   if (spec.env_size() > kMaxEnvVariables) {
     problems.add("env has {} variables; at most {} (kMaxEnvVariables) are allowed", spec.env_size(),
                  kMaxEnvVariables);
@@ -166,6 +166,8 @@ void check_env(const cohort::v1::JobSpec& spec, Problems& problems) {
   if (bytes > kMaxEnvBytes) {
     problems.add("env holds {} bytes; at most {} (kMaxEnvBytes) are allowed", bytes, kMaxEnvBytes);
   }
+  if (Status loading = check_env_under_allowed_commands(names, options.allowed_commands, "env"); !loading.ok())
+    problems.add("{}", loading.message());
 }
 
 // The fields only cohort-worker reads: a command job must leave them unset, or the user would
@@ -315,7 +317,7 @@ Status validate_job_spec(const cohort::v1::JobSpec& spec, const JobSpecValidatio
   problems.at_least("procs_per_node", spec.procs_per_node(), 1);
   problems.at_least("gpus_per_proc", spec.gpus_per_proc(), 0);
   problems.at_least("restart_policy.max_restarts", spec.restart_policy().max_restarts(), 0);
-  check_env(spec, problems);
+  check_env(spec, options, problems);
   check_paths(spec, options, problems);
   if (spec.command_size() > 0) {
     // The program's own data, model and checkpoints are its business; from_checkpoint only says
@@ -341,6 +343,33 @@ Status validate_job_spec(const cohort::v1::JobSpec& spec, const JobSpecValidatio
   check_model(spec, problems);
   check_optimizer(spec.optimizer(), problems);
   return problems.status();
+}
+
+bool is_code_loading_env_name(const std::string& name) {
+  static constexpr const char* kPrefixes[] = {"LD_", "PYTHON", "PERL", "RUBY", "NODE_", "LUA_", "JAVA_", "_JAVA_"};
+  static constexpr const char* kNames[] = {"PATH",     "GCONV_PATH", "GLIBC_TUNABLES",    "BASH_ENV", "ENV",
+                                           "LOCPATH",  "NLSPATH",    "JAVA_TOOL_OPTIONS", "CLASSPATH",
+                                           "TCLLIBPATH", "OPENSSL_CONF", "OPENSSL_ENGINES"};
+  for (const char* prefix : kPrefixes) {
+    if (name.rfind(prefix, 0) == 0) return true;
+  }
+  return std::any_of(std::begin(kNames), std::end(kNames), [&](const char* n) { return name == n; });
+}
+
+Status check_env_under_allowed_commands(const std::vector<std::string>& env_names,
+                                        const std::vector<std::string>& allowed_commands, const std::string& where) {
+  if (allowed_commands.empty()) return ok_status();
+  std::vector<std::string> loading;
+  for (const std::string& name : env_names) {
+    if (is_code_loading_env_name(name)) loading.push_back(name);
+  }
+  if (loading.empty()) return ok_status();
+  std::sort(loading.begin(), loading.end());
+  return invalid_argument_error(
+      "{} sets {}, which would make an allowed program load or run other code; this cluster restricts what "
+      "runs (daemon config allowed_commands), so a job may not set the loader's, interpreters' or PATH "
+      "variables; remove them, or ask an admin",
+      where, fmt::join(loading, ", "));
 }
 
 Status check_command_allowed(const std::string& executable, const std::vector<std::string>& allowed,

@@ -45,6 +45,17 @@ inline constexpr const char* kReservedEnvNames[] = {
     "RANK",        "WORLD_SIZE",  "LOCAL_RANK",           "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR",
     "MASTER_PORT", "GROUP_RANK",  "CUDA_VISIBLE_DEVICES", "TORCHELASTIC_USE_AGENT_STORE"};
 
+// Whether setting `name` can make an allowed program load or run other code: the dynamic loader's
+// variables (LD_*, GCONV_PATH, GLIBC_TUNABLES), interpreters' start-up hooks (PYTHON*, PERL*, RUBY*,
+// NODE_*, BASH_ENV, ENV, JAVA_TOOL_OPTIONS, ...) and PATH. With allowed_commands set, a spec's env
+// may not set them (in graph jobs either), or the list would restrict nothing.
+bool is_code_loading_env_name(const std::string& name);
+
+// OK when `allowed_commands` is empty or no name in `env` is_code_loading_env_name;
+// INVALID_ARGUMENT naming the variables and the setting otherwise. `where` starts the message.
+Status check_env_under_allowed_commands(const std::vector<std::string>& env_names,
+                                        const std::vector<std::string>& allowed_commands, const std::string& where);
+
 // OK when `allowed` is empty or holds `command[0]`; INVALID_ARGUMENT naming the list otherwise
 // (the agent checks its own list again at launch). `where` starts the message.
 Status check_command_allowed(const std::string& executable, const std::vector<std::string>& allowed,

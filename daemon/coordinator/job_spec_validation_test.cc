@@ -247,8 +247,20 @@ TEST(JobSpecValidationTest, TheAllowListNamesItself) {
   spec.set_command(0, "python3");
   status = validate_job_spec(spec, options);
   EXPECT_NE(status.message().find("give the absolute path"), std::string::npos) << status.message();
-  // Graph jobs run the admin's own cohort-worker: the list does not apply.
+  // Graph jobs run the admin's own cohort-worker: the list does not apply to them...
   EXPECT_TRUE(validate_job_spec(valid_spec(), options).ok());
+  // ...but no job may then set variables that make a program load other code.
+  cohort::v1::JobSpec preload = valid_spec();
+  (*preload.mutable_env())["LD_PRELOAD"] = "/home/u/x.so";
+  (*preload.mutable_env())["PYTHONSTARTUP"] = "/home/u/x.py";
+  (*preload.mutable_env())["OMP_NUM_THREADS"] = "1";
+  status = validate_job_spec(preload, options);
+  ASSERT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("env sets LD_PRELOAD, PYTHONSTARTUP, which would make an allowed program load"),
+            std::string::npos)
+      << status.message();
+  EXPECT_NE(status.message().find("allowed_commands"), std::string::npos);
+  EXPECT_TRUE(validate_job_spec(preload).ok()) << "without a list, a job's env is its own business";
   EXPECT_FALSE(validate_allowed_commands({"python3"}).ok());
   EXPECT_TRUE(validate_allowed_commands({"/usr/bin/python3"}).ok());
 }

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <sstream>
 #include <system_error>
 #include <utility>
 
@@ -16,6 +17,7 @@
 #include "daemon/agent/free_port.h"
 #include "daemon/agent/job_id.h"
 #include "daemon/agent/node_inventory.h"
+#include "daemon/coordinator/job_spec_validation.h"
 #include "daemon/service/grpc_status.h"
 #include "worker/base/path_confinement.h"
 
@@ -50,8 +52,14 @@ StatusOr<std::string> write_job_spec(const std::string& spec_dir, const cohort::
 // The program a rank runs: the job's own command (found along the PATH the ranks will see, and
 // checked against this agent's allowed_commands), else cohort-worker.
 StatusOr<std::vector<std::string>> rank_argv(const cohort::v1::LaunchTasksRequest& request,
-                                             const AgentServiceOptions& options) {
+                                             const AgentServiceOptions& options,
+                                             const std::optional<agent::UnixUser>& run_as) {
   const cohort::v1::JobSpec& spec = request.spec();
+  // Graph jobs too: cohort-worker would load a spec's LD_PRELOAD as readily as any program.
+  std::vector<std::string> env_names;
+  for (const auto& [name, value] : spec.env()) env_names.push_back(name);
+  COHORT_RETURN_IF_ERROR(coordinator::check_env_under_allowed_commands(
+      env_names, options.allowed_commands, fmt::format("LaunchTasks for job '{}': env", request.job_id())));
   if (spec.command_size() == 0) {
     if (options.worker_command.empty()) {
       return failed_precondition_error("LaunchTasks for job '{}': this agent has no worker command configured",
@@ -74,7 +82,9 @@ StatusOr<std::vector<std::string>> rank_argv(const cohort::v1::LaunchTasksReques
   } else if (const char* own = std::getenv("PATH"); own != nullptr && *own != '\0') {
     search_path = own;
   }
-  StatusOr<std::string> program = agent::find_executable(argv[0], search_path);
+  std::optional<agent::SearchIdentity> as;
+  if (run_as.has_value()) as = agent::SearchIdentity{run_as->uid, run_as->gid};
+  StatusOr<std::string> program = agent::find_executable(argv[0], search_path, as);
   if (!program.ok()) {
     return program.status().with_context(fmt::format("LaunchTasks for job '{}' on node {}", request.job_id(),
                                                      options.node_id));
@@ -100,7 +110,7 @@ Status AgentService::launch(const cohort::v1::LaunchTasksRequest& request,
   // agent is not root and cannot switch).
   COHORT_ASSIGN_OR_RETURN(job.run_as,
                           agent::unix_user_for_job(request.owner(), options_.job_user, options_.user_map));
-  COHORT_ASSIGN_OR_RETURN(job.argv, rank_argv(request, options_));
+  COHORT_ASSIGN_OR_RETURN(job.argv, rank_argv(request, options_, job.run_as));
   job.world_size = request.world_size();
   job.master_addr = request.master_address();
   for (const cohort::v1::Task& task : request.tasks()) {
@@ -170,18 +180,12 @@ Status AgentService::launch(const cohort::v1::LaunchTasksRequest& request,
   }
   COHORT_ASSIGN_OR_RETURN(const std::string job_dir, make_job_dir(job.job_id, job.run_as));
   job.env["COHORT_JOB_DIR"] = job_dir;
-  // The ranks' user may write there (the supervisor watches the files for hang detection).
-  job.heartbeat_dir = job_dir;
   job.env["COHORT_ALLOWED_PATH_ROOTS"] = fmt::format("{}", fmt::join(options_.allowed_path_roots, ":"));
   // Relative paths a rank writes land in its own directory, which its user may write; a spec's
   // working_dir is confined like its other paths, symlinks resolved.
   job.working_dir = job_dir;
   if (!request.spec().working_dir().empty()) {
-    PathConfinement confinement;
-    confinement.job_dir = job_dir;
-    confinement.roots = options_.allowed_path_roots;
-    confinement.resolve_symlinks = true;
-    COHORT_ASSIGN_OR_RETURN(job.working_dir, confine_path("working_dir", request.spec().working_dir(), confinement));
+    COHORT_ASSIGN_OR_RETURN(job.working_dir, working_dir_for(request.spec().working_dir(), job_dir, job.run_as));
   }
   if (!request.job_secret().empty()) job.env["COHORT_JOB_SECRET"] = request.job_secret();
   if (!options_.ca_certificate_pem.empty()) job.env["COHORT_CA_CERTIFICATE"] = options_.ca_certificate_pem;
@@ -198,6 +202,38 @@ Status AgentService::launch(const cohort::v1::LaunchTasksRequest& request,
     }
   }
   return Status();
+}
+
+StatusOr<std::string> AgentService::working_dir_for(const std::string& working_dir, const std::string& job_dir,
+                                                   const std::optional<agent::UnixUser>& run_as) const {
+  PathConfinement confinement;
+  confinement.job_dir = job_dir;
+  confinement.roots = options_.allowed_path_roots;
+  COHORT_ASSIGN_OR_RETURN(const std::string confined, confine_path("working_dir", working_dir, confinement));
+  if (!path_is_within(confined, job_dir)) {
+    // Under an allowed root: it must exist already (the agent creates nothing outside job
+    // directories); the rank's chdir, as the job's user, checks that it may enter it.
+    return confined;
+  }
+  // Inside the job's directory: made on the first launch, component by component with no link
+  // followed, each owned by the job's user so the rank can enter and write it.
+  auto fail = [&](const Status& status) {
+    return status.with_context(fmt::format("creating working_dir {:?} under {}", working_dir, job_dir));
+  };
+  StatusOr<agent::ConfinedDir> dir = agent::ConfinedDir::open(job_dir, kJobDirMode);
+  if (!dir.ok()) return fail(dir.status());
+  const std::string relative = confined.size() > job_dir.size() ? confined.substr(job_dir.size() + 1) : "";
+  std::istringstream components(relative);
+  for (std::string component; std::getline(components, component, '/');) {
+    if (component.empty()) continue;
+    StatusOr<agent::ConfinedDir> next = dir->subdir({component}, kJobDirMode);
+    if (!next.ok()) return fail(next.status());
+    if (run_as.has_value()) {
+      if (Status owned = next->set_owner(agent::FileOwner{run_as->uid, run_as->gid}); !owned.ok()) return fail(owned);
+    }
+    dir = std::move(next);
+  }
+  return confined;
 }
 
 StatusOr<std::string> AgentService::make_job_dir(const std::string& job_id,
@@ -229,13 +265,6 @@ grpc::Status AgentService::StopTasks(grpc::ServerContext* /*context*/,
                                      const cohort::v1::StopTasksRequest* request,
                                      cohort::v1::StopTasksResponse* response) {
   if (Status id = agent::validate_job_id(request->job_id(), "StopTasks"); !id.ok()) return to_grpc_status(id);
-  // The supervisor keys tasks by job: a stop for another attempt than the one running here (a late
-  // order, or fencing of an old attempt) must not stop the current one.
-  if (std::optional<int> attempt = attempt_of(request->job_id());
-      request->attempt() > 0 && attempt.has_value() && *attempt != request->attempt()) {
-    response->set_signalled(0);
-    return grpc::Status::OK;
-  }
   StatusOr<std::vector<agent::TaskInfo>> tasks = supervisor_->tasks(request->job_id());
   if (!tasks.ok()) return to_grpc_status(tasks.status());
   int running = 0;

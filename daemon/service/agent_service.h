@@ -126,6 +126,10 @@ class AgentService final : public cohort::v1::Agent::Service {
   Status launch(const cohort::v1::LaunchTasksRequest& request, cohort::v1::LaunchTasksResponse* response);
   // Creates (or reuses) <job_dir_root>/<job_id>, owned by `run_as`; returns its path.
   StatusOr<std::string> make_job_dir(const std::string& job_id, const std::optional<agent::UnixUser>& run_as) const;
+  // The spec's working_dir, confined to the job's directory (created there, owned by the job's
+  // user) or the allowed roots (must exist).
+  StatusOr<std::string> working_dir_for(const std::string& working_dir, const std::string& job_dir,
+                                        const std::optional<agent::UnixUser>& run_as) const;
 
   agent::TaskSupervisor* const supervisor_;
   AgentServiceOptions options_;  // address guarded by mu_; the rest constant

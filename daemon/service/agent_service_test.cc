@@ -273,15 +273,14 @@ TEST_F(AgentServiceTest, CommandJobRunsItsProgramWithItsEnvironment) {
   for (const char* arg : {"sh", "-c", "echo \"$GREETING rank=$RANK/$WORLD_SIZE node=$NODE_RANK pwd=$(pwd)\""})
     launch.mutable_spec()->add_command(arg);
   (*launch.mutable_spec()->mutable_env())["GREETING"] = "hello";
-  launch.mutable_spec()->set_working_dir("run");
-  std::filesystem::create_directories(dir_.path() + "/jobs/mnist-1/run");
+  launch.mutable_spec()->set_working_dir("run/a");  // made by the agent, owned by the job's user
   cohort::v1::LaunchTasksResponse response;
   grpc::ServerContext context;
   grpc::Status status = service_->LaunchTasks(&context, &launch, &response);
   ASSERT_TRUE(status.ok()) << status.error_message();
   const std::string job_dir = std::filesystem::canonical(dir_.path() + "/jobs/mnist-1").string();
-  EXPECT_EQ(output_of(0), "hello rank=0/2 node=0 pwd=" + job_dir + "/run\n");
-  EXPECT_EQ(output_of(1), "hello rank=1/2 node=0 pwd=" + job_dir + "/run\n");
+  EXPECT_EQ(output_of(0), "hello rank=0/2 node=0 pwd=" + job_dir + "/run/a\n");
+  EXPECT_EQ(output_of(1), "hello rank=1/2 node=0 pwd=" + job_dir + "/run/a\n");
 }
 
 // A restarted command job is told so, whatever from_checkpoint says: its own code decides.
@@ -308,6 +307,14 @@ TEST_F(AgentServiceTest, CommandOutsideTheAgentsAllowListIsRefused) {
   EXPECT_NE(status.error_message().find("\"/bin/sh\" is not in node node-a's allowed_commands (/usr/bin/python3)"),
             std::string::npos)
       << status.error_message();
+  EXPECT_EQ(supervisor_->running_tasks(), 0);
+
+  // A graph job (cohort-worker) may not smuggle code in through the loader either.
+  cohort::v1::LaunchTasksRequest graph = request(1);
+  (*graph.mutable_spec()->mutable_env())["LD_PRELOAD"] = "/tmp/x.so";
+  status = service_->LaunchTasks(&context, &graph, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("env sets LD_PRELOAD"), std::string::npos) << status.error_message();
   EXPECT_EQ(supervisor_->running_tasks(), 0);
 }
 

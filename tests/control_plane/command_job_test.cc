@@ -90,8 +90,8 @@ TEST_F(CommandJobTest, AFailingCommandWithoutRestartsFailsNamingTheRankAndCode) 
   ASSERT_FALSE(id.empty());
   const cohort::v1::JobRecord job = wait_for_state(id, cohort::v1::FAILED);
   ASSERT_EQ(job.state(), cohort::v1::FAILED) << job.reason();
-  EXPECT_NE(job.reason().find("rank 1"), std::string::npos) << job.reason();
-  EXPECT_NE(job.reason().find("3"), std::string::npos) << job.reason();
+  EXPECT_NE(job.reason().find("rank 1 on node "), std::string::npos) << job.reason();
+  EXPECT_NE(job.reason().find("exited with code 3"), std::string::npos) << job.reason();
 }
 
 TEST_F(CommandJobTest, CancelStopsEveryRank) {
