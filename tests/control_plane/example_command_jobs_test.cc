@@ -5,14 +5,16 @@
 //
 //   - mnist_dp_command.yaml: the C++ example trainer (worker/examples/train_mnist_dp,
 //     --init env://) on 2 nodes x 2 ranks reaches SUCCEEDED, and the metrics it reported with
-//     cohort::report_metrics (loss, test accuracy) are in GetJob's record, what `cohort status`
-//     shows;
+//     cohort::report_metrics (loss, test accuracy) are in GetJob's record, and the real `cohort
+//     status` (//client:cohort, the admin's credentials file) prints them;
 //   - fashion_ddp_python.yaml: the torch.distributed DDP script (Debian's python3-torch,
 //     init_process_group("gloo") from the environment) on 2 ranks reaches SUCCEEDED and rank 0's
 //     log shows its test accuracy.
 
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -24,6 +26,7 @@
 
 #include "client/job_spec_yaml.h"
 #include "cohort/v1/coordinator.grpc.pb.h"
+#include "daemon/security/daemon_security.h"
 #include "tests/control_plane/live_cluster.h"
 
 namespace cohort::daemon {
@@ -33,6 +36,9 @@ namespace {
 constexpr const char* kTrainerRunfile = "worker/examples/train_mnist_dp";
 constexpr const char* kDdpScriptRunfile = "worker/examples/python/train_fashion_ddp.py";
 constexpr const char* kJobsRunfiles = "configs/jobs";
+constexpr const char* kCohortRunfile = "client/cohort";
+// One CLI call (a GetJob) on the loaded 2-core machine; timeout(1) kills it past this.
+constexpr int kCliTimeoutS = 30;
 // Debian's dataset-fashion-mnist, which both programs read.
 constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 constexpr const char* kAccuracyLine = "test accuracy: ";
@@ -83,6 +89,20 @@ class ExampleCommandJobsTest : public testing::LiveClusterTest {
     return history;
   }
 
+  // The real CLI's output (stdout and stderr) for `cohort --credentials <admin's> --coordinator
+  // <address> ARGS...`, bounded by kCliTimeoutS; *exit_code is its exit status.
+  std::string run_cli(const std::vector<std::string>& args, int* exit_code) {
+    const std::string output = coordinator_dir_.path() + "/cli.out";
+    const std::string credentials = coordinator_dir_.path() + "/" + security::kAdminCredentialsFile;
+    std::string command = "timeout " + std::to_string(kCliTimeoutS) + " '" + runfile(kCohortRunfile) +
+                          "' --credentials '" + credentials + "' --coordinator " + coordinator_->address();
+    for (const std::string& arg : args) command += " '" + arg + "'";
+    command += " >'" + output + "' 2>&1";
+    const int status = std::system(command.c_str());
+    *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return testing::read_file(output);
+  }
+
   // Every rank's log, for a failure message.
   std::string all_logs(const cohort::v1::JobRecord& job, int world_size) {
     std::string text;
@@ -124,6 +144,19 @@ TEST_F(ExampleCommandJobsTest, TheCppExampleTrainerRunsOnTwoNodesTimesTwoRanksAn
   ASSERT_GE(history.size(), 2u);
   for (size_t i = 1; i < history.size(); ++i) EXPECT_GE(history[i].step(), history[i - 1].step());
   EXPECT_EQ(history.back().step(), metrics.step());
+
+  // `cohort status` shows them: its progress row prints the loss and the accuracy as a percentage
+  // (client/cli/job_follower.cc's format_progress).
+  int exit_code = -1;
+  const std::string status = run_cli({"status", id}, &exit_code);
+  EXPECT_EQ(exit_code, 0) << status;
+  char loss[64];
+  char accuracy[64];
+  std::snprintf(loss, sizeof(loss), "loss %.4f", metrics.loss());
+  std::snprintf(accuracy, sizeof(accuracy), "acc %.2f%%", metrics.accuracy() * 100);
+  EXPECT_NE(status.find("SUCCEEDED"), std::string::npos) << status;
+  EXPECT_NE(status.find(loss), std::string::npos) << "no '" << loss << "' in:\n" << status;
+  EXPECT_NE(status.find(accuracy), std::string::npos) << "no '" << accuracy << "' in:\n" << status;
 }
 
 TEST_F(ExampleCommandJobsTest, ThePythonDdpScriptRunsOnTwoRanksAndRankZeroLogsItsAccuracy) {
