@@ -101,9 +101,9 @@ struct TaskSupervisorOptions {
   Duration output_drain_timeout = kDefaultOutputDrainTimeout;  // exit → last output bytes
   const coordinator::Clock* clock = nullptr;           // times the grace period; nullptr: the system clock
   size_t max_finished_jobs = kDefaultMaxFinishedJobs;  // ended jobs kept; older ones are forgotten
+  uint64_t max_log_bytes_per_job = kDefaultMaxLogBytesPerJob;  // rank logs of an attempt here; 0: no cap
   Duration stopped_task_limit = kDefaultStoppedTaskLimit;  // stopped this long: killed; 0: never
   Duration heartbeat_timeout = kDefaultHeartbeatTimeout;   // silent this long after a beat: killed; 0: never
-  uint64_t max_log_bytes_per_job = kDefaultMaxLogBytesPerJob;  // rank logs of an attempt here; 0: no cap
 };
 
 // The tasks of one job that run on this node.

@@ -530,7 +530,6 @@ StatusOr<std::vector<MetricsRecord>> Coordinator::metrics_history(const std::str
   return store_->load_metrics(job_id, after_seq, attempt);
 }
 
-
 // ---- rendezvous and events ----
 
 StatusOr<std::shared_ptr<Rendezvous>> Coordinator::rendezvous(const std::string& job_id, int attempt) const {

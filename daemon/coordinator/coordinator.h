@@ -240,7 +240,6 @@ class Coordinator {
   StatusOr<std::vector<MetricsRecord>> metrics_history(const std::string& job_id, int64_t after_seq,
                                                        int attempt) const;
 
-
   // Refuses new submissions from now on (UNAVAILABLE "draining") while jobs already accepted go on;
   // the first step of a graceful shutdown. Idempotent.
   void start_draining();

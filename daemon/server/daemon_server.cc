@@ -164,9 +164,9 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
     supervisor_options.log_dir =
         server->options_.log_dir.empty() ? server->options_.data_dir + "/logs" : server->options_.log_dir;
     supervisor_options.stop_grace_period = server->options_.stop_grace_period;
+    supervisor_options.max_log_bytes_per_job = server->options_.max_log_bytes_per_job;
     supervisor_options.stopped_task_limit = server->options_.stopped_task_limit;
     supervisor_options.heartbeat_timeout = server->options_.task_heartbeat_timeout;
-    supervisor_options.max_log_bytes_per_job = server->options_.max_log_bytes_per_job;
     // The node id and addresses are known only once the port is bound; the supervisor gets the
     // coordinator address it can know now (COHORT_COORDINATOR), the node id below.
     supervisor_options.coordinator_address = server->options_.coordinator_address;

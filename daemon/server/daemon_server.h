@@ -119,11 +119,11 @@ struct DaemonServerOptions {
   // Tests set a shell command here, since JobSpec has no field for the worker binary.
   std::vector<std::string> worker_command = {kDefaultWorkerPath};
   agent::Duration stop_grace_period = agent::kDefaultStopGracePeriod;   // SIGTERM → SIGKILL
+  // Rank logs of one job attempt on this node, on disk, all ranks together (rotated); 0: no cap.
+  uint64_t max_log_bytes_per_job = agent::kDefaultMaxLogBytesPerJob;
   // Hang detection (task_supervisor.h): a rank stopped, or silent after a heartbeat, this long is killed.
   agent::Duration stopped_task_limit = agent::kDefaultStoppedTaskLimit;
   agent::Duration task_heartbeat_timeout = agent::kDefaultHeartbeatTimeout;
-  // Rank logs of one job attempt on this node, on disk, all ranks together (rotated); 0: no cap.
-  uint64_t max_log_bytes_per_job = agent::kDefaultMaxLogBytesPerJob;
   std::chrono::milliseconds peer_rpc_timeout = kDefaultPeerRpcTimeout;  // one call to a peer
   std::chrono::milliseconds max_loop_silence = kDefaultMaxLoopSilence;  // see healthy()
   // Jobs (agent roles): who the ranks run as, and where spec paths may point.

@@ -180,6 +180,8 @@ Status AgentService::launch(const cohort::v1::LaunchTasksRequest& request,
   }
   COHORT_ASSIGN_OR_RETURN(const std::string job_dir, make_job_dir(job.job_id, job.run_as));
   job.env["COHORT_JOB_DIR"] = job_dir;
+  // The ranks' user may write there (the supervisor watches the files for hang detection).
+  job.heartbeat_dir = job_dir;
   job.env["COHORT_ALLOWED_PATH_ROOTS"] = fmt::format("{}", fmt::join(options_.allowed_path_roots, ":"));
   // Relative paths a rank writes land in its own directory, which its user may write; a spec's
   // working_dir is confined like its other paths, symlinks resolved.
@@ -265,6 +267,13 @@ grpc::Status AgentService::StopTasks(grpc::ServerContext* /*context*/,
                                      const cohort::v1::StopTasksRequest* request,
                                      cohort::v1::StopTasksResponse* response) {
   if (Status id = agent::validate_job_id(request->job_id(), "StopTasks"); !id.ok()) return to_grpc_status(id);
+  // The supervisor keys tasks by job: a stop for another attempt than the one running here (a late
+  // order, or fencing of an old attempt) must not stop the current one.
+  if (std::optional<int> attempt = attempt_of(request->job_id());
+      request->attempt() > 0 && attempt.has_value() && *attempt != request->attempt()) {
+    response->set_signalled(0);
+    return grpc::Status::OK;
+  }
   StatusOr<std::vector<agent::TaskInfo>> tasks = supervisor_->tasks(request->job_id());
   if (!tasks.ok()) return to_grpc_status(tasks.status());
   int running = 0;
