@@ -4,6 +4,7 @@
 //   cohort-store --listen 0.0.0.0:29500 &
 //   MASTER_ADDR=host MASTER_PORT=29500 COHORT_STORE=external cohort-worker --init env:// ...
 //   cohort-worker --init "tcp://host:29500?rank=R&world_size=N&store=external"
+//   cohort-store --version
 //
 // main only parses flags; the server is worker/comm/store/tcp_store_server.h.
 
@@ -14,12 +15,14 @@
 #include <cstring>
 #include <string>
 
+#include "worker/base/version.h"
 #include "worker/comm/store/tcp_store_auth.h"
 #include "worker/comm/store/tcp_store_server.h"
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: cohort-store [--listen HOST:PORT] [--help]
+constexpr const char* kUsage = R"(usage: cohort-store [--listen HOST:PORT]
+       cohort-store --version | --help
 
 Serves a cohort TcpStore (the key-value store ranks bootstrap through) until SIGTERM or SIGINT.
 Ranks then use tcp://HOST:PORT?...&store=external, or env:// with COHORT_STORE=external.
@@ -28,6 +31,7 @@ rank); without it any client that reaches the address is served (a warning is lo
 
   --listen HOST:PORT   address to listen on (default 0.0.0.0:29500; port 0 picks a free one,
                        printed on startup)
+  --version            print the version and exit
   --help               print this help and exit
 )";
 
@@ -52,6 +56,10 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
       std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (std::strcmp(argv[i], "--version") == 0) {
+      std::printf("cohort-store %s\n", cohort::kVersion);
       return 0;
     }
     if (std::strcmp(argv[i], "--listen") == 0 && i + 1 < argc) {
