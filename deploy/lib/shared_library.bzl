@@ -9,8 +9,9 @@ of `deps`' transitive closure *minus* those already inside the shared libraries 
 `dynamic_deps`, and links against those instead, so each global exists exactly once.
 
 It also writes a header manifest: the public headers (hdrs) of every workspace cc_library in the
-linked closure, except test helpers, each with its install path relative to include/cohort/.
-deploy/install.sh reads it.
+linked closure, except test helpers and targets tagged "cohort_private_headers" (linked in as
+an implementation), each with its install path relative to include/cohort/. deploy/install.sh
+reads it.
 """
 
 load("@bazel_tools//tools/cpp:toolchain_utils.bzl", "find_cpp_toolchain")
@@ -29,6 +30,11 @@ _HeadersInfo = provider(fields = {"headers": "depset of (File) public headers of
 # generated protos their headers include). A header under a testing/ folder is a test helper.
 _API_PACKAGES = ["worker/", "proto"]
 
+# A cc_library tagged with this is linked into the library but is its implementation (its headers
+# include what the API does not expose, e.g. gRPC stubs): its headers are not installed, and no
+# public header may include them (tests/install/install_test.sh checks that includes resolve).
+_PRIVATE_HEADERS_TAG = "cohort_private_headers"
+
 def _is_api_target(label):
     if label.workspace_name != "":
         return False
@@ -40,7 +46,8 @@ def _headers_aspect_impl(target, ctx):
         if _HeadersInfo in dep:
             transitive.append(dep[_HeadersInfo].headers)
     direct = []
-    if CcInfo in target and _is_api_target(target.label) and not getattr(ctx.rule.attr, "testonly", False):
+    private = _PRIVATE_HEADERS_TAG in getattr(ctx.rule.attr, "tags", [])
+    if CcInfo in target and _is_api_target(target.label) and not private and not getattr(ctx.rule.attr, "testonly", False):
         direct = [
             f
             for f in target[CcInfo].compilation_context.direct_public_headers
