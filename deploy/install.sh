@@ -119,6 +119,11 @@ rpath=' -Wl,-rpath,${libdir}'
 [[ "$prefix" == /usr ]] && rpath=''
 
 # pkg-config: cohort-comm (no libtorch) and cohort (the libtorch layer over it).
+# libcohort_torch is linked --no-as-needed, like libtorch: it registers torchrun's c10d store
+# connector (and init methods) from static initializers, so a program that calls none of its
+# functions still needs it loaded, and a linker defaulting to --as-needed would drop it. One -Wl
+# token: pkg-config drops repeated flags, keeping the last, so a separate -Wl,--pop-state would
+# merge with a dependency's (grpc's) and leave every library after it --no-as-needed.
 cat >"$root/$libdir/pkgconfig/cohort-comm.pc" <<EOF
 prefix=$prefix
 libdir=\${prefix}/$libdir
@@ -141,7 +146,7 @@ Description: cohort's worker library for libtorch programs (autograd communicati
 Version: $version
 Requires: cohort-comm protobuf grpc++
 Cflags: -I\${includedir} $torch_cflags
-Libs: -L\${libdir} -lcohort_torch $torch_libs -Wl,--push-state,--no-as-needed -ltorch -ltorch_cpu -lc10 -Wl,--pop-state
+Libs: -L\${libdir} $torch_libs -Wl,--push-state,--no-as-needed,-lcohort_torch,-ltorch,-ltorch_cpu,-lc10,--pop-state
 EOF
 
 # CMake: relocatable (the prefix is found from this file's place), dependencies through
@@ -177,13 +182,14 @@ if(NOT TARGET cohort::comm)
     INTERFACE_COMPILE_FEATURES cxx_std_17
     INTERFACE_LINK_LIBRARIES "fmt::fmt;spdlog::spdlog;ucx::ucp;ucx::ucs;Threads::Threads")
 endif()
+# An interface target naming the library between --no-as-needed flags (kept in place on the link
+# line): it registers torchrun's c10d store connector from static initializers, so a program that
+# calls none of its functions still needs it loaded, and --as-needed would drop it.
 if(NOT TARGET cohort::torch)
-  add_library(cohort::torch SHARED IMPORTED)
+  add_library(cohort::torch INTERFACE IMPORTED)
   set_target_properties(cohort::torch PROPERTIES
-    IMPORTED_LOCATION "\${_cohort_prefix}/$libdir/libcohort_torch.so.$version"
-    IMPORTED_SONAME "libcohort_torch.so.$soversion"
     INTERFACE_INCLUDE_DIRECTORIES "\${_cohort_prefix}/include/cohort"
-    INTERFACE_LINK_LIBRARIES "cohort::comm;\${TORCH_LIBRARIES};protobuf::libprotobuf;gRPC::grpc++")
+    INTERFACE_LINK_LIBRARIES "-Wl,--push-state,--no-as-needed;\${_cohort_prefix}/$libdir/libcohort_torch.so.$version;-Wl,--pop-state;cohort::comm;\${TORCH_LIBRARIES};protobuf::libprotobuf;gRPC::grpc++")
 endif()
 unset(_cohort_prefix)
 EOF

@@ -26,9 +26,11 @@ readonly kCompileTimeoutS=240
 readonly kRunTimeoutS=60
 readonly kPackageTimeoutS=600
 readonly kLintianTimeoutS=300
-# Binaries without a --version flag yet (bench/cohort_bench.cc, worker/comm/store/cohort_store_main.cc):
-# checked with --help instead. Remove a name once its binary prints its version.
-readonly kNoVersionFlag="cohort-bench cohort-store"
+# Binaries without a --version flag yet (bench/cohort_bench.cc): checked with --help instead.
+# Remove a name once its binary prints its version.
+readonly kNoVersionFlag="cohort-bench"
+# The shared libraries' soname version (deploy/lib/BUILD's COHORT_SOVERSION).
+readonly kSoversion=$(sed -nE 's/^COHORT_SOVERSION = "([^"]+)".*/\1/p' deploy/lib/BUILD)
 
 tmp=$(mktemp -d)
 pids=()
@@ -57,9 +59,11 @@ if timeout "$kInstallTimeoutS" deploy/install.sh --prefix "$prefix" >"$tmp/insta
            lib/pkgconfig/cohort.pc lib/pkgconfig/cohort-comm.pc; do
     [[ -e "$prefix/$f" ]] || missing+=("$f")
   done
-  # Exactly the library's public headers: no test helpers, no program's or daemon's files.
+  # Exactly the library's public headers: no test helpers, no program's or daemon's files, no
+  # implementation header linked in (MetricsReporter: report_metrics.h is its API).
   stray=$(cd "$prefix/include/cohort" && find . -type f \( -path '*/testing/*' -o -path './worker/runner/*' \
-          -o -path './daemon/*' -o -path './client/*' -o -path './worker/examples/*' -o -name '*_test.h' \) | head -5)
+          -o -path './daemon/*' -o -path './client/*' -o -path './worker/examples/*' -o -name '*_test.h' \
+          -o -path './worker/train/metrics_reporter.h' \) | head -5)
   if [[ ${#missing[@]} -eq 0 && -z "$stray" ]]; then pass install
   else fail install "missing: ${missing[*]:-none}; not public: ${stray:-none}"; fi
 else
@@ -97,10 +101,11 @@ needed=$(readelf -d "$torch_so" | sed -nE 's/.*\(NEEDED\).*\[(.*)\]/\1/p')
 # symbols are inline functions and template statics every user may carry).
 strong_symbols() { nm -D --defined-only "$1" | awk '$2 ~ /^[TDBR]$/ && $3 !~ /^(__bss_start|_edata|_end)$/ {print $3}' | sort -u; }
 dup=$(comm -12 <(strong_symbols "$comm_so") <(strong_symbols "$torch_so") | head -3)
-# The entry point every program calls lives in the comm library only.
+# The entry point every program calls lives in the comm library only. (grep -q reads a here-string,
+# not a pipe: under pipefail, grep -q exiting at its first match would SIGPIPE the writer.)
 create=_ZN6cohort4comm19create_communicator
 if ! grep -qx "libcohort_comm.so.0" <<<"$needed"; then fail one_copy "libcohort_torch.so does not need libcohort_comm.so.0: $(echo $needed)"
-elif ! strong_symbols "$comm_so" | grep -q "^$create"; then fail one_copy "libcohort_comm.so does not define create_communicator"
+elif ! grep -q "^$create" <<<"$(strong_symbols "$comm_so")"; then fail one_copy "libcohort_comm.so does not define create_communicator"
 elif [[ -n "$dup" ]]; then fail one_copy "defined in both libraries: $dup"
 else pass one_copy; fi
 
@@ -121,6 +126,15 @@ run_ranks() {
   cat "$tmp/$name.0.log" "$tmp/$name.1.log"
 }
 
+# needs_torch_library BINARY: BINARY (calling nothing from libcohort_torch, linked --as-needed)
+# still lists it as NEEDED: its static initializers register torchrun's c10d store connector. And
+# only the libraries wrapped with it: gRPC, unused, stays dropped (the --no-as-needed was popped).
+needs_torch_library() {
+  local needed
+  needed=$(readelf -d "$1")  # not piped into grep -q: see one_copy
+  grep -q "(NEEDED).*\[libcohort_torch\.so\.$kSoversion\]" <<<"$needed" && ! grep -q "(NEEDED).*\[libgrpc++" <<<"$needed"
+}
+
 # --- cmake -----------------------------------------------------------------------------------
 start=$SECONDS
 if ! timeout "$kCompileTimeoutS" cmake -S tests/install/consumer -B "$tmp/cmake-build" -DCMAKE_PREFIX_PATH="$prefix" \
@@ -128,6 +142,8 @@ if ! timeout "$kCompileTimeoutS" cmake -S tests/install/consumer -B "$tmp/cmake-
    ! timeout "$kCompileTimeoutS" cmake --build "$tmp/cmake-build" >>"$tmp/cmake.log" 2>&1; then
   tail -40 "$tmp/cmake.log"; fail cmake "configure or build failed (log above)"
 elif ! run_ranks cmake "$tmp/cmake-build/dp_trainer"; then fail cmake "2-rank run failed (logs above)"
+elif ! needs_torch_library "$tmp/cmake-build/no_symbols"; then
+  fail cmake "no_symbols (linked --as-needed) does not need libcohort_torch.so.$kSoversion or needs libgrpc++: cohort::torch must link it (only it) --no-as-needed"
 else pass cmake; fi
 echo "install: cmake took $((SECONDS - start)) s"
 
@@ -138,6 +154,8 @@ if ! PKG_CONFIG_PATH="$prefix/lib/pkgconfig" timeout "$kCompileTimeoutS" \
        make -s -f tests/install/consumer/Makefile OUT="$tmp/pc-build" >"$tmp/pc.log" 2>&1; then
   tail -40 "$tmp/pc.log"; fail pkg_config "build failed (log above)"
 elif ! run_ranks pkg_config "$tmp/pc-build/dp_trainer"; then fail pkg_config "2-rank run failed (logs above)"
+elif ! needs_torch_library "$tmp/pc-build/no_symbols"; then
+  fail pkg_config "no_symbols (linked --as-needed) does not need libcohort_torch.so.$kSoversion or needs libgrpc++: cohort.pc must link it (only it) --no-as-needed"
 else pass pkg_config; fi
 echo "install: pkg_config took $((SECONDS - start)) s"
 
