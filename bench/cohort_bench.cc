@@ -27,6 +27,7 @@
 
 #include "bench/bench_table.h"
 #include "worker/base/logging.h"
+#include "worker/base/version.h"
 #include "worker/comm/bootstrap.h"
 #include "worker/comm/testing/typed_values.h"
 #include "worker/comm/transport/nccl/device_memory.h"
@@ -69,6 +70,7 @@ algorithm bandwidth and bus bandwidth, and with --check the number of wrong elem
   --device D          cpu (default) or cuda: buffers in GPU memory (needs a --config=cuda build)
   --timeout SECONDS   per-operation timeout (default 300)
   -h, --help          this help
+      --version       print the version and exit
 )";
 
 struct Options {
@@ -97,6 +99,10 @@ bool parse_args(int argc, char** argv, Options* o, std::string* error) {
     };
     std::string v;
     if (a == "-h" || a == "--help") { std::fputs(kUsage, stdout); std::exit(0); }
+    if (a == "--version") {
+      std::printf("cohort-bench %s\n", cohort::kVersion);
+      std::exit(0);
+    }
     else if (a == "-c" || a == "--check") o->check = true;
     else if (a == "-np" && value(&v)) o->np = std::atoi(v.c_str());
     else if (a == "--init" && value(&v)) o->init = v;

@@ -26,9 +26,6 @@ readonly kCompileTimeoutS=240
 readonly kRunTimeoutS=60
 readonly kPackageTimeoutS=600
 readonly kLintianTimeoutS=300
-# Binaries without a --version flag yet (bench/cohort_bench.cc): checked with --help instead.
-# Remove a name once its binary prints its version.
-readonly kNoVersionFlag="cohort-bench"
 # The shared libraries' soname version (deploy/lib/BUILD's COHORT_SOVERSION).
 readonly kSoversion=$(sed -nE 's/^COHORT_SOVERSION = "([^"]+)".*/\1/p' deploy/lib/BUILD)
 
@@ -190,11 +187,6 @@ else
   grep -qE -- '--system .* cohort-job$' "$tmp/adduser.calls" 2>/dev/null || problems+=("postinst creates no cohort-job user")
   for b in "$root"/usr/bin/*; do
     name=$(basename "$b")
-    if [[ " $kNoVersionFlag " == *" $name "* ]]; then
-      # No --version flag yet: it must at least load its libraries and answer --help.
-      LD_LIBRARY_PATH="$root/usr/lib/$multiarch" timeout 10 "$b" --help >/dev/null 2>&1 || problems+=("$name --help failed")
-      continue
-    fi
     out=$(LD_LIBRARY_PATH="$root/usr/lib/$multiarch" timeout 10 "$b" --version 2>&1)
     grep -qF "$version" <<<"$out" || problems+=("$name --version: ${out:0:120}")
   done
