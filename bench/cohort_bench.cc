@@ -22,12 +22,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "bench/bench_table.h"
+#include "worker/base/cli_flags.h"
 #include "worker/base/logging.h"
-#include "worker/base/version.h"
 #include "worker/comm/bootstrap.h"
 #include "worker/comm/testing/typed_values.h"
 #include "worker/comm/transport/nccl/device_memory.h"
@@ -47,31 +49,15 @@ constexpr int kDefaultIters = 20;
 constexpr int kDefaultWarmup = 5;
 constexpr const char* kChildEnv = "COHORT_BENCH_CHILD";
 
-constexpr const char* kUsage = R"(usage: cohort-bench [options]
+constexpr const char* kDescription = R"(Measures cohort's collectives like nccl-tests: one row per message size with the time per call,
+algorithm bandwidth and bus bandwidth, and with --check the number of wrong elements.)";
 
-Measures cohort's collectives like nccl-tests: one row per message size with the time per call,
-algorithm bandwidth and bus bandwidth, and with --check the number of wrong elements.
+constexpr const char* kFooter = R"(-np N is accepted for --np N (as mpirun spells it). Sizes take K, M and G suffixes (powers of 1024).
 
-  -np N               start N local ranks (processes over UCX) (default 1)
-  --init URL          join an existing job instead: env://, tcp://host:port, file:///path
-  --op OP             allreduce (default), broadcast, reduce, allgather, reduce_scatter, alltoall
-  --kind KIND         communicator: naive, flat (default), hierarchical, two_dimensional, single_node, pure_nccl
-  --algo ALGO         force an algorithm: ring, rhd, recursive_doubling, binomial, pairwise, linear;
-                      or a path: shm (intra-node shared memory), ucx (the transport) (env COHORT_ALGO)
-  --dtype T           f16 bf16 f32 (default) f64 i8 u8 i32 i64
-  --redop OP          sum (default) prod min max avg
-  -b SIZE / -e SIZE   smallest / largest message in bytes, e.g. 8, 64K, 64M (default 8 .. 64M)
-  -f FACTOR           multiply the size by FACTOR each row (default 4)
-  --sizes LIST        exactly these sizes instead of -b/-e/-f, e.g. 8,1K,64K,1M,16M,64M
-  -n ITERS            timed calls per size, ×10 at ≤ 64 KiB (default 20)
-  -w WARMUP           untimed calls per size (default 5)
-  --root R            root of broadcast / reduce (default 0)
-  -c, --check         verify every result against a reference; #wrong counts bad elements
-  --device D          cpu (default) or cuda: buffers in GPU memory (needs a --config=cuda build)
-  --timeout SECONDS   per-operation timeout (default 300)
-  -h, --help          this help
-      --version       print the version and exit
-)";
+examples:
+  cohort-bench -np 4 -b 8 -e 64M -f 4 --op allreduce --check
+  cohort-bench -np 2 --kind hierarchical --op allgather -b 1K -e 16M
+  RANK=.. WORLD_SIZE=.. MASTER_ADDR=.. MASTER_PORT=.. cohort-bench --init env://)";
 
 struct Options {
   int np = 1;
@@ -89,39 +75,77 @@ struct Options {
   int timeout_s = 300;
 };
 
-bool parse_args(int argc, char** argv, Options* o, std::string* error) {
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&](std::string* out) {
-      if (i + 1 >= argc) return false;
-      *out = argv[++i];
-      return true;
-    };
-    std::string v;
-    if (a == "-h" || a == "--help") { std::fputs(kUsage, stdout); std::exit(0); }
-    if (a == "--version") {
-      std::printf("cohort-bench %s\n", cohort::kVersion);
-      std::exit(0);
-    }
-    else if (a == "-c" || a == "--check") o->check = true;
-    else if (a == "-np" && value(&v)) o->np = std::atoi(v.c_str());
-    else if (a == "--init" && value(&v)) o->init = v;
-    else if (a == "--op" && value(&v)) o->op = v;
-    else if (a == "--kind" && value(&v)) o->kind = v;
-    else if (a == "--algo" && value(&v)) o->algo = v;
-    else if (a == "--dtype" && value(&v)) o->dtype = v;
-    else if (a == "--redop" && value(&v)) o->redop = v;
-    else if (a == "-b" && value(&v) && cohort::bench::parse_size(v, &o->begin)) {}
-    else if (a == "-e" && value(&v) && cohort::bench::parse_size(v, &o->end)) {}
-    else if (a == "-f" && value(&v)) o->factor = std::strtoul(v.c_str(), nullptr, 10);
-    else if (a == "--sizes" && value(&v)) o->sizes = v;
-    else if (a == "-n" && value(&v)) o->iters = std::atoi(v.c_str());
-    else if (a == "-w" && value(&v)) o->warmup = std::atoi(v.c_str());
-    else if (a == "--root" && value(&v)) o->root = std::atoi(v.c_str());
-    else if (a == "--device" && value(&v)) o->device = v;
-    else if (a == "--timeout" && value(&v)) o->timeout_s = std::atoi(v.c_str());
-    else { *error = "unknown or incomplete argument '" + a + "'"; return false; }
-  }
+bool validate(Options* o, std::string* error);
+
+// Parses the command line (CLI11, worker/base/cli_flags.h) into `o`. std::nullopt: go on;
+// otherwise the exit status (help, version, or a usage error already printed).
+std::optional<int> parse_command_line(int argc, char** argv, Options* o) {
+  auto app = cohort::cli_flags::make_app("cohort-bench", kDescription);
+  app->footer(kFooter);
+  std::string begin = "8", end = "64M";
+  app->add_option("--np", o->np, "start N local ranks (processes over UCX)")
+      ->type_name("N")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app->add_option("--init", o->init, "join an existing job instead: env://, tcp://host:port, file:///path")
+      ->type_name("URL");
+  app->add_option("--op", o->op, "allreduce, broadcast, reduce, allgather, reduce_scatter, alltoall")
+      ->type_name("OP")
+      ->check(CLI::IsMember({"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "alltoall"}))
+      ->capture_default_str();
+  app->add_option("--kind", o->kind,
+                  "communicator: naive, flat, hierarchical, two_dimensional, single_node, pure_nccl")
+      ->type_name("KIND")
+      ->capture_default_str();
+  app->add_option("--algo", o->algo,
+                  "force an algorithm: ring, rhd, recursive_doubling, binomial, pairwise, linear; or a path: shm "
+                  "(intra-node shared memory), ucx (the transport); COHORT_ALGO in the environment too")
+      ->type_name("ALGO")
+      ->capture_default_str();
+  app->add_option("--dtype", o->dtype, "f16 bf16 f32 f64 i8 u8 i32 i64")->type_name("T")->capture_default_str();
+  app->add_option("--redop", o->redop, "sum prod min max avg")->type_name("OP")->capture_default_str();
+  app->add_option("-b", begin, "smallest message in bytes, e.g. 8, 64K, 64M")->type_name("SIZE")->capture_default_str();
+  app->add_option("-e", end, "largest message in bytes")->type_name("SIZE")->capture_default_str();
+  app->add_option("-f", o->factor, "multiply the size by FACTOR each row")
+      ->type_name("FACTOR")
+      ->check(CLI::Range(size_t{2}, size_t{1} << 20))
+      ->capture_default_str();
+  app->add_option("--sizes", o->sizes, "exactly these sizes instead of -b/-e/-f, e.g. 8,1K,64K,1M,16M,64M")
+      ->type_name("LIST");
+  app->add_option("-n", o->iters, "timed calls per size, x10 at <= 64 KiB")
+      ->type_name("ITERS")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app->add_option("-w", o->warmup, "untimed calls per size")
+      ->type_name("WARMUP")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app->add_option("--root", o->root, "root of broadcast / reduce")->type_name("R")->capture_default_str();
+  app->add_flag("-c,--check", o->check, "verify every result against a reference; #wrong counts bad elements");
+  app->add_option("--device", o->device, "cpu, or cuda: buffers in GPU memory (needs a --config=cuda build)")
+      ->type_name("D")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  app->add_option("--timeout", o->timeout_s, "per-operation timeout")
+      ->type_name("SECONDS")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  // mpirun's spelling: "-np N" (CLI11's short options are one letter).
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) args.emplace_back(std::strcmp(argv[i], "-np") == 0 ? "--np" : argv[i]);
+  if (std::optional<int> exit = cohort::cli_flags::parse(*app, args, std::cout, std::cerr)) return exit;
+  std::string error;
+  if (!cohort::bench::parse_size(begin, &o->begin)) error = "-b '" + begin + "' is not a size such as 8, 64K, 64M";
+  if (error.empty() && !cohort::bench::parse_size(end, &o->end))
+    error = "-e '" + end + "' is not a size such as 8, 64K, 64M";
+  if (error.empty()) validate(o, &error);
+  if (error.empty()) return std::nullopt;
+  std::cerr << "cohort-bench: " << error << "\nrun 'cohort-bench --help' for the options\n";
+  return cohort::cli_flags::kExitUsage;
+}
+
+// The checks across options; false with `*error` set.
+bool validate(Options* o, std::string* error) {
   static const std::vector<std::string> ops = {"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "alltoall"};
   if (std::find(ops.begin(), ops.end(), o->op) == ops.end()) { *error = "unknown --op '" + o->op + "'"; return false; }
   if (o->np < 1) { *error = "-np must be at least 1"; return false; }
@@ -418,11 +442,7 @@ int spawn_local_ranks(int argc, char** argv, const Options& o) {
 
 int main(int argc, char** argv) {
   Options o;
-  std::string error;
-  if (!parse_args(argc, argv, &o, &error)) {
-    std::fprintf(stderr, "cohort-bench: %s\n\n%s", error.c_str(), kUsage);
-    return 2;
-  }
+  if (std::optional<int> exit = parse_command_line(argc, argv, &o)) return *exit;
   if (cohort::Status logging = cohort::init_logging("cohort-bench"); !logging.ok()) {
     std::fprintf(stderr, "cohort-bench: %s\n", logging.message().c_str());
     return 2;

@@ -21,16 +21,29 @@ std::string default_coordinator_address() {
   return env != nullptr && *env != '\0' ? env : kDefaultCoordinatorAddress;
 }
 
+namespace {
+
+// `address` may list several coordinators (issue 16); the CLI checks the list's form
+// (tls::parse_address_list) before it makes a Client, so a malformed one is kept whole here.
+std::vector<std::string> coordinator_addresses(const std::string& address) {
+  StatusOr<std::vector<std::string>> addresses = tls::parse_address_list(address);
+  return addresses.ok() ? *addresses : std::vector<std::string>{address};
+}
+
+}  // namespace
+
 Client::Client(const std::string& address, ClientOptions options)
     : address_(address),
       options_(options),
       // Keepalive pings even while a watch is silent for hours (tls::make_channel).
-      channel_(tls::make_channel(address, options_.security)),
-      info_(cohort::v1::Info::NewStub(channel_)),
-      coordinator_(cohort::v1::Coordinator::NewStub(channel_)) {}
+      leader_(std::make_unique<tls::LeaderChannel>(coordinator_addresses(address), options_.security)) {}
 
 void Client::set_deadline(grpc::ClientContext* context) const {
-  context->set_deadline(std::chrono::system_clock::now() + options_.rpc_timeout);
+  context->set_deadline(deadline());
+}
+
+std::chrono::system_clock::time_point Client::deadline() const {
+  return std::chrono::system_clock::now() + options_.rpc_timeout;
 }
 
 Status Client::rpc_error(const grpc::Status& status, std::string_view rpc, const std::string& target) const {
@@ -51,10 +64,9 @@ Status Client::rpc_error(const grpc::Status& status, std::string_view rpc, const
 }
 
 StatusOr<cohort::v1::VersionInfo> Client::server_version() {
-  grpc::ClientContext context;
-  set_deadline(&context);
   cohort::v1::VersionInfo info;
-  grpc::Status status = info_->GetVersion(&context, cohort::v1::GetVersionRequest(), &info);
+  grpc::Status status = leader_->unary<cohort::v1::Info>(deadline(), &cohort::v1::Info::Stub::GetVersion,
+                                                         cohort::v1::GetVersionRequest(), &info);
   if (!status.ok()) return rpc_error(status, "Info.GetVersion", address_);
   return info;
 }
@@ -64,9 +76,8 @@ StatusOr<std::string> Client::submit(const cohort::v1::JobSpec& spec, bool wait_
   *request.mutable_spec() = spec;
   request.set_wait_for_capacity(wait_for_capacity);
   cohort::v1::SubmitJobResponse response;
-  grpc::ClientContext context;
-  set_deadline(&context);
-  grpc::Status status = coordinator_->SubmitJob(&context, request, &response);
+  grpc::Status status = leader_->unary<cohort::v1::Coordinator>(deadline(), &cohort::v1::Coordinator::Stub::SubmitJob,
+                                                                request, &response);
   if (!status.ok()) return rpc_error(status, "Coordinator.SubmitJob", address_);
   return response.job_id();
 }
@@ -75,9 +86,8 @@ StatusOr<cohort::v1::JobRecord> Client::get(const std::string& job_id) {
   cohort::v1::GetJobRequest request;
   request.set_job_id(job_id);
   cohort::v1::GetJobResponse response;
-  grpc::ClientContext context;
-  set_deadline(&context);
-  grpc::Status status = coordinator_->GetJob(&context, request, &response);
+  grpc::Status status = leader_->unary<cohort::v1::Coordinator>(deadline(), &cohort::v1::Coordinator::Stub::GetJob,
+                                                                request, &response);
   if (!status.ok()) return rpc_error(status, "Coordinator.GetJob", address_);
   return response.job();
 }
@@ -89,9 +99,8 @@ StatusOr<std::vector<cohort::v1::MetricsPoint>> Client::metrics(const std::strin
   request.set_after_seq(after_seq);
   request.set_attempt(attempt);
   cohort::v1::GetMetricsResponse response;
-  grpc::ClientContext context;
-  set_deadline(&context);
-  grpc::Status status = coordinator_->GetMetrics(&context, request, &response);
+  grpc::Status status = leader_->unary<cohort::v1::Coordinator>(deadline(), &cohort::v1::Coordinator::Stub::GetMetrics,
+                                                                request, &response);
   if (!status.ok()) return rpc_error(status, "Coordinator.GetMetrics", address_);
   return std::vector<cohort::v1::MetricsPoint>(response.points().begin(), response.points().end());
 }
@@ -107,9 +116,8 @@ StatusOr<std::vector<cohort::v1::JobRecord>> Client::list(const std::vector<coho
   std::vector<cohort::v1::JobRecord> jobs;
   while (true) {
     cohort::v1::ListJobsResponse response;
-    grpc::ClientContext context;
-    set_deadline(&context);
-    grpc::Status status = coordinator_->ListJobs(&context, request, &response);
+    grpc::Status status = leader_->unary<cohort::v1::Coordinator>(deadline(), &cohort::v1::Coordinator::Stub::ListJobs,
+                                                                  request, &response);
     if (!status.ok()) return rpc_error(status, "Coordinator.ListJobs", address_);
     jobs.insert(jobs.end(), response.jobs().begin(), response.jobs().end());
     // A token that does not move on would loop forever: stop at the first repeat.
@@ -124,18 +132,16 @@ StatusOr<cohort::v1::JobRecord> Client::cancel(const std::string& job_id, const 
   request.set_job_id(job_id);
   request.set_reason(reason);
   cohort::v1::CancelJobResponse response;
-  grpc::ClientContext context;
-  set_deadline(&context);
-  grpc::Status status = coordinator_->CancelJob(&context, request, &response);
+  grpc::Status status = leader_->unary<cohort::v1::Coordinator>(deadline(), &cohort::v1::Coordinator::Stub::CancelJob,
+                                                                request, &response);
   if (!status.ok()) return rpc_error(status, "Coordinator.CancelJob", address_);
   return response.job();
 }
 
 StatusOr<std::vector<cohort::v1::NodeStatus>> Client::nodes() {
   cohort::v1::ListNodesResponse response;
-  grpc::ClientContext context;
-  set_deadline(&context);
-  grpc::Status status = coordinator_->ListNodes(&context, cohort::v1::ListNodesRequest(), &response);
+  grpc::Status status = leader_->unary<cohort::v1::Coordinator>(
+      deadline(), &cohort::v1::Coordinator::Stub::ListNodes, cohort::v1::ListNodesRequest(), &response);
   if (!status.ok()) return rpc_error(status, "Coordinator.ListNodes", address_);
   return std::vector<cohort::v1::NodeStatus>(response.nodes().begin(), response.nodes().end());
 }
@@ -147,8 +153,11 @@ Status Client::watch(const std::string& job_id, const JobEventCallback& on_event
   request.set_after_seq(after_seq);
   grpc::ClientContext context;
   if (timeout.has_value()) context.set_deadline(std::chrono::system_clock::now() + *timeout);
-  std::unique_ptr<grpc::ClientReader<cohort::v1::JobEvent>> reader =
-      coordinator_->WatchJob(&context, request);
+  // A stream is not sent again: it runs on the last known leader; a failed one moves the leader
+  // on (note_result), so the caller's next watch goes to the right coordinator.
+  const std::string leader = leader_->leader_address();
+  auto coordinator = cohort::v1::Coordinator::NewStub(leader_->leader_channel());
+  std::unique_ptr<grpc::ClientReader<cohort::v1::JobEvent>> reader = coordinator->WatchJob(&context, request);
   cohort::v1::JobEvent event;
   bool stopped = false;
   while (reader->Read(&event)) {
@@ -160,7 +169,8 @@ Status Client::watch(const std::string& job_id, const JobEventCallback& on_event
   }
   grpc::Status status = reader->Finish();
   if (stopped) return ok_status();
-  if (!status.ok()) return rpc_error(status, "Coordinator.WatchJob", address_);
+  leader_->note_result(leader, context, status);
+  if (!status.ok()) return rpc_error(status, "Coordinator.WatchJob", leader);
   return ok_status();
 }
 
@@ -209,7 +219,9 @@ Status Client::logs(const std::string& job_id, int rank, bool follow, const LogC
   }
   // Through the coordinator: agents take calls only from it, and it checks the job's owner.
   const std::string target = fmt::format("{} (rank {} on node {})", address_, rank, node->node_id());
-  std::unique_ptr<grpc::ClientReader<cohort::v1::LogChunk>> reader = coordinator_->StreamLogs(&context, request);
+  const std::string leader = leader_->leader_address();
+  auto coordinator = cohort::v1::Coordinator::NewStub(leader_->leader_channel());
+  std::unique_ptr<grpc::ClientReader<cohort::v1::LogChunk>> reader = coordinator->StreamLogs(&context, request);
   cohort::v1::LogChunk chunk;
   bool stopped = false;
   int64_t expected_offset = 0;  // where the bytes received so far end
@@ -230,6 +242,7 @@ Status Client::logs(const std::string& job_id, int rank, bool follow, const LogC
   }
   grpc::Status status = reader->Finish();
   if (stopped) return ok_status();
+  leader_->note_result(leader, context, status);
   if (!status.ok()) return rpc_error(status, "Coordinator.StreamLogs", target);
   return ok_status();
 }
@@ -237,9 +250,8 @@ Status Client::logs(const std::string& job_id, int rank, bool follow, const LogC
 // One unary Coordinator call with the client's deadline; errors name the method.
 #define COHORT_CLIENT_CALL(method, request, response)                                     \
   do {                                                                                    \
-    grpc::ClientContext context;                                                          \
-    set_deadline(&context);                                                               \
-    grpc::Status status = coordinator_->method(&context, request, &response);             \
+    grpc::Status status = leader_->unary<cohort::v1::Coordinator>(                        \
+        deadline(), &cohort::v1::Coordinator::Stub::method, request, &response);          \
     if (!status.ok()) return rpc_error(status, "Coordinator." #method, address_);         \
   } while (0)
 

@@ -33,6 +33,7 @@
 #include "cohort/v1/info.grpc.pb.h"
 #include "cohort/v1/job.pb.h"
 #include "worker/base/status.h"
+#include "worker/base/leader_channel.h"
 #include "worker/base/tls.h"
 
 namespace cohort::client {
@@ -90,7 +91,7 @@ class Client {
   // Does not connect yet; the first RPC does.
   explicit Client(const std::string& address, ClientOptions options = {});
 
-  // The coordinator's HOST:PORT.
+  // The coordinator's HOST:PORT, or the list of coordinators "h1:p1,h2:p2" as given.
   const std::string& address() const { return address_; }
 
   // The daemon's version and roles. Blocks up to the RPC timeout.
@@ -152,14 +153,15 @@ class Client {
  private:
   // A unary call's context with the RPC deadline.
   void set_deadline(grpc::ClientContext* context) const;
+  // Now + the RPC timeout.
+  std::chrono::system_clock::time_point deadline() const;
   // `status` as a cohort Status naming the rpc and target, with what to do when unreachable.
   Status rpc_error(const grpc::Status& status, std::string_view rpc, const std::string& target) const;
 
   const std::string address_;
   const ClientOptions options_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<cohort::v1::Info::Stub> info_;
-  std::unique_ptr<cohort::v1::Coordinator::Stub> coordinator_;
+  // The coordinators (one, or a highly available list: calls follow the leader, issue 16).
+  std::unique_ptr<tls::LeaderChannel> leader_;
 
   std::mutex mu_;
 };

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <utility>
@@ -235,9 +236,11 @@ class Reader {
     return invalid_argument_error("{}", fmt::join(problems_, "\n"));
   }
 
- private:
+  // One field's value into `message` (a scalar, a list, a mapping, as the field takes).
   void read_field(const YAML::Node& value, const YAML::Mark& mark, pb::Message* message,
                   const pb::FieldDescriptor* field, const std::string& path);
+
+ private:
   void read_map(const YAML::Node& value, const YAML::Mark& mark, pb::Message* message,
                 const pb::FieldDescriptor* field, const std::string& path);
   // One scalar into a singular field (index < 0) or appended to a repeated one.
@@ -594,9 +597,168 @@ void write_message(YAML::Emitter& out, const pb::Message& message, bool top_leve
   out << YAML::EndMap;
 }
 
+// ---- --set overrides --------------------------------------------------------------------------
+
+bool is_index(const std::string& text) {
+  return !text.empty() && text.size() <= 6 && std::all_of(text.begin(), text.end(), [](unsigned char c) {
+    return std::isdigit(c) != 0;
+  });
+}
+
+// " (did you mean 'lr'?)" for a near miss among `type`'s fields, else "".
+std::string field_hint(const std::string& name, const pb::Descriptor* type) {
+  std::string hint;
+  size_t best = kMaxSuggestionDistance + 1;
+  for (const std::string& candidate : field_names(type)) {
+    const size_t distance = edit_distance(name, candidate);
+    if (distance < best) {
+      best = distance;
+      hint = fmt::format(" (did you mean '{}'?)", candidate);
+    }
+  }
+  return hint;
+}
+
+// The value of an override as a YAML node: a list's text is YAML ([1, 2]); any other value is the
+// text itself, a plain string scalar (so "a: b" or "#1" stay strings for string fields).
+StatusOr<YAML::Node> override_value_node(const JobSpecOverride& override_, bool repeated) {
+  if (!repeated) return YAML::Node(override_.value);
+  try {
+    return YAML::Load(override_.value);
+  } catch (const YAML::Exception& e) {
+    return invalid_argument_error("--set {}: the value is not YAML ({}); write a list as [a, b]", override_.text,
+                                  e.msg);
+  }
+}
+
 }  // namespace
 
-StatusOr<cohort::v1::JobSpec> parse_job_spec_yaml(std::string_view text, std::string_view file_name) {
+StatusOr<JobSpecOverride> parse_job_spec_override(const std::string& text) {
+  const size_t eq = text.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    return invalid_argument_error("--set '{}': write PATH=VALUE with a field path, e.g. --set optimizer.lr=0.01",
+                                  text);
+  }
+  JobSpecOverride result;
+  result.text = text;
+  result.value = text.substr(eq + 1);
+  const std::string path_text = text.substr(0, eq);
+  for (size_t start = 0;;) {
+    const size_t dot = path_text.find('.', start);
+    result.path.push_back(path_text.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+    if (result.path.back().empty()) {
+      return invalid_argument_error("--set {}: '{}' has an empty part; write names joined by dots, e.g. optimizer.lr",
+                                    text, path_text);
+    }
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  // Walk JobSpec's descriptors to the field the path names; check VALUE on a scratch message.
+  const pb::Descriptor* type = cohort::v1::JobSpec::descriptor();
+  std::string walked;
+  for (size_t i = 0; i < result.path.size(); ++i) {
+    const std::string& name = result.path[i];
+    const bool last = i + 1 == result.path.size();
+    const pb::FieldDescriptor* field = type->FindFieldByName(name);
+    if (field == nullptr) {
+      return invalid_argument_error("--set {}: {} has no field '{}'{}; its fields are: {}", text,
+                                    walked.empty() ? std::string("a job spec") : "'" + walked + "'", name,
+                                    field_hint(name, type), fmt::join(field_names(type), ", "));
+    }
+    walked = child_path(walked, name);
+    const bool is_message = field->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE;
+    std::unique_ptr<pb::Message> scratch(pb::MessageFactory::generated_factory()->GetPrototype(type)->New());
+    Reader reader("--set " + text);
+    if (field->is_map()) {
+      if (i + 2 != result.path.size()) {
+        return invalid_argument_error("--set {}: {} is a map; name one key: {}.KEY=VALUE", text, walked, walked);
+      }
+      YAML::Node map_node(YAML::NodeType::Map);
+      map_node[result.path[i + 1]] = result.value;
+      reader.read_field(map_node, YAML::Mark::null_mark(), scratch.get(), field, walked);
+      COHORT_RETURN_IF_ERROR(reader.status());
+      return result;
+    }
+    if (is_message && field->is_repeated()) {
+      if (i + 2 >= result.path.size() || !is_index(result.path[i + 1])) {
+        return invalid_argument_error(
+            "--set {}: {} is a list of mappings; name an entry and its field: {}.0.{}=VALUE", text, walked, walked,
+            field->message_type()->field_count() > 0 ? field->message_type()->field(0)->name() : "FIELD");
+      }
+      walked += "." + result.path[++i];
+      type = field->message_type();
+      continue;
+    }
+    if (is_message) {
+      if (last) {
+        return invalid_argument_error("--set {}: {} is a mapping, not a value; set one of its fields: {}", text,
+                                      walked, fmt::join(field_names(field->message_type()), ", "));
+      }
+      type = field->message_type();
+      continue;
+    }
+    if (!last) {
+      return invalid_argument_error("--set {}: {} is a value and has no field '{}'", text, walked,
+                                    result.path[i + 1]);
+    }
+    COHORT_ASSIGN_OR_RETURN(YAML::Node value, override_value_node(result, field->is_repeated()));
+    reader.read_field(value, YAML::Mark::null_mark(), scratch.get(), field, walked);
+    COHORT_RETURN_IF_ERROR(reader.status());
+  }
+  return result;
+}
+
+namespace {
+
+// Puts `override_` into the YAML tree `root`, making the mappings on its path that the file lacks.
+Status apply_override(YAML::Node root, const JobSpecOverride& override_, std::string_view file_name) {
+  YAML::Node node;
+  node.reset(root);  // Node assignment would copy values; reset rebinds
+  const pb::Descriptor* type = cohort::v1::JobSpec::descriptor();
+  std::string walked;
+  for (size_t i = 0; i < override_.path.size(); ++i) {
+    const std::string& name = override_.path[i];
+    if (!node.IsMap()) {
+      return invalid_argument_error("{}: --set {}: {} is {} in the file, not a mapping", file_name, override_.text,
+                                    walked.empty() ? std::string("the spec") : walked, node_kind(node));
+    }
+    walked = child_path(walked, name);
+    const bool last = i + 1 == override_.path.size();
+    const pb::FieldDescriptor* field = type == nullptr ? nullptr : type->FindFieldByName(name);
+    if (last) {
+      const bool repeated = field != nullptr && field->is_repeated();
+      COHORT_ASSIGN_OR_RETURN(YAML::Node value, override_value_node(override_, repeated));
+      node[name] = value;
+      return ok_status();
+    }
+    if (field != nullptr && field->is_repeated() && !field->is_map()) {
+      // A list of mappings and an index (parse_job_spec_override checked the form).
+      const size_t index = static_cast<size_t>(std::stoul(override_.path[++i]));
+      YAML::Node list = node[name];
+      if (!list.IsSequence() || index >= list.size()) {
+        return invalid_argument_error("{}: --set {}: the file's {} has {} entries, so there is no entry {}", file_name,
+                                      override_.text, walked, list.IsSequence() ? list.size() : 0, index);
+      }
+      walked += "." + override_.path[i];
+      node.reset(list[index]);
+      type = field->message_type();
+      continue;
+    }
+    YAML::Node child = node[name];
+    if (!child.IsDefined() || child.IsNull()) {
+      node[name] = YAML::Node(YAML::NodeType::Map);
+      child = node[name];
+    }
+    node.reset(child);
+    type = field != nullptr && !field->is_map() ? field->message_type() : nullptr;
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+StatusOr<cohort::v1::JobSpec> parse_job_spec_yaml(std::string_view text, std::string_view file_name,
+                                                  const std::vector<JobSpecOverride>& overrides) {
   YAML::Node root;
   try {
     root = YAML::Load(std::string(text));
@@ -611,6 +773,13 @@ StatusOr<cohort::v1::JobSpec> parse_job_spec_yaml(std::string_view text, std::st
     return invalid_argument_error("{}: the file holds no job spec; write a mapping with keys such as {}",
                                   file_name, fmt::join(field_names(cohort::v1::JobSpec::descriptor()), ", "));
   }
+  for (const JobSpecOverride& override_ : overrides) {
+    try {
+      COHORT_RETURN_IF_ERROR(apply_override(root, override_, file_name));
+    } catch (const YAML::Exception& e) {
+      return invalid_argument_error("{}: --set {}: {}", file_name, override_.text, e.msg);
+    }
+  }
   try {
     reader.read_message(root, &spec, "");
   } catch (const YAML::Exception& e) {
@@ -621,7 +790,8 @@ StatusOr<cohort::v1::JobSpec> parse_job_spec_yaml(std::string_view text, std::st
   return spec;
 }
 
-StatusOr<cohort::v1::JobSpec> load_job_spec_file(const std::string& path) {
+StatusOr<cohort::v1::JobSpec> load_job_spec_file(const std::string& path,
+                                                 const std::vector<JobSpecOverride>& overrides) {
   struct stat info {};
   if (::stat(path.c_str(), &info) != 0) {
     return not_found_error("cannot read job spec file {}: {}; check the path", path, std::strerror(errno));
@@ -636,7 +806,7 @@ StatusOr<cohort::v1::JobSpec> load_job_spec_file(const std::string& path) {
   }
   std::ostringstream text;
   text << file.rdbuf();
-  return parse_job_spec_yaml(text.str(), path);
+  return parse_job_spec_yaml(text.str(), path, overrides);
 }
 
 std::string job_spec_to_yaml(const cohort::v1::JobSpec& spec) {

@@ -35,19 +35,42 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "cohort/v1/job.pb.h"
 #include "worker/base/status.h"
 
 namespace cohort::client {
 
-// Parses YAML text into a JobSpec. `file_name` only labels errors. INVALID_ARGUMENT listing every
-// problem (one per line) when the text is not YAML or does not map onto JobSpec. Thread-safe.
-StatusOr<cohort::v1::JobSpec> parse_job_spec_yaml(std::string_view text, std::string_view file_name);
+// One `cohort submit JOB.yaml --set PATH=VALUE`: a field of the file replaced (or added) before the
+// file is read, which is what makes sweeps and job arrays one loop over a single file:
+//   optimizer.lr=0.01   epochs=3   dataset.kind=synthetic   env.SEED=7   rank_out=[1, 2]
+//   data_parallel.graph.layers.0.out_features=256   (a number indexes a list of mappings)
+// PATH is a dotted field path from JobSpec, with proto field names; VALUE is typed by the field it
+// names, exactly as in the file (a list in YAML's [a, b] form for a repeated field).
+struct JobSpecOverride {
+  std::vector<std::string> path;  // {"optimizer", "lr"}
+  std::string value;              // "0.01"
+  std::string text;               // "optimizer.lr=0.01", for messages
+};
+
+// Parses "PATH=VALUE" and checks it against JobSpec's fields without any file: the path must name a
+// field (or a list entry's, or a map's key) that takes a value, and VALUE must be what that field
+// takes. INVALID_ARGUMENT naming the path and the value otherwise ("--set optimizer.lr=abc:
+// optimizer.lr: 'abc' is not a number such as 0.05"). Thread-safe.
+StatusOr<JobSpecOverride> parse_job_spec_override(const std::string& text);
+
+// Parses YAML text into a JobSpec, after applying `overrides` (parse_job_spec_override's, in order;
+// a later one wins) to the YAML tree. `file_name` only labels errors. INVALID_ARGUMENT listing every
+// problem (one per line) when the text is not YAML or does not map onto JobSpec, or an override
+// indexes a list entry the file does not have. Thread-safe.
+StatusOr<cohort::v1::JobSpec> parse_job_spec_yaml(std::string_view text, std::string_view file_name,
+                                                  const std::vector<JobSpecOverride>& overrides = {});
 
 // Reads and parses a YAML job file. NOT_FOUND naming the path when it cannot be read; otherwise as
 // parse_job_spec_yaml, with errors labelled by `path`.
-StatusOr<cohort::v1::JobSpec> load_job_spec_file(const std::string& path);
+StatusOr<cohort::v1::JobSpec> load_job_spec_file(const std::string& path,
+                                                 const std::vector<JobSpecOverride>& overrides = {});
 
 // Renders a spec back to YAML that parse_job_spec_yaml reads to an equal message. Fields at their
 // defaults are left out.

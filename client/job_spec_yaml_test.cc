@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
@@ -296,6 +297,75 @@ TEST(JobSpecYamlTest, EnvMustBeAMappingOfValues) {
   spec = parse_job_spec_yaml("name: x\nenv:\n  A:\n", "x.yaml");
   ASSERT_FALSE(spec.ok());
   EXPECT_NE(spec.status().message().find("env.A: has no value"), std::string::npos) << spec.status().message();
+}
+
+std::vector<JobSpecOverride> overrides(const std::vector<std::string>& texts) {
+  std::vector<JobSpecOverride> result;
+  for (const std::string& text : texts) {
+    StatusOr<JobSpecOverride> parsed = parse_job_spec_override(text);
+    EXPECT_TRUE(parsed.ok()) << text << ": " << parsed.status().to_string();
+    if (parsed.ok()) result.push_back(*parsed);
+  }
+  return result;
+}
+
+TEST(JobSpecOverrideTest, SetsScalarsEnumsMapsListEntriesAndNewMappings) {
+  StatusOr<cohort::v1::JobSpec> spec = parse_job_spec_yaml(
+      kDataParallelYaml, "job.yaml",
+      overrides({"optimizer.lr=0.01", "epochs=3", "epochs=4", "dataset.kind=synthetic", "env.SEED=7", "name=123",
+                 "data_parallel.graph.layers.6.out_features=12", "restart_policy.max_restarts=5",
+                 "optimizer.schedule.gamma=0.25"}));
+  ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+  EXPECT_DOUBLE_EQ(spec->optimizer().lr(), 0.01);
+  EXPECT_DOUBLE_EQ(spec->optimizer().momentum(), 0.9);  // the rest of the mapping is kept
+  EXPECT_EQ(spec->epochs(), 4);                        // a later --set wins
+  EXPECT_EQ(spec->dataset().kind(), cohort::v1::SYNTHETIC);
+  EXPECT_EQ(spec->dataset().path(), "/data/fashion");
+  EXPECT_EQ(spec->env().at("SEED"), "7");
+  EXPECT_EQ(spec->name(), "123");
+  EXPECT_EQ(spec->data_parallel().graph().layers(6).out_features(), 12);
+  EXPECT_EQ(spec->restart_policy().max_restarts(), 5);
+  EXPECT_DOUBLE_EQ(spec->optimizer().schedule().gamma(), 0.25);
+  // A mapping the file lacks is made; a repeated scalar takes a YAML list.
+  StatusOr<cohort::v1::JobSpec> pipeline = parse_job_spec_yaml(
+      kPipelineYaml, "p.yaml", overrides({"checkpoint.dir=/tmp/x", "model_parallel.stages.1.rank_out=[0, 2]"}));
+  ASSERT_TRUE(pipeline.ok()) << pipeline.status().to_string();
+  EXPECT_EQ(pipeline->checkpoint().dir(), "/tmp/x");
+  ASSERT_EQ(pipeline->model_parallel().stages(1).rank_out_size(), 2);
+  EXPECT_EQ(pipeline->model_parallel().stages(1).rank_out(1), 2);
+}
+
+TEST(JobSpecOverrideTest, BadPathsAndValuesAreNamed) {
+  struct Case {
+    std::string text;
+    std::string expected;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"optimizer.lrr=0.1", "--set optimizer.lrr=0.1: 'optimizer' has no field 'lrr' (did you mean 'lr'?)"},
+           {"epoch=3", "a job spec has no field 'epoch' (did you mean 'epochs'?)"},
+           {"optimizer.lr=fast", "optimizer.lr: 'fast' is not a number such as 0.05"},
+           {"epochs=3.5", "epochs: '3.5' is not a whole number"},
+           {"dataset.kind=imagenet", "dataset.kind: 'imagenet' is not one of"},
+           {"optimizer=sgd", "optimizer is a mapping, not a value"},
+           {"epochs.x=1", "epochs is a value and has no field 'x'"},
+           {"data_parallel.graph.layers.out_features=1", "layers is a list of mappings"},
+           {"env=1", "env is a map; name one key"},
+           {"=1", "write PATH=VALUE"},
+           {"optimizer..lr=1", "has an empty part"},
+       }) {
+    StatusOr<JobSpecOverride> parsed = parse_job_spec_override(c.text);
+    ASSERT_FALSE(parsed.ok()) << c.text;
+    EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(parsed.status().message().find(c.expected), std::string::npos) << parsed.status().message();
+  }
+  // An entry the file does not have is the file's problem, named with the override.
+  StatusOr<cohort::v1::JobSpec> spec = parse_job_spec_yaml(
+      kDataParallelYaml, "job.yaml", overrides({"data_parallel.graph.layers.9.out_features=1"}));
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(spec.status().message().find("job.yaml: --set data_parallel.graph.layers.9.out_features=1: the file's "
+                                         "data_parallel.graph.layers has 7 entries"),
+            std::string::npos)
+      << spec.status().message();
 }
 
 }  // namespace

@@ -29,6 +29,10 @@ packages=(
   # (prometheus-cpp's registry and text format); tests/observability checks the page with promtool
   # and scrapes it with a real Prometheus server (the prometheus package holds both).
   libcpp-httplib-dev prometheus-cpp-dev prometheus
+  # The coordinator's dashboard (daemon/http/dashboard) serves Debian's Chart.js itself;
+  # tests/observability:dashboard_test drives headless Chromium over the DevTools protocol from
+  # python3 (python3-websocket).
+  libjs-chart.js chromium python3-websocket
   # Benchmarks only: the peers cohort is measured against, never linked into cohort.
   libopenmpi-dev openmpi-bin python3-torch
   # deploy/install.sh, deploy/package-deb.sh and tests/install: the CMake and pkg-config consumers,
@@ -37,6 +41,17 @@ packages=(
   # tests/cluster: simulated hosts in network and UTS namespaces (ip, unshare, nsenter); jq reads
   # the CLI's JSON.
   iproute2 util-linux jq
+  # One flag library for every binary (header-only CLI11 under /usr/include/CLI, third_party:cli11);
+  # tests/cli drives `cohort submit --follow` on a real terminal in tmux.
+  libcli11-dev tmux
+  # tests/control_plane:reflection_health_test: its clients read grpc.reflection.v1alpha's and
+  # grpc.health.v1's .proto files at run time (grpc-proto) with protobuf's compiler::Importer
+  # (libprotoc-dev's headers; the code is in libprotobuf).
+  grpc-proto libprotoc-dev
+  # daemon/etcd: the highly available coordinator's job store and leader election on etcd 3.4
+  # (etcd-server; tests/etcd starts real clusters); its v3 .proto files (golang-etcd-server-dev,
+  # which pulls gogoproto and google/api's annotations) are compiled into C++ stubs by //third_party:etcd_api.
+  etcd-server golang-etcd-server-dev
 )
 
 missing=()

@@ -1,4 +1,5 @@
-// The CLI's pieces that need no server: argument parsing, worker discovery, progress lines, tables.
+// The CLI's pieces that need no server: argument parsing (CLI11), exit codes, worker discovery,
+// progress lines, tables, YAML output, the completion script.
 
 #include <sys/stat.h>
 
@@ -10,7 +11,6 @@
 
 #include <gtest/gtest.h>
 
-#include "client/cli/args.h"
 #include "client/cli/cli.h"
 #include "client/cli/job_follower.h"
 #include "client/cli/output.h"
@@ -40,27 +40,6 @@ class ScratchDir {
  private:
   std::string path_;
 };
-
-TEST(ArgsTest, FlagsInAnyOrderWithValuesAndSwitches) {
-  auto args = Args::parse({"job-1", "--rank=3", "-f"}, {{"--rank", "-r", true}, {"--follow", "-f", false}});
-  ASSERT_TRUE(args.ok()) << args.status().to_string();
-  EXPECT_TRUE(args->has("--follow"));
-  EXPECT_EQ(args->value("--rank"), "3");
-  ASSERT_EQ(args->positional().size(), 1u);
-  EXPECT_EQ(args->positional()[0], "job-1");
-  auto rank = args->int_value("--rank", 0, 0, 2);
-  ASSERT_FALSE(rank.ok());
-  EXPECT_NE(rank.status().message().find("'3'"), std::string::npos);
-}
-
-TEST(ArgsTest, UnknownFlagAndMissingValueAreNamed) {
-  auto unknown = Args::parse({"--rnak", "1"}, {{"--rank", "-r", true}});
-  ASSERT_FALSE(unknown.ok());
-  EXPECT_NE(unknown.status().message().find("--rnak"), std::string::npos);
-  auto missing = Args::parse({"--rank"}, {{"--rank", "-r", true}});
-  ASSERT_FALSE(missing.ok());
-  EXPECT_NE(missing.status().message().find("needs a value"), std::string::npos);
-}
 
 TEST(WorkerLocatorTest, SearchOrderFlagEnvBesideBazelPath) {
   ScratchDir dir;
@@ -149,7 +128,8 @@ TEST(OutputTest, TableColumnsAlign) {
 TEST(CliTest, HelpListsEveryCommandAndEachCommandHasExamples) {
   std::ostringstream out, err;
   ASSERT_EQ(run_cli({"--help"}, {&out, &err, false, ""}), kExitOk);
-  for (const char* name : {"submit", "status", "list", "logs", "metrics", "cancel", "nodes", "run", "version"}) {
+  for (const char* name : {"submit", "status", "list", "wait", "logs", "metrics", "cancel", "nodes", "run", "version",
+                           "user", "node", "completion"}) {
     EXPECT_NE(out.str().find(std::string("  ") + name), std::string::npos) << name;
     std::ostringstream command_out;
     ASSERT_EQ(run_cli({name, "--help"}, {&command_out, &err, false, ""}), kExitOk) << name;
@@ -164,7 +144,92 @@ TEST(CliTest, UsageErrorsExitTwo) {
   EXPECT_EQ(run_cli({"frobnicate"}, {&out, &err, false, ""}), kExitUsage);
   EXPECT_NE(err.str().find("unknown command 'frobnicate'"), std::string::npos);
   EXPECT_EQ(run_cli({"status"}, {&out, &err, false, ""}), kExitUsage);
-  EXPECT_EQ(run_cli({"list", "-o", "yaml"}, {&out, &err, false, ""}), kExitUsage);
+  EXPECT_EQ(run_cli({"list", "-o", "xml"}, {&out, &err, false, ""}), kExitUsage);
+  EXPECT_NE(err.str().find("not 'xml'"), std::string::npos) << err.str();
+  // Unknown options name themselves; an option needing a value says so; a missing argument too.
+  std::ostringstream unknown_err;
+  EXPECT_EQ(run_cli({"status", "job-1", "--frobnicate"}, {&out, &unknown_err, false, ""}), kExitUsage);
+  EXPECT_NE(unknown_err.str().find("--frobnicate"), std::string::npos) << unknown_err.str();
+  std::ostringstream value_err;
+  EXPECT_EQ(run_cli({"cancel", "job-1", "--reason"}, {&out, &value_err, false, ""}), kExitUsage);
+  EXPECT_NE(value_err.str().find("--reason needs a value"), std::string::npos) << value_err.str();
+  std::ostringstream missing_err;
+  EXPECT_EQ(run_cli({"submit"}, {&out, &missing_err, false, ""}), kExitUsage);
+  EXPECT_NE(missing_err.str().find("cohort submit: JOB.yaml is required"), std::string::npos) << missing_err.str();
+  EXPECT_EQ(run_cli({"user"}, {&out, &err, false, ""}), kExitUsage);
+  EXPECT_EQ(run_cli({"node", "token", "--ttl", "0"}, {&out, &err, false, ""}), kExitUsage);
+  EXPECT_EQ(run_cli({"wait", "job-1", "--timeout", "soon"}, {&out, &err, false, ""}), kExitUsage);
+}
+
+TEST(CliTest, HelpDocumentsExitCodesAndVersionPrints) {
+  std::ostringstream out, err;
+  ASSERT_EQ(run_cli({"--help"}, {&out, &err, false, ""}), kExitOk);
+  EXPECT_EQ(out.str().rfind("usage: cohort", 0), 0u) << out.str();
+  for (const char* line : {"exit status:", "  1  a call failed", "  2  usage", "  3  the job ended FAILED or CANCELLED",
+                           "COHORT_COORDINATOR", "COHORT_CREDENTIALS"}) {
+    EXPECT_NE(out.str().find(line), std::string::npos) << line << "\n" << out.str();
+  }
+  std::ostringstream version;
+  ASSERT_EQ(run_cli({"--version"}, {&version, &err, false, ""}), kExitOk);
+  EXPECT_EQ(version.str().rfind("cohort ", 0), 0u) << version.str();
+  // Global options after the command, CLI11's fallthrough: -o reaches the tool's option.
+  std::ostringstream submit_help;
+  ASSERT_EQ(run_cli({"submit", "--help"}, {&submit_help, &err, false, ""}), kExitOk);
+  EXPECT_NE(submit_help.str().find("--set PATH=VALUE"), std::string::npos) << submit_help.str();
+}
+
+TEST(CliTest, OutputFormatsBelongToTheirCommands) {
+  std::ostringstream out;
+  std::ostringstream wide_err;
+  EXPECT_EQ(run_cli({"logs", "job-1", "-o", "wide"}, {&out, &wide_err, false, ""}), kExitUsage);
+  EXPECT_NE(wide_err.str().find("-o wide is for cohort list, status and nodes"), std::string::npos) << wide_err.str();
+  std::ostringstream yaml_err;
+  EXPECT_EQ(run_cli({"metrics", "job-1", "-o", "yaml"}, {&out, &yaml_err, false, ""}), kExitUsage);
+  EXPECT_NE(yaml_err.str().find("-o yaml"), std::string::npos) << yaml_err.str();
+}
+
+TEST(CliTest, SetOverridesAreCheckedBeforeAnyCall) {
+  ScratchDir dir;
+  const std::string job = dir.path() + "/job.yaml";
+  std::ofstream(job) << "name: sweep\nnodes: 1\nprocs_per_node: 1\ncommand: [/bin/true]\n";
+  std::ostringstream out;
+  struct Case {
+    std::string set;
+    std::string expected;  // in the error
+  };
+  for (const Case& c : std::vector<Case>{{"optimizer.lrr=0.1", "no field 'lrr' (did you mean 'lr'?)"},
+                                         {"optimizer.lr=fast", "optimizer.lr: 'fast' is not a number"},
+                                         {"epochs=3.5", "epochs: '3.5' is not a whole number"},
+                                         {"optimizer=sgd", "optimizer is a mapping"},
+                                         {"no_equals_sign", "write PATH=VALUE"}}) {
+    std::ostringstream err;
+    EXPECT_EQ(run_cli({"submit", job, "--set", c.set, "--coordinator", "127.0.0.1:1"}, {&out, &err, false, ""}),
+              kExitUsage)
+        << c.set;
+    EXPECT_NE(err.str().find(c.expected), std::string::npos) << c.set << ": " << err.str();
+    EXPECT_NE(err.str().find(c.set.substr(0, c.set.find('='))), std::string::npos) << err.str();
+  }
+}
+
+TEST(CliTest, CompletionScriptNamesCommandsOptionsAndJobIds) {
+  std::ostringstream out, err;
+  ASSERT_EQ(run_cli({"completion", "bash"}, {&out, &err, false, ""}), kExitOk) << err.str();
+  const std::string script = out.str();
+  EXPECT_NE(script.find("complete -F _cohort cohort"), std::string::npos);
+  EXPECT_NE(script.find("submit status list wait logs"), std::string::npos) << script;
+  EXPECT_NE(script.find("list -o json"), std::string::npos);
+  EXPECT_NE(script.find("--wait-for-capacity"), std::string::npos);
+  EXPECT_EQ(run_cli({"completion", "zsh"}, {&out, &err, false, ""}), kExitUsage);
+}
+
+TEST(OutputTest, JsonRecordsBecomeBlockYamlKeepingStringsStrings) {
+  const std::string yaml =
+      json_to_yaml("{\"jobs\": [{\"id\": \"a-1\", \"state\": \"RUNNING\", \"attempt\": 2, "
+                   "\"name\": \"true\", \"n\": \"123\", \"empty\": \"\"}], \"x\": {}}");
+  EXPECT_NE(yaml.find("jobs:\n  - id: a-1\n    state: RUNNING\n    attempt: 2\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("name: \"true\""), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("n: \"123\""), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("empty: \"\""), std::string::npos) << yaml;
 }
 
 TEST(CliTest, CsvIsForMetricsAndLogsFlagsAreCheckedBeforeAnyCall) {

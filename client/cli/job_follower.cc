@@ -71,7 +71,7 @@ class ProgressPrinter {
       : context_(context), job_id_(std::move(job_id)), spec_(std::move(spec)) {}
 
   void on_event(const cohort::v1::JobEvent& event) {
-    if (context_.format == OutputFormat::kJson) return;
+    if (context_.structured()) return;
     if (event.has_state_change()) {
       flush_pending();
       end_bar();

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 #include <google/protobuf/util/json_util.h>
+#include <yaml-cpp/yaml.h>
 
 namespace cohort::client::cli {
 
@@ -20,6 +21,74 @@ std::string to_json(const google::protobuf::Message& message) {
   if (!status.ok()) return fmt::format("{{\"error\": {}}}\n", json_quote(std::string(status.message())));
   if (json.empty() || json.back() != '\n') json += '\n';
   return json;
+}
+
+namespace {
+
+// Whether a plain (unquoted) YAML scalar `text` would read back as something other than a string.
+bool needs_quotes(const std::string& text) {
+  if (text.empty()) return true;
+  try {
+    YAML::Node node = YAML::Load(text);
+    if (!node.IsScalar() || node.Scalar() != text) return true;
+    // Booleans, nulls and numbers in any of YAML's spellings.
+    bool b = false;
+    double d = 0;
+    if (YAML::convert<bool>::decode(node, b) || YAML::convert<double>::decode(node, d)) return true;
+    if (text == "~" || text == "null" || text == "Null" || text == "NULL") return true;
+  } catch (const YAML::Exception&) {
+    return true;
+  }
+  return text.front() == ' ' || text.back() == ' ' || text.find('\n') != std::string::npos;
+}
+
+void emit_yaml(YAML::Emitter& out, const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map:
+      out << YAML::BeginMap;
+      for (const auto& entry : node) {
+        out << YAML::Key << entry.first.Scalar() << YAML::Value;
+        emit_yaml(out, entry.second);
+      }
+      out << YAML::EndMap;
+      break;
+    case YAML::NodeType::Sequence:
+      out << YAML::BeginSeq;
+      for (const auto& item : node) emit_yaml(out, item);
+      out << YAML::EndSeq;
+      break;
+    case YAML::NodeType::Scalar:
+      // A quoted JSON scalar (tag "!") is a string: keep it one. Numbers and booleans stay plain.
+      if (node.Tag() == "!" && needs_quotes(node.Scalar())) {
+        out << YAML::DoubleQuoted << node.Scalar();
+      } else {
+        out << node.Scalar();
+      }
+      break;
+    default:
+      out << YAML::Null;
+  }
+}
+
+}  // namespace
+
+std::string json_to_yaml(const std::string& json) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(json);  // JSON is YAML
+  } catch (const YAML::Exception& e) {
+    return fmt::format("error: {}\n", json_quote(e.what()));
+  }
+  YAML::Emitter out;
+  out.SetIndent(2);
+  emit_yaml(out, root);
+  std::string text = out.c_str();
+  if (text.empty() || text.back() != '\n') text += '\n';
+  return text;
+}
+
+void print_structured(const CommandContext& context, const std::string& json) {
+  *context.out << (context.format == OutputFormat::kYaml ? json_to_yaml(json) : json);
 }
 
 namespace {

@@ -21,6 +21,14 @@ namespace cohort::client::cli {
 // `message` in protobuf's JSON mapping with the .proto field names, indented, one trailing newline.
 std::string to_json(const google::protobuf::Message& message);
 
+// The same record as YAML (block style, .proto field names, strings quoted only where YAML would
+// read them as something else), from its JSON text (to_json's output, or any JSON object).
+std::string json_to_yaml(const std::string& json);
+
+// Prints `json` (to_json's output, or a JSON object the command made) as the context's format asks:
+// as it is for -o json, as YAML for -o yaml. Only for those two formats.
+void print_structured(const CommandContext& context, const std::string& json);
+
 // `text` as a JSON string literal, quotes included. Bytes that are not well-formed UTF-8 become
 // U+FFFD, so the result is always valid JSON.
 std::string json_quote(const std::string& text);

@@ -1,39 +1,36 @@
 // cohort cancel JOB [--reason TEXT]
 
-#include "client/cli/args.h"
 #include "client/cli/output.h"
 #include "client/client.h"
 #include "client/commands/commands.h"
+#include "worker/base/cli_flags.h"
 
 namespace cohort::client::commands {
 namespace {
 
 using namespace cli;
 
-constexpr const char* kHelp = R"(usage: cohort cancel JOB [--reason TEXT]
+constexpr const char* kDescription =
+    "Cancels a queued or running job: its workers get SIGTERM, then SIGKILL after the agent's grace\n"
+    "period. Cancelling a finished job is an error. -o json / -o yaml print the job's record after the\n"
+    "cancel.";
 
-Cancels a queued or running job: its workers get SIGTERM, then SIGKILL after the agent's grace period.
-Cancelling a finished job is an error.
-
-  --reason TEXT   recorded as the job's reason (default "cancelled by a client")
-
-  -o json prints the job's record after the cancel.
-
-examples:
+constexpr const char* kFooter = R"(examples:
   cohort cancel mnist-1
   cohort cancel mnist-1 --reason "wrong learning rate"
 )";
 
-int run(const CommandContext& context, const std::vector<std::string>& raw_args) {
-  StatusOr<Args> args = Args::parse(raw_args, {{"--reason", "", true}});
-  if (!args.ok()) return usage_error(context, "cancel", args.status().message());
-  if (args->positional().size() != 1)
-    return usage_error(context, "cancel", "give one job id: cohort cancel JOB");
+struct Options {
+  std::string job_id;
+  std::string reason;
+};
+
+int run(const CommandContext& context, const Options& options) {
   Client client(context.coordinator, context.client_options);
-  StatusOr<cohort::v1::JobRecord> job = client.cancel(args->positional()[0], args->value("--reason"));
+  StatusOr<cohort::v1::JobRecord> job = client.cancel(options.job_id, options.reason);
   if (!job.ok()) return report_error(context, job.status());
-  if (context.format == OutputFormat::kJson) {
-    *context.out << to_json(*job);
+  if (context.structured()) {
+    print_structured(context, to_json(*job));
   } else {
     *context.out << "job " << job->id() << ": " << state_name(job->state())
                  << (job->reason().empty() ? "" : " (" + job->reason() + ")") << '\n';
@@ -41,8 +38,18 @@ int run(const CommandContext& context, const std::vector<std::string>& raw_args)
   return kExitOk;
 }
 
+CommandRunner define(CLI::App* app) {
+  app->description(kDescription);
+  app->footer(kFooter);
+  auto options = std::make_shared<Options>();
+  app->add_option("JOB", options->job_id, "the job's id")->required();
+  app->add_option("--reason", options->reason, "recorded as the job's reason (default \"cancelled by a client\")")
+      ->type_name("TEXT");
+  return [options](const CommandContext& context) { return run(context, *options); };
+}
+
 }  // namespace
 
-const Command kCancelCommand = {"cancel", "cancel a queued or running job", kHelp, run};
+const Command kCancelCommand = {"cancel", "cancel a queued or running job", define};
 
 }  // namespace cohort::client::commands

@@ -1,7 +1,8 @@
 #pragma once
 
 // The `cohort` commands, one per file in this directory. Each is a Command (client/cli/command.h):
-// a name, help text with examples, and a run function over the client library.
+// a name, a summary, and a CLI11 definition (arguments, options, help with examples) that returns
+// the run function over the client library.
 
 #include <vector>
 
@@ -20,6 +21,8 @@ extern const cli::Command kRunCommand;      // run_command.cc
 extern const cli::Command kVersionCommand;  // version_command.cc
 extern const cli::Command kUserCommand;     // user_command.cc
 extern const cli::Command kNodeCommand;     // node_command.cc
+extern const cli::Command kWaitCommand;     // wait_command.cc
+extern const cli::Command kCompletionCommand;  // completion_command.cc
 
 // Every command, in the order the tool's --help lists them.
 std::vector<const cli::Command*> all_commands();

@@ -11,10 +11,10 @@
 
 #include <fmt/format.h>
 
-#include "client/cli/args.h"
 #include "client/cli/output.h"
 #include "client/client.h"
 #include "client/commands/commands.h"
+#include "worker/base/cli_flags.h"
 
 namespace cohort::client::commands {
 namespace {
@@ -26,28 +26,34 @@ constexpr auto kLogsRetryInterval = std::chrono::milliseconds(500);
 // --tail takes at most this many lines (a larger tail is the whole log: leave --tail out).
 constexpr int kMaxTailLines = 1000000;
 
-constexpr const char* kHelp = R"(usage: cohort logs JOB [--rank R] [--tail N] [--since DURATION] [--attempt A] [-f]
+constexpr const char* kDescription =
+    "Prints the output of every rank of a job (stdout and stderr interleaved), each line prefixed\n"
+    "\"[rank N]\", one rank after another (interleaved as it arrives with -f). The agent of the rank's\n"
+    "node serves it from memory while it holds the job, and from the rank's log files on disk once it\n"
+    "restarted or forgot the job, or for an earlier attempt. -o json prints one {job_id, rank, text}\n"
+    "object per chunk, one per line.";
 
-Prints the output of every rank of a job (stdout and stderr interleaved), each line prefixed
-"[rank N]", one rank after another (interleaved as it arrives with -f). The agent of the rank's
-node serves it from memory while it holds the job, and from the rank's log files on disk once it
-restarted or forgot the job, or for an earlier attempt.
-
-  --rank R, -r R     only rank R, without the prefix
-  --tail N, -n N     only the last N lines of each rank
-  --since DURATION   only output written in the last DURATION: 30s, 10m, 2h, 1d, 1h30m
-  --attempt A, -a A  the output of attempt A (default: the newest); earlier attempts are read
-                     from disk on the node of the newest placement
-  --follow, -f       keep printing new output until the ranks exit (waits for a queued job)
-
-  -o json prints one {"job_id", "rank", "text"} object per chunk, one per line.
-
-examples:
+constexpr const char* kFooter = R"(examples:
   cohort logs mnist-1
   cohort logs mnist-1 --rank 3 -f
   cohort logs mnist-1 --tail 20 --since 10m
   cohort logs mnist-1 --attempt 1 --rank 0
 )";
+
+// The highest rank and attempt numbers the flags accept.
+constexpr int kMaxRankFlag = 1 << 20;
+constexpr int kMaxAttemptFlag = 1 << 20;
+
+struct Options {
+  std::string job_id;
+  int rank = 0;
+  bool rank_given = false;
+  int tail = 0;
+  std::string since;
+  bool since_given = false;
+  int attempt = 0;
+  bool follow = false;
+};
 
 // "1h30m" → milliseconds. Units s, m, h, d; at least one number-unit pair.
 StatusOr<int64_t> parse_duration_ms(const std::string& text) {
@@ -192,38 +198,25 @@ Status read_rank(Client& client, const std::string& job_id, int rank, bool follo
   }
 }
 
-int run(const CommandContext& context, const std::vector<std::string>& raw_args) {
-  StatusOr<Args> args = Args::parse(raw_args, {{"--rank", "-r", true},
-                                               {"--tail", "-n", true},
-                                               {"--since", "", true},
-                                               {"--attempt", "-a", true},
-                                               {"--follow", "-f", false}});
-  if (!args.ok()) return usage_error(context, "logs", args.status().message());
-  if (args->positional().size() != 1) return usage_error(context, "logs", "give one job id: cohort logs JOB");
-  StatusOr<int> rank = args->int_value("--rank", 0, 0, 1 << 20);
-  if (!rank.ok()) return usage_error(context, "logs", rank.status().message());
+int run(const CommandContext& context, const Options& options) {
   LogSelection selection;
-  StatusOr<int> tail = args->int_value("--tail", 0, 0, kMaxTailLines);
-  if (!tail.ok()) return usage_error(context, "logs", tail.status().message());
-  selection.tail_lines = *tail;
-  StatusOr<int> attempt = args->int_value("--attempt", 0, 0, 1 << 20);
-  if (!attempt.ok()) return usage_error(context, "logs", attempt.status().message());
-  selection.attempt = *attempt;
-  if (args->has("--since")) {
-    StatusOr<int64_t> since = parse_duration_ms(args->value("--since"));
+  selection.tail_lines = options.tail;
+  selection.attempt = options.attempt;
+  if (options.since_given) {
+    StatusOr<int64_t> since = parse_duration_ms(options.since);
     if (!since.ok()) return usage_error(context, "logs", since.status().message());
     const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                                std::chrono::system_clock::now().time_since_epoch())
                                .count();
     selection.since_unix_ms = std::max<int64_t>(now_ms - *since, 1);
   }
-  const std::string& job_id = args->positional()[0];
-  const bool follow = args->has("--follow");
+  const std::string& job_id = options.job_id;
+  const bool follow = options.follow;
   Client client(context.coordinator, context.client_options);
 
-  if (args->has("--rank")) {
+  if (options.rank_given) {
     LogPrinter printer(context, job_id, /*prefix=*/false);
-    Status status = read_rank(client, job_id, *rank, follow, selection, printer);
+    Status status = read_rank(client, job_id, options.rank, follow, selection, printer);
     return status.ok() ? kExitOk : report_error(context, status);
   }
 
@@ -264,8 +257,36 @@ int run(const CommandContext& context, const std::vector<std::string>& raw_args)
   return world_size > 1 ? kExitFailure : report_error(context, first_error);
 }
 
+CommandRunner define(CLI::App* app) {
+  app->description(kDescription);
+  app->footer(kFooter);
+  auto options = std::make_shared<Options>();
+  app->add_option("JOB", options->job_id, "the job's id")->required();
+  CLI::Option* rank = app->add_option("-r,--rank", options->rank, "only rank R, without the prefix")
+                          ->type_name("R")
+                          ->check(CLI::Range(0, kMaxRankFlag));
+  app->add_option("-n,--tail", options->tail, "only the last N lines of each rank")
+      ->type_name("N")
+      ->check(CLI::Range(0, kMaxTailLines));
+  CLI::Option* since =
+      app->add_option("--since", options->since, "only output written in the last DURATION: 30s, 10m, 2h, 1d, 1h30m")
+          ->type_name("DURATION");
+  app->add_option("-a,--attempt", options->attempt,
+                  "the output of attempt A (default: the newest); earlier attempts are read from disk on the "
+                  "node of the newest placement")
+      ->type_name("A")
+      ->check(CLI::Range(0, kMaxAttemptFlag));
+  app->add_flag("-f,--follow", options->follow,
+                "keep printing new output until the ranks exit (waits for a queued job)");
+  return [options, rank, since](const CommandContext& context) {
+    options->rank_given = rank->count() > 0;
+    options->since_given = since->count() > 0;
+    return run(context, *options);
+  };
+}
+
 }  // namespace
 
-const Command kLogsCommand = {"logs", "print the output of a job's ranks (-f to follow)", kHelp, run};
+const Command kLogsCommand = {"logs", "print the output of a job's ranks (-f to follow)", define};
 
 }  // namespace cohort::client::commands

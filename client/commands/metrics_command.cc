@@ -5,35 +5,37 @@
 
 #include <fmt/format.h>
 
-#include "client/cli/args.h"
 #include "client/cli/output.h"
 #include "client/client.h"
 #include "client/commands/commands.h"
+#include "worker/base/cli_flags.h"
 
 namespace cohort::client::commands {
 namespace {
 
 using namespace cli;
 
-constexpr const char* kHelp = R"(usage: cohort metrics JOB [--attempt A] [-f]
+constexpr const char* kDescription =
+    "Prints a job's metrics history: every progress report its workers sent (step, epoch, loss,\n"
+    "accuracy, samples/s), oldest first, as the coordinator stored it. The history survives coordinator\n"
+    "restarts; a very long job's history is thinned (every second point dropped, the first and newest\n"
+    "kept) once it holds 10000 points. -o json prints one JSON object per report and line (seq, attempt,\n"
+    "unix_ms, step, epoch, loss, accuracy, samples_per_s, rank); -o csv the same columns with a header.";
 
-Prints a job's metrics history: every progress report its workers sent (step, epoch, loss,
-accuracy, samples/s), oldest first, as the coordinator stored it. The history survives coordinator
-restarts; a very long job's history is thinned (every second point dropped, the first and newest
-kept) once it holds 10000 points.
-
-  --attempt A, -a A  only that attempt's reports (default: every attempt)
-  --follow, -f       after the history, print new reports as they arrive until the job ends
-
-  -o json  one JSON object per report and line: seq, attempt, unix_ms, step, epoch, loss,
-           accuracy, samples_per_s, rank
-  -o csv   the same columns, with a header line
-
-examples:
+constexpr const char* kFooter = R"(examples:
   cohort metrics mnist-1
   cohort metrics mnist-1 -f
   cohort metrics mnist-1 -o csv > mnist-1.csv
 )";
+
+// The highest attempt number --attempt accepts.
+constexpr int kMaxAttemptFlag = 1 << 20;
+
+struct Options {
+  std::string job_id;
+  int attempt = 0;  // 0: every attempt
+  bool follow = false;
+};
 
 // One report, with what every format prints.
 struct Row {
@@ -89,26 +91,20 @@ class RowPrinter {
   bool header_done_ = false;
 };
 
-int run(const CommandContext& context, const std::vector<std::string>& raw_args) {
-  StatusOr<Args> args = Args::parse(raw_args, {{"--attempt", "-a", true}, {"--follow", "-f", false}});
-  if (!args.ok()) return usage_error(context, "metrics", args.status().message());
-  if (args->positional().size() != 1)
-    return usage_error(context, "metrics", "give one job id: cohort metrics JOB");
-  StatusOr<int> attempt = args->int_value("--attempt", 0, 0, 1 << 20);
-  if (!attempt.ok()) return usage_error(context, "metrics", attempt.status().message());
-  const std::string& job_id = args->positional()[0];
+int run(const CommandContext& context, const Options& options) {
+  const std::string& job_id = options.job_id;
   Client client(context.coordinator, context.client_options);
 
   RowPrinter printer(context);
-  StatusOr<std::vector<cohort::v1::MetricsPoint>> history = client.metrics(job_id, 0, *attempt);
+  StatusOr<std::vector<cohort::v1::MetricsPoint>> history = client.metrics(job_id, 0, options.attempt);
   if (!history.ok()) return report_error(context, history.status());
   int64_t last_seq = 0;
   for (const cohort::v1::MetricsPoint& point : *history) {
     printer.print(Row{point.seq(), point.attempt(), unix_ms_of(point.time()), point.metrics()});
     last_seq = point.seq();
   }
-  if (!args->has("--follow")) {
-    if (history->empty() && context.format == OutputFormat::kHuman)
+  if (!options.follow) {
+    if (history->empty() && context.human())
       *context.err << fmt::format("job {} has no metrics reports (yet)\n", job_id);
     return kExitOk;
   }
@@ -124,7 +120,7 @@ int run(const CommandContext& context, const std::vector<std::string>& raw_args)
         if (event.has_state_change()) {
           current_attempt = event.state_change().attempt();
         } else if (event.has_metrics() && event.seq() > last_seq &&
-                   (*attempt == 0 || *attempt == current_attempt)) {
+                   (options.attempt == 0 || options.attempt == current_attempt)) {
           printer.print(Row{event.seq(), current_attempt, unix_ms_of(event.time()), event.metrics()});
           last_seq = event.seq();
         }
@@ -134,8 +130,21 @@ int run(const CommandContext& context, const std::vector<std::string>& raw_args)
   return watched.ok() ? kExitOk : report_error(context, watched);
 }
 
+CommandRunner define(CLI::App* app) {
+  app->description(kDescription);
+  app->footer(kFooter);
+  auto options = std::make_shared<Options>();
+  app->add_option("JOB", options->job_id, "the job's id")->required();
+  app->add_option("-a,--attempt", options->attempt, "only that attempt's reports (default: every attempt)")
+      ->type_name("A")
+      ->check(CLI::Range(0, kMaxAttemptFlag));
+  app->add_flag("-f,--follow", options->follow,
+                "after the history, print new reports as they arrive until the job ends");
+  return [options](const CommandContext& context) { return run(context, *options); };
+}
+
 }  // namespace
 
-const Command kMetricsCommand = {"metrics", "print a job's metrics history (-f to follow)", kHelp, run};
+const Command kMetricsCommand = {"metrics", "print a job's metrics history (-f to follow)", define};
 
 }  // namespace cohort::client::commands

@@ -2,38 +2,35 @@
 
 #include <fmt/format.h>
 
-#include "client/cli/args.h"
 #include "client/cli/output.h"
 #include "client/client.h"
 #include "client/commands/commands.h"
+#include "worker/base/cli_flags.h"
 
 namespace cohort::client::commands {
 namespace {
 
 using namespace cli;
 
-constexpr const char* kHelp = R"(usage: cohort nodes
+constexpr const char* kDescription =
+    "Lists the live nodes (agents that registered and heartbeat) with their capacity and what is free.\n"
+    "-o wide adds the host name and each GPU; -o json and -o yaml print {nodes: [...]}\n"
+    "(cohort.v1.ListNodesResponse).";
 
-Lists the live nodes (agents that registered and heartbeat) with their capacity and what is free.
-
-  -o json prints {"nodes": [...]} (cohort.v1.ListNodesResponse).
-
-examples:
+constexpr const char* kFooter = R"(examples:
   cohort nodes
+  cohort nodes -o wide
   cohort nodes -o json | jq '.nodes[].node.free_slots'
 )";
 
-int run(const CommandContext& context, const std::vector<std::string>& raw_args) {
-  StatusOr<Args> args = Args::parse(raw_args, {});
-  if (!args.ok()) return usage_error(context, "nodes", args.status().message());
-  if (!args->positional().empty()) return usage_error(context, "nodes", "nodes takes no arguments");
+int run(const CommandContext& context) {
   Client client(context.coordinator, context.client_options);
   StatusOr<std::vector<cohort::v1::NodeStatus>> nodes = client.nodes();
   if (!nodes.ok()) return report_error(context, nodes.status());
-  if (context.format == OutputFormat::kJson) {
+  if (context.structured()) {
     cohort::v1::ListNodesResponse response;
     for (const cohort::v1::NodeStatus& node : *nodes) *response.add_nodes() = node;
-    *context.out << to_json(response);
+    print_structured(context, to_json(response));
     return kExitOk;
   }
   if (nodes->empty()) {
@@ -41,6 +38,7 @@ int run(const CommandContext& context, const std::vector<std::string>& raw_args)
                  << context.coordinator << " --data-dir DIR)\n";
     return kExitOk;
   }
+  const bool wide = context.format == OutputFormat::kWide;
   std::vector<std::vector<std::string>> rows;
   for (const cohort::v1::NodeStatus& status : *nodes) {
     const cohort::v1::NodeInfo& node = status.node();
@@ -49,16 +47,39 @@ int run(const CommandContext& context, const std::vector<std::string>& raw_args)
       gpus = fmt::format("{}/{} free", status.free_gpus_size(), node.gpus_size());
       if (!node.gpus(0).model().empty()) gpus += " (" + node.gpus(0).model() + ")";
     }
-    rows.push_back({node.node_id(), node.address(), fmt::format("{}/{}", node.free_slots(), node.slots()),
-                    gpus, std::to_string(node.cores()), format_bytes(node.memory_bytes()),
-                    format_duration(status.lease_remaining_ms() / 1000)});
+    std::vector<std::string> row = {node.node_id(), node.address(),
+                                    fmt::format("{}/{}", node.free_slots(), node.slots()), gpus,
+                                    std::to_string(node.cores()), format_bytes(node.memory_bytes()),
+                                    format_duration(status.lease_remaining_ms() / 1000)};
+    if (wide) {
+      // Every GPU: "0:A100 40.0 GiB,1:A100 40.0 GiB".
+      std::string each;
+      for (const auto& gpu : node.gpus()) {
+        each += fmt::format("{}{}:{} {}", each.empty() ? "" : ",", gpu.index(),
+                            gpu.model().empty() ? "gpu" : gpu.model(), format_bytes(gpu.memory_bytes()));
+      }
+      row.insert(row.begin() + 2, node.hostname().empty() ? "-" : node.hostname());
+      row.push_back(each.empty() ? "-" : each);
+    }
+    rows.push_back(std::move(row));
   }
-  print_table(*context.out, {"NODE", "ADDRESS", "FREE/SLOTS", "GPUS", "CORES", "MEMORY", "LEASE"}, rows);
+  if (wide) {
+    print_table(*context.out,
+                {"NODE", "ADDRESS", "HOSTNAME", "FREE/SLOTS", "GPUS", "CORES", "MEMORY", "LEASE", "GPU LIST"}, rows);
+  } else {
+    print_table(*context.out, {"NODE", "ADDRESS", "FREE/SLOTS", "GPUS", "CORES", "MEMORY", "LEASE"}, rows);
+  }
   return kExitOk;
+}
+
+CommandRunner define(CLI::App* app) {
+  app->description(kDescription);
+  app->footer(kFooter);
+  return [](const CommandContext& context) { return run(context); };
 }
 
 }  // namespace
 
-const Command kNodesCommand = {"nodes", "list live nodes and their free capacity", kHelp, run};
+const Command kNodesCommand = {"nodes", "list live nodes and their free capacity", define};
 
 }  // namespace cohort::client::commands

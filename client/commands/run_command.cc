@@ -26,13 +26,13 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
-#include "client/cli/args.h"
 #include "client/cli/job_follower.h"
 #include "client/cli/output.h"
 #include "client/cli/worker_locator.h"
 #include "client/client.h"
 #include "worker/base/credentials_file.h"
 #include "client/commands/commands.h"
+#include "worker/base/cli_flags.h"
 #include "client/job_spec_yaml.h"
 #include "daemon/agent/node_inventory.h"
 #include "daemon/server/daemon_server.h"
@@ -59,30 +59,31 @@ constexpr size_t kFailureTailLines = 20;
 constexpr int64_t kMaxLocalRanksPerCore = 4;
 constexpr int64_t kMaxLocalNodes = 64;
 
-constexpr const char* kHelp =
-    R"(usage: cohort run JOB.yaml [--procs N] [--data-dir DIR] [--worker PATH] [--oversubscribe]
+constexpr const char* kDescription =
+    "Runs one job on this machine with no daemon: starts an in-process coordinator and agent (one agent\n"
+    "per node of the job, all local), submits the job, shows its progress (a bar on a terminal), prints\n"
+    "rank 0's result lines (`test accuracy ...`; for a command job, the last lines of rank 0's output),\n"
+    "and exits 0 only if the job SUCCEEDED (3 if it FAILED). A command job (`command:` in the file) runs\n"
+    "its own program on every rank and needs no worker binary. -o json / -o yaml print the job's final\n"
+    "record instead of the progress.";
 
-Runs one job on this machine with no daemon: starts an in-process coordinator and agent (one agent
-per node of the job, all local), submits the job, shows its progress (a bar on a terminal), prints
-rank 0's result lines (`test accuracy ...`; for a command job, the last lines of rank 0's output),
-and exits 0 only if the job SUCCEEDED. A command job (`command:` in the file) runs its own program
-on every rank and needs no worker binary.
-
-  --procs N        ranks per node (overrides the file's procs_per_node)
-  --data-dir DIR   keep the job database and rank logs in DIR (default: a temporary directory,
-                   removed after a successful run and kept after a failed one)
-  --worker PATH    the worker binary; otherwise $COHORT_WORKER, cohort-worker next to this cohort
-                   binary, <dir of cohort>/../worker/runner/cohort-worker (bazel-bin), then $PATH
-  --oversubscribe  start the job even when it asks for more than this machine can host (more than
-                   4 ranks per core, or more than 64 simulated nodes)
-
-  -o json prints the job's final record instead of the progress.
-
-examples:
+constexpr const char* kFooter = R"(examples:
   cohort run configs/jobs/fashion_mnist_dp.yaml
-  cohort run job.yaml --procs 4 --data-dir /tmp/run1
+  cohort run job.yaml --procs 4 --data-dir /tmp/run1 --set epochs=1
   COHORT_WORKER=$PWD/bazel-bin/worker/runner/cohort-worker cohort run job.yaml
 )";
+
+// Ranks per node --procs accepts.
+constexpr int kMaxProcsFlag = 4096;
+
+struct Options {
+  std::string file;
+  std::vector<std::string> sets;
+  int procs = 0;  // 0: the file's procs_per_node
+  std::string data_dir;
+  std::string worker;
+  bool oversubscribe = false;
+};
 
 // The job's in-process cluster: a coordinator with node local-0's agent, plus one agent server per
 // further node. Shut down in reverse order by the destructor.
@@ -274,21 +275,18 @@ std::vector<std::string> pick_lines(const std::string& text, const std::string& 
   return lines;
 }
 
-int run(const CommandContext& context, const std::vector<std::string>& raw_args) {
-  StatusOr<Args> args = Args::parse(raw_args, {{"--procs", "-n", true},
-                                               {"--data-dir", "", true},
-                                               {"--worker", "", true},
-                                               {"--oversubscribe", "", false}});
-  if (!args.ok()) return usage_error(context, "run", args.status().message());
-  if (args->positional().size() != 1)
-    return usage_error(context, "run", "give one job file: cohort run JOB.yaml");
-  StatusOr<cohort::v1::JobSpec> spec = load_job_spec_file(args->positional()[0]);
+int run(const CommandContext& context, const Options& options) {
+  std::vector<JobSpecOverride> overrides;
+  for (const std::string& set : options.sets) {
+    StatusOr<JobSpecOverride> override_ = parse_job_spec_override(set);
+    if (!override_.ok()) return usage_error(context, "run", override_.status().message());
+    overrides.push_back(*std::move(override_));
+  }
+  StatusOr<cohort::v1::JobSpec> spec = load_job_spec_file(options.file, overrides);
   if (!spec.ok()) return report_error(context, spec.status());
-  StatusOr<int> procs = args->int_value("--procs", spec->procs_per_node(), 1, 4096);
-  if (!procs.ok()) return usage_error(context, "run", procs.status().message());
-  spec->set_procs_per_node(*procs);
+  if (options.procs > 0) spec->set_procs_per_node(options.procs);
   if (spec->nodes() < 1) spec->set_nodes(1);
-  if (!args->has("--oversubscribe")) {
+  if (!options.oversubscribe) {
     if (Status fits = check_local_capacity(*spec, usable_cores()); !fits.ok())
       return report_error(context, fits);
   }
@@ -296,14 +294,14 @@ int run(const CommandContext& context, const std::vector<std::string>& raw_args)
   const bool command_job = spec->command_size() > 0;
   StatusOr<std::string> worker = std::string();
   if (!command_job)
-    worker = locate_worker(worker_search_from_environment(args->value("--worker"), context.program_path));
+    worker = locate_worker(worker_search_from_environment(options.worker, context.program_path));
   if (!worker.ok()) return report_error(context, worker.status());
   if (Status gpus = check_local_gpus(*spec); !gpus.ok()) return report_error(context, gpus);
 
   // The daemon's own chatter (registrations, placements) is noise here; the job's states are shown.
   if (std::getenv("COHORT_LOG_LEVEL") == nullptr) spdlog::set_level(spdlog::level::warn);
-  const bool temporary = !args->has("--data-dir");
-  std::string data_dir = args->value("--data-dir");
+  const bool temporary = options.data_dir.empty();
+  std::string data_dir = options.data_dir;
   if (temporary) {
     StatusOr<std::string> made = make_temp_dir();
     if (!made.ok()) return report_error(context, made.status());
@@ -330,7 +328,7 @@ int run(const CommandContext& context, const std::vector<std::string>& raw_args)
       auto cancelled = Client(address, admin).cancel(job_id, fmt::format("cohort run got {}", strsignal(signal)));
       if (!cancelled.ok()) *context.err << "cohort: " << cancelled.status().message() << '\n';
     });
-    if (context.format == OutputFormat::kHuman) {
+    if (context.human()) {
       *context.out << fmt::format("job {}: {} node(s) x {} rank(s) on this machine, {} {}\n", *id, spec->nodes(),
                                   spec->procs_per_node(), command_job ? "command" : "worker",
                                   command_job ? fmt::format("{}", fmt::join(spec->command(), " ")) : *worker);
@@ -343,8 +341,8 @@ int run(const CommandContext& context, const std::vector<std::string>& raw_args)
       output.append(bytes);
       return true;
     });
-    if (context.format == OutputFormat::kJson) {
-      *context.out << to_json(*job);
+    if (context.structured()) {
+      print_structured(context, to_json(*job));
     } else if (!read.ok()) {
       *context.err << "cohort: cannot read rank 0's output: " << read.message() << '\n';
     } else {
@@ -355,21 +353,48 @@ int run(const CommandContext& context, const std::vector<std::string>& raw_args)
       if (!lines.empty()) *context.out << (succeeded ? "rank 0:\n" : "rank 0's last output:\n");
       for (const std::string& line : lines) *context.out << "  " << line << '\n';
     }
-    exit_status = succeeded ? kExitOk : kExitFailure;
+    exit_status = succeeded ? kExitOk : kExitJobFailed;
     // Cancelled by Ctrl-C / SIGTERM: exit as a shell expects of an interrupted command.
     if (job->state() == cohort::v1::CANCELLED && interrupts.first_signal() != 0)
       exit_status = 128 + interrupts.first_signal();
   }
   // The job ran: keep a failed run's directory (its logs explain the failure).
   if (!succeeded) temp_dir.keep();
-  if ((!succeeded || !temporary) && context.format == OutputFormat::kHuman)
+  if ((!succeeded || !temporary) && context.human())
     *context.out << "rank logs in " << data_dir << "/logs\n";
   return exit_status;
 }
 
+CommandRunner define(CLI::App* app) {
+  app->description(kDescription);
+  app->footer(kFooter);
+  auto options = std::make_shared<Options>();
+  app->add_option("JOB.yaml", options->file, "the job file")->required();
+  app->add_option("--set", options->sets,
+                  "replace (or add) one field of the file, as `cohort submit --set` (optimizer.lr=0.01); "
+                  "repeat for several")
+      ->type_name("PATH=VALUE")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app->add_option("-n,--procs", options->procs, "ranks per node (overrides the file's procs_per_node)")
+      ->type_name("N")
+      ->check(CLI::Range(1, kMaxProcsFlag));
+  app->add_option("--data-dir", options->data_dir,
+                  "keep the job database and rank logs in DIR (default: a temporary directory, removed "
+                  "after a successful run and kept after a failed one)")
+      ->type_name("DIR");
+  app->add_option("--worker", options->worker,
+                  "the worker binary; otherwise $COHORT_WORKER, cohort-worker next to this cohort binary, "
+                  "<dir of cohort>/../worker/runner/cohort-worker (bazel-bin), then $PATH")
+      ->type_name("PATH");
+  app->add_flag("--oversubscribe", options->oversubscribe,
+                "start the job even when it asks for more than this machine can host (more than 4 ranks "
+                "per core, or more than 64 simulated nodes)");
+  return [options](const CommandContext& context) { return run(context, *options); };
+}
+
 }  // namespace
 
-const Command kRunCommand = {
-    "run", "run one job on this machine (in-process daemon) and exit with its result", kHelp, run};
+const Command kRunCommand = {"run", "run one job on this machine (in-process daemon) and exit with its result",
+                             define};
 
 }  // namespace cohort::client::commands

@@ -4,6 +4,7 @@ reader parses them."""
 
 import os
 import tempfile
+import time
 import unittest
 from unittest import mock
 
@@ -153,18 +154,22 @@ class CredentialsTest(unittest.TestCase):
 
 
 class _RpcError(grpc.RpcError):
-    """A failed call as grpc raises it: code() and details()."""
+    """A failed call as grpc raises it: code(), details() and trailing_metadata()."""
 
-    def __init__(self, code, details=""):
+    def __init__(self, code, details="", trailing=()):
         super().__init__(details)
         self._code = code
         self._details = details
+        self._trailing = tuple(trailing)
 
     def code(self):
         return self._code
 
     def details(self):
         return self._details
+
+    def trailing_metadata(self):
+        return self._trailing
 
 
 class _BrokenStream:
@@ -197,12 +202,74 @@ class _FakeStub:
         return _BrokenStream()
 
 
-def _fake_client(stub):
-    client = cohort_client.Client.__new__(cohort_client.Client)  # no channel: the stub is the fake
-    client.address = "127.0.0.1:1"
+def _fake_client(stub, *more):
+    """A Client whose coordinators are fakes: 127.0.0.1:1 (stub), 127.0.0.1:2 (more[0]), ..."""
+    client = cohort_client.Client.__new__(cohort_client.Client)  # no channel: the stubs are fakes
+    stubs = [stub, *more]
+    client.addresses = [f"127.0.0.1:{i + 1}" for i in range(len(stubs))]
+    client.address = ",".join(client.addresses)
     client.rpc_timeout = 1.0
-    client._stub = stub
+    client._stubs = stubs
+    client._channels = []
+    client._leader = 0
     return client
+
+
+class _Standby:
+    """A standby coordinator: every call UNAVAILABLE naming `leader` (cohort-leader)."""
+
+    def __init__(self, leader):
+        self.leader = leader
+        self.calls = 0
+
+    def GetJob(self, request, timeout=None):
+        self.calls += 1
+        raise _RpcError(grpc.StatusCode.UNAVAILABLE, "cohortd at 127.0.0.1:1 is a standby coordinator",
+                        [("cohort-leader", self.leader)])
+
+
+class LeaderTest(unittest.TestCase):
+    RUNNING = job_pb2.JobRecord(id="j-1", state=job_pb2.RUNNING)
+
+    def test_address_lists(self):
+        self.assertEqual(cohort_client.client.parse_address_list("a:1, b:2,a:1"), ["a:1", "b:2"])
+        for bad in ("", "a:1,,b:2", "a:1,hostonly", "a:port"):
+            with self.assertRaises(ValueError):
+                cohort_client.client.parse_address_list(bad)
+
+    def test_a_standby_sends_the_call_to_the_leader_it_names(self):
+        standby = _Standby("127.0.0.1:2")
+        leader = _FakeStub([self.RUNNING, self.RUNNING])
+        client = _fake_client(standby, leader)
+        self.assertEqual(client.status("j-1"), "RUNNING")
+        self.assertEqual(client.leader, "127.0.0.1:2")
+        self.assertEqual(client.status("j-1"), "RUNNING")
+        self.assertEqual(standby.calls, 1)  # the second call went straight to the leader
+        self.assertEqual(leader.get_calls, 2)
+
+    def test_an_unreachable_coordinator_moves_on_to_the_next(self):
+        dead = _FakeStub([_RpcError(grpc.StatusCode.UNAVAILABLE, "connection refused")])
+        leader = _FakeStub([self.RUNNING])
+        self.assertEqual(_fake_client(dead, leader).status("j-1"), "RUNNING")
+
+    def test_no_leader_at_all_ends_at_the_timeout(self):
+        a, b = _Standby(""), _Standby("")
+        client = _fake_client(a, b)
+        client.rpc_timeout = 0.5
+        start = time.monotonic()
+        with self.assertRaises(cohort_client.CohortError) as caught:
+            client.status("j-1")
+        self.assertEqual(caught.exception.code, "UNAVAILABLE")
+        self.assertGreaterEqual(time.monotonic() - start, 0.4)
+        self.assertGreater(a.calls + b.calls, 2)
+
+    def test_other_errors_are_not_sent_elsewhere(self):
+        denied = _FakeStub([_RpcError(grpc.StatusCode.PERMISSION_DENIED, "no")])
+        leader = _FakeStub([self.RUNNING])
+        with self.assertRaises(cohort_client.CohortError) as caught:
+            _fake_client(denied, leader).status("j-1")
+        self.assertEqual(caught.exception.code, "PERMISSION_DENIED")
+        self.assertEqual(leader.get_calls, 0)
 
 
 class WaitTest(unittest.TestCase):

@@ -259,8 +259,20 @@ class PosixProcessHandle final : public ProcessHandle {
   std::optional<ExitStatus> poll_exit() override {
     std::lock_guard<std::mutex> lock(mu_);
     if (exit_.has_value()) return exit_;
+    // Look without reaping first: while the exited leader is a zombie its pid still names the
+    // group, so what it left behind (a shell's background job, a forked helper) can be killed
+    // without the risk of hitting a group that reuses the id later. A task's processes end with
+    // it: a straggler would outlive the slot the coordinator then hands to another job, and
+    // nothing would ever stop it.
+    siginfo_t info{};
+    if (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid != pid_) {
+      return exit_;
+    }
+    ::kill(-pid_, SIGKILL);  // ESRCH: the leader was alone
     int wait_status = 0;
-    pid_t result = ::waitpid(pid_, &wait_status, WNOHANG);
+    pid_t result = 0;
+    while ((result = ::waitpid(pid_, &wait_status, 0)) < 0 && errno == EINTR) {
+    }
     if (result == pid_) exit_ = ExitStatus::from_wait_status(wait_status);
     return exit_;
   }

@@ -97,7 +97,9 @@ class ProcessHandle {
   virtual Status signal_group(int sig) = 0;
 
   // Reaps the process if it has exited; its exit status then and on every later call, nullopt
-  // while it runs. Non-blocking.
+  // while it runs. Whatever is left of its group when it has exited (children it started) is
+  // SIGKILLed before the reap: a task ends with its leader, even inside a stop's grace period.
+  // Non-blocking.
   virtual std::optional<ExitStatus> poll_exit() = 0;
 
   // Whether the process is stopped now (SIGSTOP, SIGTSTP, a tracer): none of its threads runs, so

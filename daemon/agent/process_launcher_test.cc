@@ -129,6 +129,24 @@ TEST(PosixProcessLauncherTest, SignalGroupKillsChildAndGrandchild) {
   EXPECT_TRUE((*process)->signal_group(SIGTERM).ok());
 }
 
+// A rank that exits (or is killed alone, as SIGKILL of its pid does) while a child it started still
+// runs: the child goes with it, so nothing of the task outlives its exit report.
+TEST(PosixProcessLauncherTest, WhatTheLeaderLeftBehindIsKilledWhenItExits) {
+  LaunchOptions options;
+  options.argv = {"/bin/sh", "-c", "sleep 100 & sleep 100 & exec sleep 100"};
+  PosixProcessLauncher launcher;
+  auto process = launcher.launch(options);
+  ASSERT_TRUE(process.ok()) << process.status().to_string();
+  pid_t pgid = (*process)->pgid();
+  ASSERT_TRUE(wait_until([&] { return testing::live_processes_in_group(pgid).size() >= 3; }));
+  ASSERT_EQ(::kill((*process)->pid(), SIGKILL), 0);  // the leader only
+  std::optional<ExitStatus> exit = wait_exit(**process);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->signal, SIGKILL);
+  EXPECT_TRUE(wait_until([&] { return testing::live_processes_in_group(pgid).empty(); }))
+      << testing::live_processes_in_group(pgid).size() << " process(es) of the group outlived its leader";
+}
+
 TEST(PosixProcessLauncherTest, DestroyingARunningHandleKillsTheGroup) {
   LaunchOptions options;
   options.argv = {"/bin/sh", "-c", "sleep 100 & wait"};

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 extern char** environ;
 
@@ -120,7 +121,9 @@ std::vector<std::string> TaskSupervisor::environment_for(const JobTasks& job, in
   // Empty when the agent learns the address per launch (JobTasks.env carries it then).
   if (!options_.coordinator_address.empty()) env["COHORT_COORDINATOR"] = options_.coordinator_address;
   if (std::string heartbeat = heartbeat_path_for(job, rank); !heartbeat.empty()) {
-    env["COHORT_HEARTBEAT_FILE"] = heartbeat;
+    env[kHeartbeatFileVariable] = heartbeat;
+    env[kHeartbeatIntervalVariable] = std::to_string(
+        std::chrono::duration_cast<std::chrono::milliseconds>(options_.heartbeat_interval).count());
   }
   std::vector<std::string> entries;
   entries.reserve(env.size());
@@ -302,8 +305,30 @@ void TaskSupervisor::monitor_loop() {
       check_hang(task);
       check_exit(task);
     }
+    sweep_expired_logs();
     lock.lock();
     shutdown_cv_.wait_for(lock, options_.exit_poll_interval, [this] { return shutdown_; });
+  }
+}
+
+void TaskSupervisor::sweep_expired_logs() {
+  if (options_.log_retention.count() <= 0 || options_.log_dir.empty()) return;
+  const coordinator::TimePoint now = clock_->now();
+  if (last_log_sweep_.has_value() && now - *last_log_sweep_ < kLogRetentionSweepInterval) return;
+  last_log_sweep_ = now;
+  const std::vector<std::string> running = running_jobs();
+  StatusOr<std::vector<std::string>> removed = remove_expired_job_logs(
+      LogRetentionOptions{options_.log_dir, options_.log_retention}, clock_->unix_millis(),
+      std::set<std::string>(running.begin(), running.end()));
+  if (!removed.ok()) {
+    spdlog::warn("agent: log retention: {}", removed.status().to_string());
+    return;
+  }
+  for (const std::string& job_id : *removed) {
+    // Its rings in memory go with its files (a task that started in between keeps it: not ended).
+    forget(job_id).ignore_error();
+    spdlog::info("agent: deleted the logs of job {}: nothing written for {} (job_retention)", job_id,
+                 coordinator::format_duration(options_.log_retention));
   }
 }
 

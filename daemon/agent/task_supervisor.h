@@ -38,9 +38,11 @@
 #include <vector>
 
 #include "daemon/agent/log_capture.h"
+#include "daemon/agent/log_retention.h"
 #include "daemon/agent/process_launcher.h"
 #include "daemon/agent/unix_user.h"
 #include "daemon/coordinator/clock.h"
+#include "worker/base/rank_heartbeat.h"
 #include "worker/base/status.h"
 
 namespace cohort::agent {
@@ -102,8 +104,14 @@ struct TaskSupervisorOptions {
   const coordinator::Clock* clock = nullptr;           // times the grace period; nullptr: the system clock
   size_t max_finished_jobs = kDefaultMaxFinishedJobs;  // ended jobs kept; older ones are forgotten
   uint64_t max_log_bytes_per_job = kDefaultMaxLogBytesPerJob;  // rank logs of an attempt here; 0: no cap
+  // A job's log directory (every attempt) is deleted once nothing was written to it for this long
+  // and none of its tasks runs here (log_retention.h; daemon config job_retention); 0: kept forever.
+  Duration log_retention = std::chrono::duration_cast<Duration>(kDefaultLogRetention);
   Duration stopped_task_limit = kDefaultStoppedTaskLimit;  // stopped this long: killed; 0: never
   Duration heartbeat_timeout = kDefaultHeartbeatTimeout;   // silent this long after a beat: killed; 0: never
+  // How often ranks are asked to beat (COHORT_HEARTBEAT_INTERVAL_MS beside COHORT_HEARTBEAT_FILE);
+  // keep it well under heartbeat_timeout (DaemonConfig requires at most half).
+  Duration heartbeat_interval = kDefaultRankHeartbeatInterval;
 };
 
 // The tasks of one job that run on this node.
@@ -226,6 +234,10 @@ class TaskSupervisor {
   // Polls the tasks until all exited or `done()` says to give up.
   bool wait_all_exited(const std::vector<std::shared_ptr<Task>>& tasks, const std::function<bool()>& give_up);
   void monitor_loop();
+  // Every kLogRetentionSweepInterval (by the clock): deletes the log directories of jobs quiet for
+  // options_.log_retention (none of their tasks running here) and forgets those jobs. Monitor
+  // thread only, without mu_.
+  void sweep_expired_logs();
   // One look at a running task's process state and heartbeat; kills it (recording why) when it
   // was stopped or silent too long. Monitor thread only, without mu_.
   void check_hang(const std::shared_ptr<Task>& task);
@@ -245,6 +257,7 @@ class TaskSupervisor {
   std::map<std::string, Job> jobs_;  // guarded by mu_
   uint64_t exits_recorded_ = 0;      // guarded by mu_
   std::thread monitor_;
+  std::optional<coordinator::TimePoint> last_log_sweep_;  // monitor thread only
 };
 
 }  // namespace cohort::agent

@@ -118,6 +118,22 @@ TEST_F(TaskSupervisorTest, EnvironmentReachesEachRank) {
             "5 6 1 2 10.0.0.1 29500 job-env node-a 127.0.0.1:7070 extra value\n");
 }
 
+// The rank learns its heartbeat file and the interval the agent expects (task_heartbeat_interval_ms)
+// together; without a heartbeat directory it gets neither.
+TEST_F(TaskSupervisorTest, TheHeartbeatIntervalReachesEachRank) {
+  TaskSupervisorOptions opts = options();
+  opts.heartbeat_interval = 750ms;
+  TaskSupervisor supervisor(opts, &launcher_, recorder_.callback());
+  JobTasks job = shell_job("job-beat", "echo \"${COHORT_HEARTBEAT_FILE##*/} ${COHORT_HEARTBEAT_INTERVAL_MS}\"");
+  job.heartbeat_dir = dir_.path();
+  ASSERT_TRUE(supervisor.launch(job).ok());
+  JobTasks quiet = shell_job("job-quiet", "echo \"[${COHORT_HEARTBEAT_FILE-unset} ${COHORT_HEARTBEAT_INTERVAL_MS-unset}]\"");
+  ASSERT_TRUE(supervisor.launch(quiet).ok());
+  ASSERT_TRUE(recorder_.wait_for(2));
+  EXPECT_EQ(log_text(supervisor, "job-beat", 0), "heartbeat-rank-0 750\n");
+  EXPECT_EQ(log_text(supervisor, "job-quiet", 0), "[unset unset]\n");
+}
+
 TEST_F(TaskSupervisorTest, MissingBinaryIsAClearErrorAndStartsNothing) {
   TaskSupervisor supervisor(options(), &launcher_, recorder_.callback());
   JobTasks job = shell_job("job-missing", "", 2);
@@ -387,6 +403,46 @@ TEST_F(TaskSupervisorTest, ABusyRankThatBeatsAndARankThatNeverBeatsAreNotKilled)
     EXPECT_EQ(exit.status, (ExitStatus{0, 0})) << "rank " << exit.rank << ": " << exit.detail;
     EXPECT_EQ(exit.detail, "");
   }
+}
+
+}  // namespace
+}  // namespace cohort::agent
+
+namespace cohort::agent {
+namespace {
+
+// job_retention on the agent, driven by a FakeClock whose wall time starts at the real one (the
+// log files' modification times are real): an ended job's log directory is deleted, and the job
+// forgotten, once the clock passes its last write by the retention period; a running job's stays.
+TEST_F(TaskSupervisorTest, EndedJobsLogsAreDeletedAfterTheRetentionPeriod) {
+  const int64_t real_now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count();
+  coordinator::FakeClock clock(real_now_ms);
+  TaskSupervisorOptions opts = options();
+  opts.clock = &clock;
+  opts.log_retention = std::chrono::hours(1);
+  TaskSupervisor supervisor(opts, &launcher_, recorder_.callback());
+  ASSERT_TRUE(supervisor.launch(shell_job("ended-1", "echo done")).ok());
+  ASSERT_TRUE(recorder_.wait_for(1));
+  ASSERT_TRUE(supervisor.launch(shell_job("running-2", "sleep 100")).ok());
+  const std::string logs = dir_.path() + "/logs";
+  ASSERT_TRUE(std::filesystem::exists(logs + "/ended-1/rank-0.log"));
+
+  // Not yet: a minute short of the period (and past a sweep interval, so a sweep runs).
+  clock.advance(std::chrono::minutes(59));
+  std::this_thread::sleep_for(200ms);
+  EXPECT_TRUE(std::filesystem::exists(logs + "/ended-1/rank-0.log"));
+
+  clock.advance(std::chrono::minutes(2));
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (std::filesystem::exists(logs + "/ended-1") && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(10ms);
+  EXPECT_FALSE(std::filesystem::exists(logs + "/ended-1")) << "not deleted after the retention period";
+  EXPECT_EQ(supervisor.tasks("ended-1").status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(std::filesystem::exists(logs + "/running-2/rank-0.log")) << "a running job's logs were deleted";
+  EXPECT_TRUE(supervisor.tasks("running-2").ok());
+  ASSERT_TRUE(supervisor.stop("running-2").ok());
 }
 
 }  // namespace

@@ -39,12 +39,14 @@ std::string describe_exit(const TaskExit& exit) {
 
 StatusOr<std::unique_ptr<Coordinator>> Coordinator::open(CoordinatorOptions options, const Clock* clock) {
   if (clock == nullptr) return invalid_argument_error("Coordinator::open: clock is null");
-  if (options.data_dir.empty()) {
+  if (options.data_dir.empty() && !options.open_store) {
     return invalid_argument_error("the coordinator needs a data directory for its job records (--data-dir)");
   }
   COHORT_RETURN_IF_ERROR(validate_path_roots(options.allowed_path_roots));
   COHORT_RETURN_IF_ERROR(validate_allowed_commands(options.allowed_commands));
-  COHORT_ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::open(options.data_dir));
+  COHORT_ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store,
+                          options.open_store ? options.open_store() : JobStore::open(options.data_dir));
+  if (store == nullptr) return invalid_argument_error("CoordinatorOptions::open_store returned no store");
   COHORT_ASSIGN_OR_RETURN(JobStore::Snapshot snapshot, store->load_all());
   std::unique_ptr<Coordinator> coordinator(new Coordinator(std::move(options), clock, std::move(store)));
   {
@@ -62,6 +64,9 @@ Coordinator::~Coordinator() { shutdown(); }
 Status Coordinator::recover_locked(JobStore::Snapshot snapshot) {
   // Metrics reports took event seqs too; new events must come after them.
   next_event_seq_ = std::max(next_event_seq_, snapshot.max_metrics_seq + 1);
+  // Jobs deleted after their retention period keep their ids and seqs: never hand them out again.
+  next_event_seq_ = std::max(next_event_seq_, snapshot.retired_event_seq + 1);
+  next_job_seq_ = std::max(next_job_seq_, snapshot.retired_job_seq + 1);
   for (JobEvent& event : snapshot.events) {
     next_event_seq_ = std::max(next_event_seq_, event.seq + 1);
     publish_locked(std::move(event));
@@ -81,11 +86,11 @@ Status Coordinator::recover_locked(JobStore::Snapshot snapshot) {
       case JobState::kPlaced:
       case JobState::kRunning: {
         if (job.placement.nodes.empty()) {
-          fail_attempt_locked(job,
-                              fmt::format("the coordinator restarted while attempt {} was {} and its placement "
-                                          "was not stored",
-                                          job.attempt(), job_state_name(job.state())),
-                              unused);
+          COHORT_RETURN_IF_ERROR(fail_attempt_locked(
+              job,
+              fmt::format("the coordinator restarted while attempt {} was {} and its placement was not stored",
+                          job.attempt(), job_state_name(job.state())),
+              unused));
           break;
         }
         // Its tasks may still run: it waits for its nodes to register and report it (register_node)
@@ -122,6 +127,8 @@ Status Coordinator::recover_locked(JobStore::Snapshot snapshot) {
 StatusOr<AgentOrders> Coordinator::register_node(NodeInfo info, const std::vector<RunningAttempt>& running) {
   COHORT_RETURN_IF_ERROR(NodeRegistry::validate(info));
   std::lock_guard<std::mutex> lock(mu_);
+  // Reconciliation may fail attempts; the agent registers again until the store takes writes.
+  COHORT_RETURN_IF_ERROR(check_store_locked());
   AgentOrders orders;
   const std::string id = info.node_id;
   const std::string address = info.address;
@@ -162,19 +169,22 @@ StatusOr<AgentOrders> Coordinator::register_node(NodeInfo info, const std::vecto
     bool had_live_rank = false;
     for (int rank = node.first_rank; rank < node.first_rank + node.num_ranks; ++rank) {
       had_live_rank = had_live_rank || attempts_.at(key).live_ranks.count(rank) != 0;
+    }
+    const bool fails = had_live_rank && is_active_locked(key);
+    const std::string ranks = fmt::format("{}..{}", node.first_rank, node.first_rank + node.num_ranks - 1);
+    const std::string reason =
+        was_alive ? fmt::format("node {} re-registered without job {} attempt {}'s ranks {}: its agent restarted "
+                                "or stopped them",
+                                id, key.first, key.second, ranks)
+                  : fmt::format("the coordinator restarted and node {} registered without job {} attempt {}'s "
+                                "ranks {}: they no longer run there",
+                                id, key.first, key.second, ranks);
+    // Stored first: when the write fails, nothing here changed and the agent registers again.
+    if (fails) COHORT_RETURN_IF_ERROR(record_attempt_failure_locked(jobs_.at(key.first), reason));
+    for (int rank = node.first_rank; rank < node.first_rank + node.num_ranks; ++rank) {
       rank_exited_locked(key, rank, /*node_is_gone=*/true);
     }
-    if (had_live_rank && is_active_locked(key)) {
-      const std::string ranks = fmt::format("{}..{}", node.first_rank, node.first_rank + node.num_ranks - 1);
-      fail_attempt_locked(jobs_.at(key.first),
-                          was_alive ? fmt::format("node {} re-registered without job {} attempt {}'s ranks {}: its "
-                                                  "agent restarted or stopped them",
-                                                  id, key.first, key.second, ranks)
-                                    : fmt::format("the coordinator restarted and node {} registered without job {} "
-                                                  "attempt {}'s ranks {}: they no longer run there",
-                                                  id, key.first, key.second, ranks),
-                          orders);
-    }
+    if (fails) attempt_failed_locked(jobs_.at(key.first), key.second, reason, orders);
     forget_if_drained_locked(key);
   }
   COHORT_RETURN_IF_ERROR(nodes_.register_node(std::move(info), clock_->now()));
@@ -196,7 +206,8 @@ StatusOr<AgentOrders> Coordinator::register_node(NodeInfo info, const std::vecto
                      key.second, live.placement.nodes.size());
       }
     }
-    maybe_running_locked(key);
+    // A failed write leaves it PLACED; tick() retries once the store takes writes again.
+    maybe_running_locked(key).ignore_error();
   }
   spdlog::info("coordinator: node {} {} ({} running attempt(s) kept, {} stopped)", id,
                was_alive ? "registered again" : "registered", kept.size(), running.size() - kept.size());
@@ -212,22 +223,26 @@ void Coordinator::expire_unreconciled_locked(AgentOrders& orders) {
   }
   for (const AttemptKey& key : expired) {
     LiveAttempt& live = attempts_.at(key);
-    live.reconcile_deadline.reset();
-    std::vector<std::string> missing;
+    std::vector<const NodeAssignment*> missing;
+    std::vector<std::string> missing_ids;
     for (const NodeAssignment& node : live.placement.nodes) {
       if (live.adopted_nodes.count(node.node_id) != 0) continue;
-      missing.push_back(node.node_id);
-      // Never registered since the restart: no slots are held for them.
-      for (int rank = node.first_rank; rank < node.first_rank + node.num_ranks; ++rank)
+      missing.push_back(&node);
+      missing_ids.push_back(node.node_id);
+    }
+    const bool fails = is_active_locked(key) && !missing.empty();
+    const std::string reason = fmt::format(
+        "the coordinator restarted and node(s) {} did not report attempt {}'s tasks within the reconcile window",
+        fmt::join(missing_ids, ", "), key.second);
+    // Stored first: when the write fails, the deadline stays and the next tick tries again.
+    if (fails && !record_attempt_failure_locked(jobs_.at(key.first), reason).ok()) return;
+    live.reconcile_deadline.reset();
+    // Never registered since the restart: no slots are held for them.
+    for (const NodeAssignment* node : missing) {
+      for (int rank = node->first_rank; rank < node->first_rank + node->num_ranks; ++rank)
         rank_exited_locked(key, rank, /*node_is_gone=*/true);
     }
-    if (is_active_locked(key) && !missing.empty()) {
-      fail_attempt_locked(jobs_.at(key.first),
-                          fmt::format("the coordinator restarted and node(s) {} did not report attempt {}'s "
-                                      "tasks within the reconcile window",
-                                      fmt::join(missing, ", "), key.second),
-                          orders);
-    }
+    if (fails) attempt_failed_locked(jobs_.at(key.first), key.second, reason, orders);
     forget_if_drained_locked(key);
   }
 }
@@ -261,6 +276,7 @@ StatusOr<std::string> Coordinator::submit(const cohort::v1::JobSpec& spec, const
         "the coordinator is draining (stopping on SIGTERM) and accepts no new jobs; submit again once it "
         "is back");
   }
+  COHORT_RETURN_IF_ERROR(check_store_locked());
   Job job;
   job.seq = next_job_seq_++;
   job.id = fmt::format("{}-{}", spec.name(), job.seq);
@@ -275,7 +291,8 @@ StatusOr<std::string> Coordinator::submit(const cohort::v1::JobSpec& spec, const
   event.unix_ms = job.submit_unix_ms;
   event.change = JobTransition{JobState::kPending, JobState::kPending, job.attempt(), job.machine.reason()};
   // Durable before acknowledged: a job the client was told about survives a crash.
-  COHORT_RETURN_IF_ERROR(store_->save(job, event).with_context("cannot record job " + job.id));
+  Status stored = store_->save(job, event);
+  if (!stored.ok()) return store_failed_locked(stored.with_context("cannot record job " + job.id));
   COHORT_RETURN_IF_ERROR(scheduler_.enqueue(job.id, job.seq, request_of(job.spec)));
   const std::string id = job.id;
   jobs_.emplace(id, std::move(job));
@@ -368,6 +385,7 @@ Status Coordinator::check_capacity(const cohort::v1::JobSpec& spec, const Capaci
 StatusOr<AgentOrders> Coordinator::cancel(const std::string& job_id, const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
   COHORT_ASSIGN_OR_RETURN(Job * job, find_job_locked(job_id));
+  COHORT_RETURN_IF_ERROR(check_store_locked());
   if (is_terminal(job->state())) {
     return failed_precondition_error("job {} already finished: {} ({})", job_id, job_state_name(job->state()),
                                      job->machine.reason());
@@ -376,10 +394,10 @@ StatusOr<AgentOrders> Coordinator::cancel(const std::string& job_id, const std::
   const AttemptKey key{job->id, job->attempt()};
   const JobState before = job->state();
   AgentOrders orders;
-  transition_locked(*job, JobState::kCancelled, why);
+  COHORT_RETURN_IF_ERROR(
+      transition_locked(*job, JobState::kCancelled, why, [](Job& next) { next.waiting_for.clear(); }));
   if (before == JobState::kPending) {
     scheduler_.remove(job_id);
-    job->waiting_for.clear();
   } else {
     stop_attempt_locked(key, cancelled_error("job {} was cancelled: {}", job_id, why), orders);
   }
@@ -403,6 +421,12 @@ AgentOrders Coordinator::tick() {
   std::lock_guard<std::mutex> lock(mu_);
   AgentOrders orders;
   if (shutting_down_) return orders;
+  // Nothing changes while the store cannot be written; once it can, finish what was deferred.
+  if (!retry_store_locked()) return orders;
+  const std::map<std::string, std::string> deferred = std::move(lost_nodes_);
+  lost_nodes_.clear();
+  for (const auto& item : deferred) node_lost_locked(item.first, item.second, orders);
+  for (const auto& item : attempts_) maybe_running_locked(item.first).ignore_error();
   for (const std::string& node_id : nodes_.expire(clock_->now())) {
     spdlog::warn("coordinator: node {} lost (no heartbeat for {})", node_id, format_duration(nodes_.lease()));
     node_lost_locked(
@@ -410,8 +434,32 @@ AgentOrders Coordinator::tick() {
         orders);
   }
   expire_unreconciled_locked(orders);
+  delete_expired_jobs_locked();
   place_locked(orders);
   return orders;
+}
+
+void Coordinator::delete_expired_jobs_locked() {
+  const int64_t now_ms = clock_->unix_millis();
+  std::vector<std::string> expired;
+  for (const auto& [id, job] : jobs_) {
+    if (!is_terminal(job.state()) || job.end_unix_ms == 0) continue;
+    if (now_ms - job.end_unix_ms < options_.job_retention.count()) continue;
+    // An attempt still draining holds slots and gets exit reports: keep the job until it is gone.
+    const auto attempt = attempts_.lower_bound(AttemptKey{id, 0});
+    if (attempt != attempts_.end() && attempt->first.first == id) continue;
+    expired.push_back(id);
+  }
+  for (const std::string& id : expired) {
+    if (Status deleted = store_->delete_job(id); !deleted.ok()) {
+      spdlog::warn("coordinator: cannot delete job {} after its retention period: {}", id, deleted.to_string());
+      continue;
+    }
+    jobs_.erase(id);
+    job_events_.erase(id);
+    spdlog::info("coordinator: deleted job {}: it ended more than {} ago (job_retention)", id,
+                 format_duration(options_.job_retention));
+  }
 }
 
 Status Coordinator::report_tasks_started(const std::string& node_id, const std::string& job_id, int attempt) {
@@ -426,7 +474,8 @@ Status Coordinator::report_tasks_started(const std::string& node_id, const std::
                                   attempt, node_id, it->second.placement.node_list());
   }
   it->second.started_nodes.insert(node_id);
-  maybe_running_locked(key);
+  // The start is taken even when RUNNING cannot be stored now: tick() stores it once it can.
+  maybe_running_locked(key).ignore_error();
   return ok_status();
 }
 
@@ -434,6 +483,8 @@ StatusOr<AgentOrders> Coordinator::report_task_exit(const TaskExit& exit) {
   std::lock_guard<std::mutex> lock(mu_);
   COHORT_ASSIGN_OR_RETURN(Job * job, find_job_locked(exit.job_id));
   COHORT_RETURN_IF_ERROR(check_attempt_locked(*job, exit.attempt));
+  // Refused (the agent reports it again) rather than taken without its transition.
+  COHORT_RETURN_IF_ERROR(check_store_locked());
   AgentOrders orders;
   const AttemptKey key{exit.job_id, exit.attempt};
   auto it = attempts_.find(key);
@@ -452,16 +503,20 @@ StatusOr<AgentOrders> Coordinator::report_task_exit(const TaskExit& exit) {
 
   // A task that exited had started, even if the agent's start report has not arrived yet.
   live.started_nodes.insert(exit.node_id);
-  maybe_running_locked(key);
-  rank_exited_locked(key, exit.rank, /*node_is_gone=*/false);
-  if (is_active_locked(key)) {
-    if (!exited_cleanly(exit)) {
-      fail_attempt_locked(*job, describe_exit(exit), orders);
-    } else if (live.live_ranks.empty()) {
-      transition_locked(*job, JobState::kSucceeded,
-                        fmt::format("all {} rank(s) exited with code 0", live.placement.world_size()));
-    }
+  COHORT_RETURN_IF_ERROR(maybe_running_locked(key));
+  // The transition is stored before the rank counts as exited: when the write fails, the report is
+  // refused with nothing changed, and the agent's retry finds the rank still live.
+  const bool active = is_active_locked(key);
+  const bool fails = active && !exited_cleanly(exit);
+  if (fails) {
+    COHORT_RETURN_IF_ERROR(record_attempt_failure_locked(*job, describe_exit(exit)));
+  } else if (active && live.live_ranks.size() == 1) {
+    COHORT_RETURN_IF_ERROR(
+        transition_locked(*job, JobState::kSucceeded,
+                          fmt::format("all {} rank(s) exited with code 0", live.placement.world_size())));
   }
+  rank_exited_locked(key, exit.rank, /*node_is_gone=*/false);
+  if (fails) attempt_failed_locked(*job, exit.attempt, describe_exit(exit), orders);
   forget_if_drained_locked(key);
   return orders;
 }
@@ -472,6 +527,7 @@ StatusOr<AgentOrders> Coordinator::report_launch_failure(const std::string& node
   std::lock_guard<std::mutex> lock(mu_);
   COHORT_ASSIGN_OR_RETURN(Job * job, find_job_locked(job_id));
   COHORT_RETURN_IF_ERROR(check_attempt_locked(*job, attempt));
+  COHORT_RETURN_IF_ERROR(check_store_locked());
   AgentOrders orders;
   const AttemptKey key{job_id, attempt};
   auto it = attempts_.find(key);
@@ -482,16 +538,15 @@ StatusOr<AgentOrders> Coordinator::report_launch_failure(const std::string& node
                                   attempt, node_id, it->second.placement.node_list());
   }
   const NodeAssignment node = *found;
+  const bool fails = is_active_locked(key);
+  const std::string reason = fmt::format("launching ranks {}..{} on node {} failed: {}", node.first_rank,
+                                         node.first_rank + node.num_ranks - 1, node_id, error);
+  if (fails) COHORT_RETURN_IF_ERROR(record_attempt_failure_locked(*job, reason));
   // Nothing started there, so the node's ranks are over now and its reservation is free again.
   for (int rank = node.first_rank; rank < node.first_rank + node.num_ranks; ++rank) {
     rank_exited_locked(key, rank, /*node_is_gone=*/false);
   }
-  if (is_active_locked(key)) {
-    fail_attempt_locked(*job,
-                        fmt::format("launching ranks {}..{} on node {} failed: {}", node.first_rank,
-                                    node.first_rank + node.num_ranks - 1, node_id, error),
-                        orders);
-  }
+  if (fails) attempt_failed_locked(*job, attempt, reason, orders);
   forget_if_drained_locked(key);
   return orders;
 }
@@ -507,7 +562,7 @@ Status Coordinator::report_metrics(const std::string& job_id, int attempt, const
   COHORT_RETURN_IF_ERROR(check_attempt_locked(*job, attempt));
   // A superseded attempt's late report would mix two runs' numbers.
   if (attempt != job->attempt() || is_terminal(job->state())) return ok_status();
-  job->last_metrics = metrics;
+  COHORT_RETURN_IF_ERROR(check_store_locked());
   JobEvent event;
   event.seq = next_event_seq_++;
   event.job_id = job_id;
@@ -515,10 +570,12 @@ Status Coordinator::report_metrics(const std::string& job_id, int attempt, const
   event.kind = JobEvent::Kind::kMetrics;
   event.metrics = metrics;
   Status stored = store_->append_metrics(job_id, MetricsRecord{event.seq, attempt, event.unix_ms, metrics});
+  // Not published either: watchers now and `cohort metrics` after a restart see one history.
   if (!stored.ok()) {
-    spdlog::error("coordinator: job {}: could not store its metrics report {}: {}", job_id, event.seq,
-                  stored.to_string());
+    return store_failed_locked(
+        stored.with_context(fmt::format("cannot store job {}'s metrics report {}", job_id, event.seq)));
   }
+  job->last_metrics = metrics;
   publish_locked(std::move(event));
   return ok_status();
 }
@@ -606,33 +663,88 @@ bool Coordinator::is_active_locked(const AttemptKey& key) const {
   return it->second.state() == JobState::kPlaced || it->second.state() == JobState::kRunning;
 }
 
-void Coordinator::record_locked(Job& job, const JobTransition& change) {
+Status Coordinator::record_locked(Job& job, Job next, const JobTransition& change) {
+  COHORT_RETURN_IF_ERROR(check_store_locked());
   const int64_t now = clock_->unix_millis();
-  if (change.to == JobState::kRunning) job.start_unix_ms = now;
-  if (is_terminal(change.to)) job.end_unix_ms = now;
+  if (change.to == JobState::kRunning) next.start_unix_ms = now;
+  if (is_terminal(change.to)) next.end_unix_ms = now;
   JobEvent event;
-  event.seq = next_event_seq_++;
-  event.job_id = job.id;
+  event.seq = next_event_seq_;
+  event.job_id = next.id;
   event.unix_ms = now;
   event.change = change;
-  Status stored = store_->save(job, event);
+  Status stored = store_->save(next, event);
   if (!stored.ok()) {
-    spdlog::error("coordinator: job {}: could not store {} -> {}: {}", job.id, job_state_name(change.from),
-                  job_state_name(change.to), stored.to_string());
+    return store_failed_locked(stored.with_context(fmt::format("cannot record job {} attempt {}: {} -> {}",
+                                                               job.id, change.attempt,
+                                                               job_state_name(change.from),
+                                                               job_state_name(change.to))));
   }
+  ++next_event_seq_;
+  job = std::move(next);
   spdlog::info("coordinator: job {} attempt {}: {} -> {}: {}", job.id, change.attempt,
                job_state_name(change.from), job_state_name(change.to), change.reason);
   publish_locked(std::move(event));
+  return ok_status();
 }
 
-bool Coordinator::transition_locked(Job& job, JobState to, std::string reason) {
-  StatusOr<JobTransition> change = job.machine.transition(to, std::move(reason));
+Status Coordinator::transition_locked(Job& job, JobState to, std::string reason,
+                                      const std::function<void(Job&)>& edit) {
+  Job next = job;
+  StatusOr<JobTransition> change = next.machine.transition(to, std::move(reason));
   if (!change.ok()) {
     // Callers check the state first; reaching this is a coordinator bug, not a user error.
     spdlog::error("coordinator: job {}: {}", job.id, change.status().to_string());
+    return internal_error("job {}: {}", job.id, change.status().message());
+  }
+  if (edit) edit(next);
+  return record_locked(job, std::move(next), *change);
+}
+
+Status Coordinator::store_status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return check_store_locked();
+}
+
+Status Coordinator::check_store_locked() const {
+  if (!store_failure_.has_value()) return ok_status();
+  return unavailable_error(
+      "the coordinator cannot write its job store ({}), so it accepts no job changes until a write "
+      "succeeds again (it retries every {}); free space on or repair its data directory's disk, then "
+      "try again",
+      store_failure_->message(), format_duration(options_.store_retry_interval));
+}
+
+Status Coordinator::store_failed_locked(const Status& error) {
+  if (!store_failure_.has_value()) {
+    spdlog::error("coordinator: a job store write failed; accepting no job changes until a write succeeds "
+                  "again (health NOT_SERVING): {}",
+                  error.to_string());
+  }
+  store_failure_ = error;
+  next_store_retry_ = clock_->now() + options_.store_retry_interval;
+  return check_store_locked();
+}
+
+bool Coordinator::retry_store_locked() {
+  if (!store_failure_.has_value()) return true;
+  if (clock_->now() < next_store_retry_) return false;
+  // The probe rewrites the newest job's record with what the store already holds: job records in
+  // memory are exactly the stored ones (every change is written first), so it changes nothing but
+  // proves that the store takes writes. With no job at all, no change can have been lost, and the
+  // next write tests the store again.
+  const Job* probe = nullptr;
+  for (const auto& item : jobs_) {
+    if (probe == nullptr || item.second.seq > probe->seq) probe = &item.second;
+  }
+  Status written = probe != nullptr ? store_->upsert_job(*probe) : ok_status();
+  if (!written.ok()) {
+    store_failure_ = written.with_context("retrying a write");
+    next_store_retry_ = clock_->now() + options_.store_retry_interval;
     return false;
   }
-  record_locked(job, *change);
+  spdlog::info("coordinator: the job store takes writes again; accepting job changes (health SERVING)");
+  store_failure_.reset();
   return true;
 }
 
@@ -649,8 +761,13 @@ void Coordinator::place_locked(AgentOrders& orders) {
     capacity.push_back(NodeCapacity{node.info.node_id, node.info.address, node.free_slots, node.free_gpus});
   }
   ScheduleResult result = scheduler_.schedule(std::move(capacity));
+  bool store_failed = false;
   for (ScheduledJob& placed : result.placed) {
     Job& job = jobs_.at(placed.job_id);
+    if (store_failed) {  // back in line, in its place (the queue is ordered by seq)
+      scheduler_.enqueue(job.id, job.seq, request_of(job.spec)).ignore_error();
+      continue;
+    }
     // The scheduler placed onto the registry's own free capacity under this lock, so reserving
     // cannot fail; if it ever does, undo and re-queue rather than over-commit a node.
     std::vector<const NodeAssignment*> reserved;
@@ -674,12 +791,22 @@ void Coordinator::place_locked(AgentOrders& orders) {
       for (int rank = node.first_rank; rank < node.first_rank + node.num_ranks; ++rank)
         live.live_ranks.insert(rank);
     }
-    live.rendezvous = std::make_shared<Rendezvous>(job.id, job.attempt(), live.placement);
-    job.placement = live.placement;
-    job.waiting_for.clear();
-    transition_locked(
+    Status stored = transition_locked(
         job, JobState::kPlaced,
-        fmt::format("placed {} rank(s) on {}", live.placement.world_size(), live.placement.node_list()));
+        fmt::format("placed {} rank(s) on {}", live.placement.world_size(), live.placement.node_list()),
+        [&live](Job& next) {
+          next.placement = live.placement;
+          next.waiting_for.clear();
+        });
+    if (!stored.ok()) {
+      // Not placed after all: the reservation is undone and the job waits in line for the store.
+      for (const NodeAssignment& node : live.placement.nodes)
+        nodes_.release(node.node_id, node.num_ranks, node.gpus);
+      scheduler_.enqueue(job.id, job.seq, request_of(job.spec)).ignore_error();
+      store_failed = true;
+      continue;
+    }
+    live.rendezvous = std::make_shared<Rendezvous>(job.id, job.attempt(), live.placement);
     for (const NodeAssignment& node : live.placement.nodes) {
       LaunchOrder launch;
       launch.job_id = job.id;
@@ -694,6 +821,10 @@ void Coordinator::place_locked(AgentOrders& orders) {
     attempts_.emplace(key, std::move(live));
   }
   for (const std::string& id : scheduler_.queued()) {
+    if (store_failed) {
+      jobs_.at(id).waiting_for = "the coordinator cannot write its job store; placement resumes once it can";
+      continue;
+    }
     jobs_.at(id).waiting_for =
         id == result.blocked_job_id
             ? result.blocked_reason
@@ -701,14 +832,26 @@ void Coordinator::place_locked(AgentOrders& orders) {
   }
 }
 
-void Coordinator::fail_attempt_locked(Job& job, const std::string& reason, AgentOrders& orders) {
-  const AttemptKey key{job.id, job.attempt()};
-  StatusOr<JobTransition> change = job.machine.fail_attempt(reason);
+Status Coordinator::fail_attempt_locked(Job& job, const std::string& reason, AgentOrders& orders) {
+  const int attempt = job.attempt();
+  COHORT_RETURN_IF_ERROR(record_attempt_failure_locked(job, reason));
+  attempt_failed_locked(job, attempt, reason, orders);
+  return ok_status();
+}
+
+Status Coordinator::record_attempt_failure_locked(Job& job, const std::string& reason) {
+  Job next = job;
+  StatusOr<JobTransition> change = next.machine.fail_attempt(reason);
   if (!change.ok()) {
     spdlog::error("coordinator: job {}: {}", job.id, change.status().to_string());
-    return;
+    return internal_error("job {}: {}", job.id, change.status().message());
   }
-  record_locked(job, *change);
+  return record_locked(job, std::move(next), *change);
+}
+
+void Coordinator::attempt_failed_locked(Job& job, int attempt, const std::string& reason,
+                                        AgentOrders& orders) {
+  const AttemptKey key{job.id, attempt};
   stop_attempt_locked(key, aborted_error("job {} attempt {} failed: {}", key.first, key.second, reason),
                       orders);
   if (job.state() == JobState::kPending) {
@@ -741,11 +884,17 @@ void Coordinator::node_lost_locked(const std::string& node_id, const std::string
   }
   for (const AttemptKey& key : affected) {
     const NodeAssignment node = *attempts_.at(key).placement.find_node(node_id);
-    // Its ranks are gone with it; marking them first keeps stop orders away from the dead node.
+    const bool fails = is_active_locked(key);
+    if (fails && !record_attempt_failure_locked(jobs_.at(key.first), reason).ok()) {
+      // Finished by tick() once the store takes writes (this function is idempotent).
+      lost_nodes_.emplace(node_id, reason);
+      return;
+    }
+    // Its ranks are gone with it; marking them before the stops keeps orders away from the dead node.
     for (int rank = node.first_rank; rank < node.first_rank + node.num_ranks; ++rank) {
       rank_exited_locked(key, rank, /*node_is_gone=*/true);
     }
-    if (is_active_locked(key)) fail_attempt_locked(jobs_.at(key.first), reason, orders);
+    if (fails) attempt_failed_locked(jobs_.at(key.first), key.second, reason, orders);
     forget_if_drained_locked(key);
   }
 }
@@ -771,14 +920,15 @@ void Coordinator::forget_if_drained_locked(const AttemptKey& key) {
   attempts_.erase(it);
 }
 
-void Coordinator::maybe_running_locked(const AttemptKey& key) {
-  if (!is_active_locked(key)) return;
+Status Coordinator::maybe_running_locked(const AttemptKey& key) {
+  if (!is_active_locked(key)) return ok_status();
   Job& job = jobs_.at(key.first);
   const LiveAttempt& live = attempts_.at(key);
-  if (job.state() != JobState::kPlaced || live.started_nodes.size() != live.placement.nodes.size()) return;
-  transition_locked(job, JobState::kRunning,
-                    fmt::format("all {} rank(s) started on {} node(s)", live.placement.world_size(),
-                                live.placement.nodes.size()));
+  if (job.state() != JobState::kPlaced || live.started_nodes.size() != live.placement.nodes.size())
+    return ok_status();
+  return transition_locked(job, JobState::kRunning,
+                           fmt::format("all {} rank(s) started on {} node(s)", live.placement.world_size(),
+                                       live.placement.nodes.size()));
 }
 
 }  // namespace cohort::coordinator

@@ -58,11 +58,19 @@ namespace cohort::coordinator {
 // bounds memory for long jobs that report metrics every few seconds.
 inline constexpr size_t kDefaultMaxEventsPerJob = 10000;
 
+// A finished job's records are kept this long (7 days): long enough to look back on last week's
+// runs, short enough that a busy cluster's database stays small. Daemon config job_retention.
+inline constexpr Duration kDefaultJobRetention = std::chrono::hours(24 * 7);
+
 // ListJobs pages: a long-lived coordinator holds many thousands of finished jobs, and one response
 // carrying them all would exceed the message cap and hold the lock for long. A request asking for
 // more than the maximum gets the maximum.
 inline constexpr size_t kDefaultJobsPageSize = 100;
 inline constexpr size_t kMaxJobsPageSize = 1000;
+
+// While the job store cannot be written (a full disk, an I/O error), how often the coordinator
+// tries a write again; it accepts no job changes until one succeeds (see store_status()).
+inline constexpr Duration kDefaultStoreRetryInterval = std::chrono::seconds(1);
 
 // No rank may need more memory than this, whatever the cluster: a model this large is a mistake in
 // the spec (a 2-billion-unit linear layer), not a job to queue until a big enough node joins.
@@ -93,6 +101,16 @@ struct CoordinatorOptions {
   // register and report them (RegisterNode.running) before they fail; 0: one node lease (every
   // live agent registers again within it).
   Duration reconcile_window = Duration(0);
+  // How long a finished job's records (job row, placement, events, metrics history) are kept after
+  // it ended (daemon config job_retention); tick() deletes them after that. Agents keep the job's
+  // log directory as long (AgentLogRetention).
+  Duration job_retention = kDefaultJobRetention;
+  // While job store writes fail, how often tick() tries a write again (issue 16).
+  Duration store_retry_interval = kDefaultStoreRetryInterval;
+  // Opens the job store. Empty: the embedded default, SQLite in data_dir (JobStore::open). A highly
+  // available coordinator passes one that opens its EtcdJobStore (daemon/etcd), fenced on its
+  // election key.
+  std::function<StatusOr<std::unique_ptr<JobStore>>()> open_store;
 };
 
 // An attempt whose tasks an agent still runs on its node, as RegisterNode reports it.
@@ -229,6 +247,7 @@ class Coordinator {
   StatusOr<AgentOrders> report_launch_failure(const std::string& node_id, const std::string& job_id,
                                               int attempt, const std::string& error);
 
+
   // Records training progress of the current attempt (older attempts' reports are dropped),
   // appends it to the job's stored metrics history and publishes it to watchers (the job row's
   // last metrics are written with the job's next write). A store failure is logged, not returned:
@@ -239,6 +258,15 @@ class Coordinator {
   // attempt); survives coordinator restarts. Blocks on disk I/O. NOT_FOUND for an unknown job.
   StatusOr<std::vector<MetricsRecord>> metrics_history(const std::string& job_id, int64_t after_seq,
                                                        int attempt) const;
+
+  // OK while the job store takes writes. After a write failed: UNAVAILABLE naming the failed write.
+  // In that state the coordinator changes no job (memory never runs ahead of the store): submit,
+  // cancel, register_node, remove_node, task exit and launch failure reports and metrics reports
+  // return that error (agents retry their reports; clients retry), and tick() neither expires
+  // nodes nor places jobs; it tries a write every options.store_retry_interval and, once one
+  // succeeds, carries out what was deferred (node losses, attempts whose nodes all started). The
+  // server reports gRPC health NOT_SERVING meanwhile. Non-blocking.
+  Status store_status() const;
 
   // Refuses new submissions from now on (UNAVAILABLE "draining") while jobs already accepted go on;
   // the first step of a graceful shutdown. Idempotent.
@@ -286,35 +314,55 @@ class Coordinator {
   // Whether `key` is the job's current attempt and still PLACED or RUNNING.
   bool is_active_locked(const AttemptKey& key) const;
 
-  // Moves the job to `to` and records it. An illegal move is a coordinator bug: logged, and the
-  // job is left as it was (returns false).
-  bool transition_locked(Job& job, JobState to, std::string reason);
-  // A transition's bookkeeping: timestamps, the event (stored with the job, published to
-  // watchers). A store failure is logged, not returned: the world already changed, and the next
-  // write of the job stores its whole record again.
-  void record_locked(Job& job, const JobTransition& change);
+  // Moves the job to `to` (after `edit` changed other fields of the new record) and records it.
+  // Write first (issue 16): the new record and its event are stored before the job in memory
+  // changes, so on a store failure nothing changes, the coordinator stops taking changes
+  // (store_failed_locked) and the error (UNAVAILABLE) is returned. An illegal move is a
+  // coordinator bug: logged, INTERNAL, the job left as it was.
+  Status transition_locked(Job& job, JobState to, std::string reason,
+                           const std::function<void(Job&)>& edit = nullptr);
+  // Stores `next` (a changed copy of `job`) with the transition's event, then makes it the job and
+  // publishes the event; timestamps are set here. On a store failure nothing changes.
+  Status record_locked(Job& job, Job next, const JobTransition& change);
   void publish_locked(JobEvent event);
+  // UNAVAILABLE while the store cannot be written (see store_status()), naming the failed write.
+  Status check_store_locked() const;
+  // A write failed: stop taking changes until a retried write succeeds. Returns the UNAVAILABLE
+  // error callers pass on.
+  Status store_failed_locked(const Status& error);
+  // Retries a write when one is due; true once the store takes writes again (or never failed).
+  bool retry_store_locked();
 
   // Places queued jobs; appends launch orders.
   void place_locked(AgentOrders& orders);
   // Fails the job's current attempt (the restart policy picks PENDING or FAILED), closes its
-  // rendezvous, and appends stop orders for its tasks still running.
-  void fail_attempt_locked(Job& job, const std::string& reason, AgentOrders& orders);
+  // rendezvous, and appends stop orders for its tasks still running. The two halves, for callers
+  // that must mark ranks exited in between: record_attempt_failure_locked stores the transition
+  // (nothing changes when the store fails: its error is returned), attempt_failed_locked acts on it.
+  Status fail_attempt_locked(Job& job, const std::string& reason, AgentOrders& orders);
+  Status record_attempt_failure_locked(Job& job, const std::string& reason);
+  void attempt_failed_locked(Job& job, int attempt, const std::string& reason, AgentOrders& orders);
   // Closes an attempt's rendezvous with `why` and appends stop orders for its nodes that still have
   // live ranks.
   void stop_attempt_locked(const AttemptKey& key, const Status& why, AgentOrders& orders);
-  // A node is gone: its ranks count as exited and the active attempts with ranks there fail.
+  // A node is gone: its ranks count as exited and the active attempts with ranks there fail. When
+  // the store fails on the way, the loss is kept in lost_nodes_ and finished once it writes again.
   void node_lost_locked(const std::string& node_id, const std::string& reason, AgentOrders& orders);
   // A rank of `key` exited; when it was its node's last live rank, the node's reservation is
   // released (unless the node itself is gone, taking its capacity with it).
   void rank_exited_locked(const AttemptKey& key, int rank, bool node_is_gone);
   // Forgets an attempt once every rank has exited.
   void forget_if_drained_locked(const AttemptKey& key);
-  // PLACED → RUNNING once every node of the active attempt has started.
-  void maybe_running_locked(const AttemptKey& key);
+  // PLACED → RUNNING once every node of the active attempt has started (the store's error if the
+  // transition cannot be stored; the attempt then stays PLACED until tick() retries it).
+  Status maybe_running_locked(const AttemptKey& key);
   // Recovered attempts whose reconcile deadline passed with nodes missing: those nodes' ranks count
   // as lost and the attempt fails through its restart policy.
   void expire_unreconciled_locked(AgentOrders& orders);
+  // Deletes the jobs that finished more than options_.job_retention ago (and hold no slots any
+  // more) from memory and from the store. A store failure is logged; the job is tried again at
+  // the next tick.
+  void delete_expired_jobs_locked();
 
   const CoordinatorOptions options_;
   const Clock* const clock_;
@@ -331,6 +379,11 @@ class Coordinator {
   std::map<std::string, std::deque<JobEvent>> job_events_;  // by job id, oldest first
   int64_t next_job_seq_ = 1;
   int64_t next_event_seq_ = 1;
+  // Store health (issue 16): the write that failed, while writes fail; when to try again.
+  std::optional<Status> store_failure_;
+  TimePoint next_store_retry_{};
+  // Nodes found gone whose attempts could not be failed because a write failed: node id → reason.
+  std::map<std::string, std::string> lost_nodes_;
 };
 
 }  // namespace cohort::coordinator

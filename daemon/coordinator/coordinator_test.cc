@@ -723,3 +723,82 @@ TEST_F(CoordinatorTest, SpecPathsOutsideTheConfiguredRootsAreRefused) {
 
 }  // namespace
 }  // namespace cohort::coordinator
+
+namespace cohort::coordinator {
+namespace {
+
+// job_retention: a finished job's records (row, events, metrics history) are deleted by tick()
+// once it ended more than the retention period ago; unfinished jobs are never deleted; a
+// restarted coordinator neither brings the job back nor hands out its id again.
+TEST_F(CoordinatorTest, FinishedJobsAreDeletedAfterTheRetentionPeriod) {
+  add_node("node-a", 1);
+  const std::string done = submit(valid_spec("done", 1, 1));
+  tick_and_start();
+  ASSERT_TRUE(coordinator_->report_metrics(done, 1, Metrics{10, 0, 0.5, 0.9, 100, 0}).ok());
+  exit_task("node-a", done, 1, 0, 0);
+  ASSERT_EQ(job(done).state(), JobState::kSucceeded);
+  const std::string waiting = submit(valid_spec("waiting", 2, 1));  // never placed: one node only
+
+  clock_.advance(kDefaultJobRetention - milliseconds(1));
+  coordinator_->tick();
+  EXPECT_TRUE(coordinator_->get_job(done).ok()) << "deleted before its retention period ended";
+  auto kept = coordinator_->metrics_history(done, 0, 0);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(kept->size(), 1u);
+
+  clock_.advance(milliseconds(1));
+  coordinator_->tick();
+  EXPECT_EQ(coordinator_->get_job(done).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(coordinator_->metrics_history(done, 0, 0).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(coordinator_->events(done, 0, Duration(0)).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(job(waiting).state(), JobState::kPending) << "an unfinished job is never deleted";
+
+  // Restarted: the job stays gone (the store deleted it), its id is not reused, and its metrics
+  // rows went with it.
+  coordinator_.reset();
+  open();
+  EXPECT_EQ(coordinator_->get_job(done).status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(coordinator_->get_job(waiting).ok());
+  EXPECT_EQ(submit(valid_spec("done", 1, 1)), "done-3");
+  EXPECT_EQ(coordinator_->metrics_history(done, 0, 0).status().code(), StatusCode::kNotFound);
+}
+
+TEST(CoordinatorRetentionTest, DeletedNewestJobKeepsItsIdRetiredAcrossRestarts) {
+  TempDir dir;
+  FakeClock clock;
+  CoordinatorOptions options;
+  options.data_dir = dir.path();
+  options.job_retention = seconds(60);
+  NodeInfo node;
+  node.node_id = "node-a";
+  node.address = "node-a:7071";
+  node.hostname = "node-a";
+  node.slots = 1;
+  {
+    auto coordinator = Coordinator::open(options, &clock);
+    ASSERT_TRUE(coordinator.ok()) << coordinator.status().to_string();
+    ASSERT_TRUE((*coordinator)->register_node(node).ok());
+    auto id = (*coordinator)->submit(valid_spec("only", 1, 1));
+    ASSERT_TRUE(id.ok());
+    ASSERT_EQ(*id, "only-1");
+    ASSERT_TRUE((*coordinator)->cancel(*id, "test").ok());  // PENDING → CANCELLED, holds nothing
+    clock.advance(seconds(61));
+    (*coordinator)->tick();
+    ASSERT_EQ((*coordinator)->get_job(*id).status().code(), StatusCode::kNotFound);
+    EXPECT_TRUE((*coordinator)->list_jobs().empty());
+  }
+  // Every job is gone from the database, yet the next id is not "only-1" again.
+  auto reopened = Coordinator::open(options, &clock);
+  ASSERT_TRUE(reopened.ok()) << reopened.status().to_string();
+  EXPECT_TRUE((*reopened)->list_jobs().empty());
+  auto next = (*reopened)->submit(valid_spec("only", 1, 1));
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(*next, "only-2");
+  auto events = (*reopened)->events(*next, 0, Duration(0));
+  ASSERT_TRUE(events.ok());
+  ASSERT_FALSE(events->empty());
+  EXPECT_GT(events->front().seq, 2) << "event seqs of the deleted job are not reused";
+}
+
+}  // namespace
+}  // namespace cohort::coordinator

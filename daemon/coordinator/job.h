@@ -27,6 +27,9 @@ struct Metrics {
   int64_t total_steps = 0;       // optimizer steps the run takes
   int total_epochs = 0;          // epochs the run takes
   int64_t samples_per_step = 0;  // samples one step consumes over all ranks
+  // Communication wait of the reporting rank (memory and events only, like the totals).
+  double comm_wait_s = 0;      // seconds blocked in collectives this attempt, cumulative
+  double comm_wait_ratio = 0;  // share of wall time blocked in collectives since its last report
 };
 
 struct Job {

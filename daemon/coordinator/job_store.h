@@ -1,26 +1,26 @@
 #pragma once
 
-// JobStore: the coordinator's durable memory. Job records and their state-change events live in
-// one SQLite database in the data directory (<data_dir>/coordinator.db), so a coordinator that
-// restarts — crash, upgrade, reboot — reloads every job it ever accepted.
+// JobStore: the coordinator's durable memory, an interface with two implementations:
+//   - SqliteJobStore (sqlite_job_store.h), the embedded default: one SQLite database in the data
+//     directory (<data_dir>/coordinator.db); JobStore::open(data_dir) opens it;
+//   - EtcdJobStore (daemon/etcd/etcd_job_store.h), for a highly available coordinator
+//     (`job_store: etcd://...`): several coordinators share it, the elected leader writes it, and
+//     its writes are fenced on the leader's election key.
+// A coordinator that restarts (or a standby that takes over) reloads every job ever accepted.
 //
 // What is stored: each job's spec (the JobSpec wire bytes), state, reason, attempt, timestamps,
 // last metrics and placement; every state-change event; and the job's metrics history, one row per
 // report (bounded per job by kMaxMetricsPerJob, thinned when full), so `cohort metrics` shows the
-// whole training curve after a restart. The newest metrics also ride along in the job row.
+// whole training curve after a restart. The newest metrics also ride along in the job record.
 //
-// The database takes an exclusive lock while open, so a second coordinator pointed at the same
-// data directory fails to open it instead of double-placing jobs.
-//
-// Not thread-safe: the Coordinator serializes calls. Every method blocks on disk I/O (writes are
-// fsynced before they return).
+// Not thread-safe: the Coordinator serializes calls. Every method blocks on I/O (disk or network),
+// and a write is durable when it returns OK.
 
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "daemon/coordinator/job.h"
-#include "daemon/coordinator/sqlite_db.h"
 #include "worker/base/status.h"
 
 namespace cohort::coordinator {
@@ -36,12 +36,12 @@ struct MetricsRecord {
 
 class JobStore {
  public:
-  // The database file inside the data directory.
+  // The SQLite store's database file inside the data directory.
   static constexpr const char* kDatabaseFile = "coordinator.db";
-  // The schema version this code writes; older databases are migrated on open.
-  static constexpr int kSchemaVersion = 3;
+  // The SQLite schema version this code writes; older databases are migrated on open.
+  static constexpr int kSchemaVersion = 4;
   // Metrics reports kept per job. A job that reports every few seconds for days would otherwise
-  // grow the database without bound; when a job has more rows than this, every second row (by seq)
+  // grow the store without bound; when a job has more rows than this, every second row (by seq)
   // is deleted except the first and the newest, halving the resolution of the whole curve while
   // keeping its shape and its ends. Raise it here (and rebuild) to keep finer history.
   static constexpr int64_t kMaxMetricsPerJob = 10000;
@@ -51,43 +51,46 @@ class JobStore {
     std::vector<Job> jobs;
     std::vector<JobEvent> events;
     int64_t max_metrics_seq = 0;  // the newest stored metrics report's seq (0: none)
+    // The highest job / event seq of the jobs deleted by delete_job (0: none); ids and seqs are
+    // never reused, so new ones start above these too.
+    int64_t retired_job_seq = 0;
+    int64_t retired_event_seq = 0;
   };
 
-  // Opens the store in `data_dir`, creating the directory and the database if missing and
-  // migrating an older schema. FAILED_PRECONDITION for a database written by a newer cohortd.
+  // Opens the default store, SQLite in `data_dir` (SqliteJobStore::open): creates the directory
+  // and the database if missing and migrates an older schema. FAILED_PRECONDITION for a database
+  // written by a newer cohortd.
   static StatusOr<std::unique_ptr<JobStore>> open(const std::string& data_dir);
 
+  virtual ~JobStore() = default;
+
   // Writes the whole job record (insert or replace).
-  Status upsert_job(const Job& job);
+  virtual Status upsert_job(const Job& job) = 0;
   // Appends one state-change event. INVALID_ARGUMENT for a metrics event (those are not stored).
-  Status append_event(const JobEvent& event);
+  virtual Status append_event(const JobEvent& event) = 0;
   // Writes a job and the event that changed it in one transaction: both land or neither does.
-  Status save(const Job& job, const JobEvent& event);
+  virtual Status save(const Job& job, const JobEvent& event) = 0;
 
   // Appends one metrics report of `job_id` (the job must be stored), then thins the job's history
   // if it has more than `max_rows` rows (see kMaxMetricsPerJob).
-  Status append_metrics(const std::string& job_id, const MetricsRecord& record,
-                        int64_t max_rows = kMaxMetricsPerJob);
+  virtual Status append_metrics(const std::string& job_id, const MetricsRecord& record,
+                                int64_t max_rows = kMaxMetricsPerJob) = 0;
   // The job's stored metrics reports with seq > after_seq, oldest first; attempt 0 means every
   // attempt. Empty for a job without reports (or an unknown job).
-  StatusOr<std::vector<MetricsRecord>> load_metrics(const std::string& job_id, int64_t after_seq = 0,
-                                                    int attempt = 0) const;
+  virtual StatusOr<std::vector<MetricsRecord>> load_metrics(const std::string& job_id, int64_t after_seq = 0,
+                                                            int attempt = 0) const = 0;
+
+  // Deletes a job and everything stored with it (placement, state events, metrics history), in
+  // one transaction, keeping its seqs as retired (Snapshot::retired_job_seq). The coordinator calls
+  // it when a finished job's retention period is over. OK for an unknown job.
+  virtual Status delete_job(const std::string& job_id) = 0;
 
   // Reads everything back (jobs, state-change events; not the metrics history, which is read per
-  // job with load_metrics). DATA_LOSS when a row cannot be decoded.
-  StatusOr<Snapshot> load_all() const;
+  // job with load_metrics). DATA_LOSS when a record cannot be decoded.
+  virtual StatusOr<Snapshot> load_all() const = 0;
 
-  const std::string& path() const { return db_->path(); }
-
- private:
-  explicit JobStore(std::unique_ptr<SqliteDb> db) : db_(std::move(db)) {}
-
-  Status migrate();
-  Status write_job(const Job& job);
-  Status write_event(const JobEvent& event);
-  StatusOr<Placement> load_placement(const std::string& job_id) const;
-
-  std::unique_ptr<SqliteDb> db_;
+  // Where the records live, for logs: the database file, or etcd://<endpoints><prefix>.
+  virtual const std::string& path() const = 0;
 };
 
 }  // namespace cohort::coordinator

@@ -239,11 +239,12 @@ TEST(JobStoreTest, AVersion2DatabaseIsMigratedAndKeepsItsJobs) {
     ASSERT_TRUE(store.ok());
     ASSERT_TRUE((*store)->upsert_job(job).ok());
   }
-  // Make it look like a database written by the previous release (schema 2: no metrics table).
+  // Make it look like a database written by an older release (schema 2: no metrics table, no
+  // retired_seqs).
   sqlite3* db = nullptr;
   const std::string path = dir.path() + "/" + JobStore::kDatabaseFile;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db, "DROP TABLE metrics; PRAGMA user_version = 2", nullptr, nullptr, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "DROP TABLE metrics; DROP TABLE retired_seqs; PRAGMA user_version = 2", nullptr, nullptr, nullptr), SQLITE_OK);
   sqlite3_close(db);
 
   auto store = JobStore::open(dir.path());

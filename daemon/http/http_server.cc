@@ -153,6 +153,8 @@ void HttpServer::handle_get(const std::string& path, HttpAccess access, HttpHand
     call.params.insert(request.params.begin(), request.params.end());
     if (plaintext) {
       call.caller = HttpCaller{"local", true};
+    } else if (access == HttpAccess::kPublic) {
+      call.caller = HttpCaller{};  // nobody in particular: the page holds no data
     } else {
       const std::string token = bearer_token(request.get_header_value("Authorization"));
       if (token.empty()) {
@@ -169,6 +171,7 @@ void HttpServer::handle_get(const std::string& path, HttpAccess access, HttpHand
     }
     HttpResponse answer = handler(call);
     response.status = answer.status;
+    for (const auto& [name, value] : answer.headers) response.set_header(name, value);
     response.set_content(answer.body, answer.content_type);
   });
 }

@@ -51,6 +51,7 @@ inline constexpr std::chrono::seconds kHttpStartTimeout{10};
 
 // Who may open a page.
 enum class HttpAccess {
+  kPublic,  // anyone, no token: pages that hold no data (the dashboard's login page and scripts)
   kUser,   // any valid token
   kAdmin,  // an admin's token (403 for other users)
 };
@@ -75,6 +76,7 @@ struct HttpResponse {
   int status = 200;
   std::string content_type = "text/plain; charset=utf-8";
   std::string body;
+  std::multimap<std::string, std::string> headers{};  // extra headers (Content-Security-Policy, ...)
 };
 
 using HttpHandler = std::function<HttpResponse(const HttpRequest&)>;

@@ -56,6 +56,16 @@ std::vector<MetricFamily> CoordinatorCollector::Collect() const {
                                        "Latest evaluation accuracy (0..1) a running job reported, by job.");
   MetricFamily throughput = gauge_family(
       "cohort_job_samples_per_second", "Training throughput over all ranks a running job reported, by job.");
+  // The reporting rank's time blocked in collectives: cumulative (a counter, reset by a restart,
+  // which rate() handles) and its share of the last report interval.
+  MetricFamily comm_wait = gauge_family(
+      "cohort_job_comm_wait_seconds_total",
+      "Seconds the reporting rank of a running job spent blocked in collectives this attempt, by job.");
+  comm_wait.type = MetricType::Counter;
+  MetricFamily comm_wait_ratio =
+      gauge_family("cohort_job_comm_wait_ratio",
+                   "Share (0..1) of wall time the reporting rank of a running job spent blocked in collectives "
+                   "since its previous report, by job.");
   for (const coordinator::Job& job : jobs) {
     ++by_state[job.state()];
     if (job.state() == coordinator::JobState::kPending) {
@@ -71,6 +81,11 @@ std::vector<MetricFamily> CoordinatorCollector::Collect() const {
       add_gauge(loss, m.loss, labels);
       add_gauge(accuracy, m.accuracy, labels);
       add_gauge(throughput, m.samples_per_s, labels);
+      ClientMetric waited;
+      waited.label = labels;
+      waited.counter.value = m.comm_wait_s;
+      comm_wait.metric.push_back(std::move(waited));
+      add_gauge(comm_wait_ratio, m.comm_wait_ratio, labels);
     }
   }
 
@@ -112,7 +127,7 @@ std::vector<MetricFamily> CoordinatorCollector::Collect() const {
   families.push_back(std::move(free_count));
   families.push_back(std::move(node_free));
 
-  for (MetricFamily* family : {&step, &epoch, &loss, &accuracy, &throughput})
+  for (MetricFamily* family : {&step, &epoch, &loss, &accuracy, &throughput, &comm_wait, &comm_wait_ratio})
     families.push_back(std::move(*family));
   return families;
 }

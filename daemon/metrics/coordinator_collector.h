@@ -11,6 +11,8 @@
 //   cohort_node_free_slots{node}               free slots per node
 //   cohort_job_step{job}, cohort_job_epoch{job}, cohort_job_loss{job}, cohort_job_accuracy{job},
 //   cohort_job_samples_per_second{job}         the last report of each RUNNING job
+//   cohort_job_comm_wait_seconds_total{job}    (a counter) and cohort_job_comm_wait_ratio{job}: the
+//                                              reporting rank's time blocked in collectives
 //
 // Thread-safe; Collect() takes the coordinator's lock twice (a copy of the jobs and nodes).
 

@@ -116,6 +116,8 @@ TEST(CoordinatorCollectorTest, ShowsJobsQueueNodesAndRunningJobsMetrics) {
   report.loss = 0.25;
   report.accuracy = 0.5;
   report.samples_per_s = 1000;
+  report.comm_wait_s = 12.5;
+  report.comm_wait_ratio = 0.125;
   ASSERT_TRUE(coord->report_metrics(*running, job->attempt(), report).ok());
   auto waiting = coord->submit(coordinator::testing::valid_spec("big", 1, 2));
   ASSERT_TRUE(waiting.ok()) << waiting.status().to_string();
@@ -139,6 +141,9 @@ TEST(CoordinatorCollectorTest, ShowsJobsQueueNodesAndRunningJobsMetrics) {
   EXPECT_EQ(sample(page, "cohort_job_loss" + label), 0.25);
   EXPECT_EQ(sample(page, "cohort_job_accuracy" + label), 0.5);
   EXPECT_EQ(sample(page, "cohort_job_samples_per_second" + label), 1000);
+  EXPECT_EQ(sample(page, "cohort_job_comm_wait_seconds_total" + label), 12.5);
+  EXPECT_EQ(sample(page, "cohort_job_comm_wait_ratio" + label), 0.125);
+  EXPECT_NE(page.find("# TYPE cohort_job_comm_wait_seconds_total counter"), std::string::npos) << page;
   EXPECT_EQ(page.find("job=\"" + *waiting + "\""), std::string::npos)
       << "only running jobs have training gauges";
   coord->shutdown();

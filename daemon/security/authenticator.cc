@@ -10,6 +10,9 @@ namespace {
 
 // Properties the Authenticator adds to a call's AuthContext.
 constexpr const char* kKindProperty = "cohort.caller_kind";
+// The services a standby coordinator refuses (issue 16).
+constexpr const char* kCoordinatorPrefix = "/cohort.v1.Coordinator/";
+constexpr const char* kRendezvousPrefix = "/cohort.v1.Rendezvous/";
 constexpr const char* kNameProperty = "cohort.caller_name";
 constexpr const char* kAdminProperty = "cohort.caller_admin";
 constexpr const char* kSecretProperty = "cohort.caller_secret";
@@ -107,6 +110,9 @@ const std::map<std::string, Access>& method_policy() {
       // Health probes (load balancers, systemd) carry no identity; they learn only SERVING or not.
       {"/grpc.health.v1.Health/Check", Access::kPublic},
       {"/grpc.health.v1.Health/Watch", Access::kPublic},
+      // Server reflection (grpcurl, grpc_cli): the schema of the services above, which any
+      // authenticated caller may read (it is in the installed .proto files too); not anonymous.
+      {"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", Access::kAnyIdentity},
   };
   return kPolicy;
 }
@@ -114,6 +120,16 @@ const std::map<std::string, Access>& method_policy() {
 grpc::Status Authenticator::Process(const InputMetadata& auth_metadata, grpc::AuthContext* context,
                                     OutputMetadata* /*consumed_auth_metadata*/,
                                     OutputMetadata* /*response_metadata*/) {
+  grpc::Status status = check(auth_metadata, context);
+  if (status.ok() || !options_.standby_refusal) return status;
+  const std::string method = first_value(auth_metadata, ":path");
+  if (method.rfind(kCoordinatorPrefix, 0) != 0 && method.rfind(kRendezvousPrefix, 0) != 0) return status;
+  // A standby that cannot verify the caller sends it on rather than refusing who it may not know.
+  const std::string refusal = options_.standby_refusal();
+  return refusal.empty() ? status : grpc::Status(grpc::StatusCode::UNAVAILABLE, refusal);
+}
+
+grpc::Status Authenticator::check(const InputMetadata& auth_metadata, grpc::AuthContext* context) {
   const std::string method = first_value(auth_metadata, ":path");
   auto entry = method_policy().find(method);
   if (entry == method_policy().end())

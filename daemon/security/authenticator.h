@@ -15,6 +15,7 @@
 // No credentials at all: UNAUTHENTICATED. Credentials of the wrong kind, or a user who is not an
 // admin calling an admin method: PERMISSION_DENIED. Each message says which, and what to do.
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -56,6 +57,12 @@ struct AuthenticatorOptions {
   // Users, join tokens and revoked node certificates; null on an agent-only daemon (whose only
   // legitimate caller is the coordinator).
   const coordinator::IdentityStore* identities = nullptr;
+  // A standby coordinator's refusal (issue 16): "" while this daemon leads (or is no coordinator),
+  // else the text its LeaderGate answers with. A standby may not know the users, join tokens or
+  // nodes added since it was seeded; a call of cohort.v1.Coordinator or Rendezvous whose credentials
+  // it cannot verify then gets UNAVAILABLE with this text (so the client tries the next
+  // coordinator) instead of UNAUTHENTICATED. Empty function: never a standby.
+  std::function<std::string()> standby_refusal;
 };
 
 class Authenticator final : public grpc::AuthMetadataProcessor {
@@ -67,6 +74,9 @@ class Authenticator final : public grpc::AuthMetadataProcessor {
                        OutputMetadata* consumed_auth_metadata, OutputMetadata* response_metadata) override;
 
  private:
+  // Who is calling and whether the method allows it; the caller's properties added to `context`.
+  grpc::Status check(const InputMetadata& auth_metadata, grpc::AuthContext* context);
+
   const AuthenticatorOptions options_;
 };
 

@@ -24,6 +24,7 @@
 #include "daemon/security/authenticator.h"
 #include "worker/base/credentials_file.h"
 #include "worker/base/crypto.h"
+#include "worker/base/leader_channel.h"
 
 namespace cohort::security {
 namespace {
@@ -167,8 +168,15 @@ Status DaemonSecurity::open_agent() {
           cert_path);
     }
     COHORT_ASSIGN_OR_RETURN(JoinToken token, parse_join_token(options_.join_token));
-    COHORT_ASSIGN_OR_RETURN(std::vector<std::string> chain,
-                            fetch_server_chain(options_.coordinator_address, kJoinTimeout));
+    // A highly available cluster lists every coordinator (issue 16): they share one CA, so the
+    // first that answers shows it; JoinCluster then goes to the leader.
+    COHORT_ASSIGN_OR_RETURN(std::vector<std::string> addresses, tls::parse_address_list(options_.coordinator_address));
+    StatusOr<std::vector<std::string>> fetched = unavailable_error("no coordinator address");
+    for (const std::string& address : addresses) {
+      fetched = fetch_server_chain(address, kJoinTimeout);
+      if (fetched.ok()) break;
+    }
+    COHORT_ASSIGN_OR_RETURN(std::vector<std::string> chain, std::move(fetched));
     std::string ca_pem;
     for (const std::string& pem : chain) {
       StatusOr<std::string> fingerprint = certificate_fingerprint(pem);
@@ -184,15 +192,15 @@ Status DaemonSecurity::open_agent() {
     tls::ChannelSecurity join;
     join.ca_pem = ca_pem;
     join.join_token = token.secret;
-    auto stub = cohort::v1::Coordinator::NewStub(tls::make_channel(options_.coordinator_address, join));
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + kJoinTimeout);
+    tls::LeaderChannel leader(addresses, join);
     cohort::v1::JoinClusterRequest call;
     call.set_join_token(token.secret);
     call.set_node_id(options_.node_id);
     call.set_csr_pem(request.csr_pem);
     cohort::v1::JoinClusterResponse response;
-    grpc::Status status = stub->JoinCluster(&context, call, &response);
+    grpc::Status status = leader.unary<cohort::v1::Coordinator>(std::chrono::system_clock::now() + kJoinTimeout,
+                                                                &cohort::v1::Coordinator::Stub::JoinCluster, call,
+                                                                &response);
     if (!status.ok()) {
       return Status(static_cast<StatusCode>(status.error_code()),
                     fmt::format("joining the cluster at {} failed: {}", options_.coordinator_address,
@@ -230,6 +238,7 @@ std::shared_ptr<grpc::ServerCredentials> DaemonSecurity::server_credentials() co
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::SslServerCredentials(ssl);
   AuthenticatorOptions auth;
   auth.identities = identities_.get();
+  auth.standby_refusal = standby_refusal_;
   credentials->SetAuthMetadataProcessor(std::make_shared<Authenticator>(auth));
   return credentials;
 }

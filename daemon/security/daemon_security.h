@@ -17,6 +17,7 @@
 // Role all: the coordinator issues its own node's certificate directly.
 // insecure: plaintext everywhere, refused unless the listen address is loopback.
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -59,6 +60,9 @@ class DaemonSecurity {
   bool insecure() const { return options_.insecure; }
   // What the listening port serves with: TLS with this daemon's certificate and the Authenticator.
   std::shared_ptr<grpc::ServerCredentials> server_credentials() const;
+  // A standby coordinator's refusal text, "" while it leads (AuthenticatorOptions::standby_refusal);
+  // set before server_credentials(). Called on gRPC's threads.
+  void set_standby_refusal(std::function<std::string()> refusal) { standby_refusal_ = std::move(refusal); }
   // How the agent calls its coordinator, and how the coordinator calls the agent `node_id`.
   tls::ChannelSecurity to_coordinator() const;
   tls::ChannelSecurity to_agent(const std::string& node_id) const;
@@ -97,6 +101,7 @@ class DaemonSecurity {
   std::unique_ptr<coordinator::IdentityStore> identities_;
   std::string ca_pem_;
   std::string job_key_;                // HMAC key for attempt secrets (coordinator)
+  std::function<std::string()> standby_refusal_;  // see set_standby_refusal
 
   KeyAndCertificate own_;              // what this daemon serves with (coordinator cert, or the node's)
   KeyAndCertificate node_;             // the agent's node certificate (calls to the coordinator)

@@ -19,6 +19,13 @@ namespace cohort::daemon {
 namespace {
 
 constexpr const char* kLogLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
+// stopped_task_limit_ms and task_heartbeat_timeout_ms, when not 0 (off): from a tenth of a second
+// (tests and chaos runs) to an hour (a rank allowed to sit stopped longer is not being watched).
+constexpr long long kMinHangLimitMs = 100;
+constexpr long long kMaxHangLimitMs = 3600LL * 1000;
+// job_retention's range: shorter would delete a job while someone still looks at it; longer is a typo.
+constexpr std::chrono::milliseconds kMinJobRetention = std::chrono::minutes(10);
+constexpr std::chrono::milliseconds kMaxJobRetention = std::chrono::hours(24 * 3650);
 
 StatusOr<long long> parse_integer(const std::string& value, long long min, long long max,
                                   const std::string& where, const std::string& key) {
@@ -38,6 +45,28 @@ std::vector<std::string> split_words(const std::string& value) {
   std::istringstream in(value);
   for (std::string word; in >> word;) words.push_back(word);
   return words;
+}
+
+// job_retention: a whole number and a unit, "90m", "36h" or "7d", within kMin/kMaxJobRetention.
+StatusOr<std::chrono::milliseconds> parse_retention(const std::string& value, const std::string& where) {
+  const auto bad = [&](const std::string& why) {
+    return invalid_argument_error("{}: job_retention: '{}' {}; give a number and a unit (m, h or d), e.g. 7d, "
+                                  "36h or 90m, from 10m to 3650d",
+                                  where, value, why);
+  };
+  if (value.size() < 2 || value.find_first_not_of("0123456789") != value.size() - 1)
+    return bad("is not a number and a unit");
+  const char unit = value.back();
+  std::chrono::minutes per_unit(0);
+  if (unit == 'm') per_unit = std::chrono::minutes(1);
+  if (unit == 'h') per_unit = std::chrono::hours(1);
+  if (unit == 'd') per_unit = std::chrono::hours(24);
+  if (per_unit.count() == 0) return bad(fmt::format("has the unit '{}'", unit));
+  const std::string digits = value.substr(0, value.size() - 1);
+  if (digits.size() > 9) return bad("is too long");
+  const std::chrono::milliseconds retention = std::stoll(digits) * per_unit;
+  if (retention < kMinJobRetention || retention > kMaxJobRetention) return bad("is out of range");
+  return retention;
 }
 
 }  // namespace
@@ -60,10 +89,22 @@ const std::vector<DaemonSetting>& daemon_settings() {
       {"shutdown_grace_ms", "--shutdown-grace-ms", "MS", "how long shutdown lets in-flight calls finish"},
       {"peer_rpc_timeout_ms", "--peer-rpc-timeout-ms", "MS", "deadline of one call between daemons"},
       {"log_level", "--log-level", "LEVEL", "trace, debug, info, warn, error or off"},
+      {"stopped_task_limit_ms", "--stopped-task-limit-ms", "MS",
+       "agent: a rank stopped this long (SIGSTOP, SIGTSTP, a tracer: process state T) is killed and its "
+       "job fails or restarts (default 5000; 100..3600000, or 0: never)"},
+      {"task_heartbeat_timeout_ms", "--task-heartbeat-timeout-ms", "MS",
+       "agent: a rank that beat once (COHORT_HEARTBEAT_FILE) and then stays silent this long is killed "
+       "(default 10000; 100..3600000, or 0: never); at least twice task_heartbeat_interval_ms"},
+      {"task_heartbeat_interval_ms", "--task-heartbeat-interval-ms", "MS",
+       "agent: how often ranks are asked to beat (COHORT_HEARTBEAT_INTERVAL_MS; default 2000; 50..600000)"},
       {"max_log_bytes_per_job", "--max-log-bytes-per-job", "BYTES",
        "agent: the rank logs of one job attempt on this node keep at most this many bytes on disk "
        "together (each rank's file rotates at half its share, the newest output is kept; default "
        "1073741824, 1 GiB; 0: no cap)"},
+      {"job_retention", "--job-retention", "DURATION",
+       "how long a finished job is kept: the coordinator deletes its records (job, events, metrics "
+       "history) and agents its rank logs this long after it ended; a number with a unit, m, h or d "
+       "(default 7d; 10m..3650d)"},
       {"allowed_path_roots", "--allowed-path-roots", "DIR[,DIR...]",
        "directories (besides each job's own) that a spec's checkpoint.dir, dataset.path and "
        "torchscript_file may lie under (default /usr/share/datasets); a YAML list or comma-separated"},
@@ -87,6 +128,21 @@ const std::vector<DaemonSetting>& daemon_settings() {
       {"http_token_file", "--http-token-file", "FILE",
        "a file (mode 0600) holding a bearer token the HTTPS port accepts besides users' tokens; required "
        "on agents, which have no user database (put the same scrape token on every node)"},
+      {"election", "--election", "etcd://HOST:PORT[,...]",
+       "coordinator, high availability: elect the leader among 2-3 coordinators in this etcd cluster; this "
+       "one starts as a standby (calls answer UNAVAILABLE naming the leader) and leads when elected"},
+      {"job_store", "--job-store", "etcd://HOST:PORT[,...]",
+       "coordinator: keep the jobs in this etcd cluster instead of SQLite in data_dir (high availability: "
+       "every coordinator reads the same jobs)"},
+      {"etcd_ca", "--etcd-ca", "FILE", "PEM CA certificate of the etcd cluster (TLS to etcd)"},
+      {"etcd_cert", "--etcd-cert", "FILE", "PEM client certificate for etcd (--client-cert-auth)"},
+      {"etcd_key", "--etcd-key", "FILE", "the private key of etcd_cert"},
+      {"leader_lease_ms", "--leader-lease-ms", "MS",
+       "coordinator, with election: the leader's etcd lease; a dead leader is replaced within about this "
+       "long (default 5000, at least 2000)"},
+      {"advertise", "--advertise", "HOST:PORT",
+       "coordinator: the address clients and agents reach this daemon at, published to the election and "
+       "named by standbys (default: the listen address with its bound port)"},
   };
   return settings;
 }
@@ -144,6 +200,21 @@ Status DaemonConfig::set(const std::string& key, const std::string& value, const
     return set_milliseconds(0, options_.shutdown_grace);
   } else if (key == "peer_rpc_timeout_ms") {
     return set_milliseconds(1, options_.peer_rpc_timeout);
+  } else if (key == "stopped_task_limit_ms" || key == "task_heartbeat_timeout_ms") {
+    // 0 turns the check off; otherwise at least kMinHangLimitMs, or a loaded machine's scheduling
+    // delay would pass for a hang.
+    COHORT_ASSIGN_OR_RETURN(long long ms, parse_integer(value, 0, kMaxHangLimitMs, where, key));
+    if (ms != 0 && ms < kMinHangLimitMs) {
+      return invalid_argument_error("{}: {}: {} ms is too short to tell a hang from a busy machine; give "
+                                    "{}..{} ms, or 0 to turn the check off",
+                                    where, key, ms, kMinHangLimitMs, kMaxHangLimitMs);
+    }
+    (key == "stopped_task_limit_ms" ? options_.stopped_task_limit : options_.task_heartbeat_timeout) =
+        std::chrono::duration_cast<agent::Duration>(milliseconds(ms));
+  } else if (key == "task_heartbeat_interval_ms") {
+    COHORT_ASSIGN_OR_RETURN(long long ms, parse_integer(value, kMinRankHeartbeatInterval.count(),
+                                                        kMaxRankHeartbeatInterval.count(), where, key));
+    options_.task_heartbeat_interval = std::chrono::duration_cast<agent::Duration>(milliseconds(ms));
   } else if (key == "allowed_path_roots") {
     std::vector<std::string> roots;
     std::istringstream in(value);
@@ -182,12 +253,29 @@ Status DaemonConfig::set(const std::string& key, const std::string& value, const
     // Up to a pebibyte: anything larger is a typo.
     COHORT_ASSIGN_OR_RETURN(long long bytes, parse_integer(value, 0, 1LL << 50, where, key));
     options_.max_log_bytes_per_job = static_cast<uint64_t>(bytes);
+  } else if (key == "job_retention") {
+    COHORT_ASSIGN_OR_RETURN(options_.job_retention, parse_retention(value, where));
   } else if (key == "join_token") {
     options_.join_token = value;
   } else if (key == "http_listen") {
     options_.http_listen = value;
   } else if (key == "http_token_file") {
     options_.http_token_file = value;
+  } else if (key == "election") {
+    options_.election = value;
+  } else if (key == "job_store") {
+    options_.job_store = value;
+  } else if (key == "etcd_ca") {
+    options_.etcd_ca_file = value;
+  } else if (key == "etcd_cert") {
+    options_.etcd_cert_file = value;
+  } else if (key == "etcd_key") {
+    options_.etcd_key_file = value;
+  } else if (key == "leader_lease_ms") {
+    COHORT_ASSIGN_OR_RETURN(long long ms, parse_integer(value, 2000, kMaxMs, where, key));
+    options_.leader_lease_ttl = std::chrono::seconds((ms + 999) / 1000);
+  } else if (key == "advertise") {
+    options_.advertise_address = value;
   } else if (key == "insecure") {
     if (value != "true" && value != "false")
       return invalid_argument_error("{}: insecure: '{}' is not true or false", where, value);
@@ -282,6 +370,14 @@ StatusOr<DaemonServerOptions> DaemonConfig::options() const {
   if (options_.data_dir.empty())
     return invalid_argument_error(
         "no data directory given: set `data_dir:` in the config file or pass --data-dir");
+  if (options_.task_heartbeat_timeout.count() > 0 &&
+      options_.task_heartbeat_timeout < 2 * options_.task_heartbeat_interval) {
+    return invalid_argument_error(
+        "task_heartbeat_timeout_ms ({} ms) is less than twice task_heartbeat_interval_ms ({} ms): one late beat "
+        "would get a healthy rank killed; raise the timeout or shorten the interval",
+        std::chrono::duration_cast<std::chrono::milliseconds>(options_.task_heartbeat_timeout).count(),
+        std::chrono::duration_cast<std::chrono::milliseconds>(options_.task_heartbeat_interval).count());
+  }
   if (options_.role == DaemonRole::kAgent && options_.coordinator_address.empty()) {
     return invalid_argument_error(
         "the agent role needs the coordinator's address: set `coordinator:` or pass --coordinator HOST:PORT");

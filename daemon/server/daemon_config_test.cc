@@ -152,6 +152,85 @@ TEST(DaemonConfigTest, JobUserAndUserMap) {
   EXPECT_NE(bad.message().find("NAME=USER"), std::string::npos) << bad.message();
 }
 
+TEST(DaemonConfigTest, HangDetectionPeriodsAreKeysAndFlags) {
+  DaemonConfig config;
+  ASSERT_TRUE(config.apply_yaml("role: agent\ndata_dir: /d\ncoordinator: c:1\n", "c.yaml").ok());
+  auto defaults = config.options();
+  ASSERT_TRUE(defaults.ok()) << defaults.status().to_string();
+  EXPECT_EQ(defaults->stopped_task_limit, agent::kDefaultStoppedTaskLimit);
+  EXPECT_EQ(defaults->task_heartbeat_timeout, agent::kDefaultHeartbeatTimeout);
+  EXPECT_EQ(defaults->task_heartbeat_interval, kDefaultRankHeartbeatInterval);
+
+  Status applied = config.apply_yaml(
+      "stopped_task_limit_ms: 1500\ntask_heartbeat_timeout_ms: 3000\ntask_heartbeat_interval_ms: 500\n", "c.yaml");
+  ASSERT_TRUE(applied.ok()) << applied.to_string();
+  ASSERT_TRUE(config.apply_flag("--stopped-task-limit-ms", "0").ok());  // 0: the check is off
+  auto options = config.options();
+  ASSERT_TRUE(options.ok()) << options.status().to_string();
+  EXPECT_EQ(options->stopped_task_limit.count(), 0);
+  EXPECT_EQ(options->task_heartbeat_timeout.count(), 3000);
+  EXPECT_EQ(options->task_heartbeat_interval.count(), 500);
+}
+
+TEST(DaemonConfigTest, HangDetectionPeriodsOutOfRangeAreClearErrors) {
+  struct Case {
+    const char* yaml;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {"stopped_task_limit_ms: 50\n", "c.yaml:1: stopped_task_limit_ms: 50 ms is too short"},
+      {"stopped_task_limit_ms: -1\n", "c.yaml:1: stopped_task_limit_ms: '-1' is not a whole number in 0..3600000"},
+      {"task_heartbeat_timeout_ms: 99\n", "c.yaml:1: task_heartbeat_timeout_ms: 99 ms is too short"},
+      {"task_heartbeat_timeout_ms: 3600001\n", "'3600001' is not a whole number in 0..3600000"},
+      {"task_heartbeat_interval_ms: 10\n", "c.yaml:1: task_heartbeat_interval_ms: '10' is not a whole number in 50..600000"},
+      {"task_heartbeat_interval_ms: 2s\n", "task_heartbeat_interval_ms: '2s' is not a whole number"},
+  };
+  for (const Case& c : cases) {
+    DaemonConfig config;
+    Status status = config.apply_yaml(c.yaml, "c.yaml");
+    ASSERT_EQ(status.code(), StatusCode::kInvalidArgument) << c.yaml;
+    EXPECT_NE(status.message().find(c.expected), std::string::npos) << status.message();
+  }
+  // Each is fine alone; together a timeout under two intervals would kill a rank for one late beat.
+  DaemonConfig config;
+  ASSERT_TRUE(config.apply_yaml("role: all\ndata_dir: /d\n", "c.yaml").ok());
+  ASSERT_TRUE(config.apply_flag("--task-heartbeat-timeout-ms", "3000").ok());
+  ASSERT_TRUE(config.apply_flag("--task-heartbeat-interval-ms", "2000").ok());
+  auto options = config.options();
+  ASSERT_FALSE(options.ok());
+  EXPECT_EQ(options.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(options.status().message().find(
+                "task_heartbeat_timeout_ms (3000 ms) is less than twice task_heartbeat_interval_ms (2000 ms)"),
+            std::string::npos)
+      << options.status().message();
+  // With the timeout off, any interval goes.
+  ASSERT_TRUE(config.apply_flag("--task-heartbeat-timeout-ms", "0").ok());
+  EXPECT_TRUE(config.options().ok());
+}
+
+TEST(DaemonConfigTest, JobRetentionTakesANumberAndAUnitInRange) {
+  DaemonConfig config;
+  ASSERT_TRUE(config.apply_yaml("role: all\ndata_dir: /d\n", "c.yaml").ok());
+  auto defaults = config.options();
+  ASSERT_TRUE(defaults.ok()) << defaults.status().to_string();
+  EXPECT_EQ(defaults->job_retention, std::chrono::hours(24 * 7));  // 7 days
+  ASSERT_TRUE(config.apply_yaml("job_retention: 36h\n", "c.yaml").ok());
+  EXPECT_EQ(config.options()->job_retention, std::chrono::hours(36));
+  ASSERT_TRUE(config.apply_flag("--job-retention", "90m").ok());
+  EXPECT_EQ(config.options()->job_retention, std::chrono::minutes(90));
+  ASSERT_TRUE(config.apply_flag("--job-retention", "3650d").ok());
+  EXPECT_EQ(config.options()->job_retention, std::chrono::hours(24 * 3650));
+  for (const char* bad : {"9m", "3651d", "7", "7w", "d", "-1d", "1.5d", "7 d", "99999999999d"}) {
+    DaemonConfig other;
+    Status status = other.apply_yaml(std::string("job_retention: '") + bad + "'\n", "c.yaml");
+    ASSERT_EQ(status.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(status.message().find(std::string("c.yaml:1: job_retention: '") + bad + "'"), std::string::npos)
+        << status.message();
+    EXPECT_NE(status.message().find("e.g. 7d, 36h or 90m, from 10m to 3650d"), std::string::npos)
+        << status.message();
+  }
+}
+
 TEST(DaemonConfigTest, TheShippedExampleConfigLoads) {
   // configs/cohortd.yaml documents every key; it must stay loadable.
   const char* srcdir = std::getenv("TEST_SRCDIR");

@@ -4,8 +4,13 @@
 
 #include <optional>
 
+#include <grpcpp/grpcpp.h>
+
+#include "cohort/v1/agent.grpc.pb.h"
+#include "daemon/http/dashboard.h"
 #include "daemon/security/cluster_ca.h"
 #include "worker/base/crypto.h"
+#include "worker/base/tls.h"
 
 namespace cohort::daemon {
 namespace {
@@ -33,6 +38,38 @@ StatusOr<std::string> read_token_file(const std::string& path) {
                                   kMaxHttpTokenBytes);
   }
   return token;
+}
+
+// The dashboard's log reader: the last `tail_lines` lines of `rank` of the job's newest attempt,
+// from the agent of the node it runs (ran) on, over the coordinator's client certificate.
+http::RankLogReader agent_log_reader(const security::DaemonSecurity* security) {
+  return [security](const coordinator::Job& job, int rank, int tail_lines) -> StatusOr<std::string> {
+    const coordinator::NodeAssignment* node = nullptr;
+    for (const coordinator::NodeAssignment& candidate : job.placement.nodes) {
+      if (rank >= candidate.first_rank && rank < candidate.first_rank + candidate.num_ranks)
+        node = &candidate;
+    }
+    if (node == nullptr)
+      return failed_precondition_error("job {} has no rank {} placed on a node yet", job.id, rank);
+    auto agent =
+        cohort::v1::Agent::NewStub(tls::make_channel(node->address, security->to_agent(node->node_id)));
+    cohort::v1::StreamLogsRequest request;
+    request.set_job_id(job.id);
+    request.set_rank(rank);
+    request.set_tail_lines(tail_lines);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + kDashboardLogReadTimeout);
+    std::unique_ptr<grpc::ClientReader<cohort::v1::LogChunk>> reader = agent->StreamLogs(&context, request);
+    std::string text;
+    cohort::v1::LogChunk chunk;
+    while (reader->Read(&chunk)) text += chunk.data();
+    grpc::Status status = reader->Finish();
+    if (!status.ok()) {
+      return unavailable_error("rank {}'s log from node {} ({}): {}", rank, node->node_id, node->address,
+                               status.error_message());
+    }
+    return text;
+  };
 }
 
 }  // namespace
@@ -78,6 +115,14 @@ StatusOr<std::unique_ptr<http::HttpServer>> create_daemon_http(const DaemonHttpO
   server->handle_get("/metrics", http::HttpAccess::kUser, [daemon_metrics](const http::HttpRequest&) {
     return http::HttpResponse{200, metrics::kPrometheusContentType, daemon_metrics->text()};
   });
+  if (options.coordinator) {
+    http::DashboardOptions dashboard;
+    dashboard.coordinator = options.coordinator;
+    dashboard.clock = options.clock;
+    // Insecure mode has no certificates to reach agents with; the logs pane says so.
+    if (!security->insecure()) dashboard.read_rank_log = agent_log_reader(security);
+    COHORT_RETURN_IF_ERROR(http::register_dashboard(*server, dashboard));
+  }
   return server;
 }
 

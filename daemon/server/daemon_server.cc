@@ -13,9 +13,11 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <spdlog/spdlog.h>
 
 #include "daemon/agent/free_port.h"
+#include "daemon/agent/leftover_tasks.h"
 #include "daemon/metrics/coordinator_collector.h"
 #include "daemon/metrics/rpc_metrics_interceptor.h"
 #include "daemon/server/daemon_http.h"
@@ -85,6 +87,8 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
       return invalid_argument_error("slots is {}; an agent needs at least 1", options.slots);
     if (options.role == DaemonRole::kAgent && options.coordinator_address.empty())
       return invalid_argument_error("the agent role needs a coordinator address (--coordinator HOST:PORT)");
+    if (!options.coordinator_address.empty())
+      COHORT_RETURN_IF_ERROR(tls::parse_address_list(options.coordinator_address).status());
     if (options.worker_command.empty() || options.worker_command[0].empty() ||
         options.worker_command[0][0] != '/') {
       return invalid_argument_error("worker_command must start with an absolute path, e.g. {}",
@@ -97,6 +101,9 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
   DaemonServer* self = server.get();
   std::vector<std::string> roles;
   grpc::EnableDefaultHealthCheckService(true);
+  // Server reflection (grpcurl, grpc_cli): the schema of what this daemon serves, to any
+  // authenticated caller (security::method_policy()); it reveals nothing the .proto files do not.
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   // gRPC sets SO_REUSEPORT by default: a second daemon on the same port would then start and
   // silently take half the calls. Binding must fail instead.
@@ -137,26 +144,23 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
     return internal_error("cannot create the data directory {}: {}", server->options_.data_dir, created.message());
   }
   COHORT_ASSIGN_OR_RETURN(server->security_, security::DaemonSecurity::open(security_options));
+  // A standby that cannot verify a caller (credentials made after it was seeded) answers UNAVAILABLE,
+  // so the client tries the next coordinator (issue 16, AuthenticatorOptions::standby_refusal).
+  if (server->has_coordinator())
+    server->security_->set_standby_refusal([self] { return self->gate_ == nullptr ? "" : self->gate_->refusal(); });
   builder.AddListeningPort(server->options_.listen, server->security_->server_credentials(), &server->port_);
 
   if (server->has_coordinator()) {
     roles.push_back("coordinator");
-    coordinator::CoordinatorOptions coordinator_options;
-    coordinator_options.data_dir = server->options_.data_dir;
-    coordinator_options.node_lease = server->options_.node_lease;
-    coordinator_options.allowed_path_roots = server->options_.allowed_path_roots;
-    coordinator_options.allowed_commands = server->options_.allowed_commands;
-    COHORT_ASSIGN_OR_RETURN(server->coordinator_,
-                            coordinator::Coordinator::open(coordinator_options, &server->clock_));
-    server->coordinator_service_ = std::make_unique<CoordinatorService>(
-        server->coordinator_.get(), &server->clock_, server->security_.get(),
-        [self](coordinator::AgentOrders orders) { self->dispatch(std::move(orders)); });
-    server->rendezvous_service_ =
-        std::make_unique<RendezvousService>(server->coordinator_.get(), server->security_.get());
-    builder.RegisterService(server->coordinator_service_.get());
-    builder.RegisterService(server->rendezvous_service_.get());
-    server->metrics_->add_collectable(
-        std::make_shared<metrics::CoordinatorCollector>(server->coordinator_.get(), &server->clock_));
+    // The services are served through the leadership gate (issue 16): a standby answers every
+    // call UNAVAILABLE naming the leader, and opens its Coordinator only once it leads.
+    server->gate_ = std::make_unique<LeaderGate>(server->options_.listen);
+    server->gated_coordinator_ = std::make_unique<GatedCoordinatorService>(server->gate_.get());
+    server->gated_rendezvous_ = std::make_unique<GatedRendezvousService>(server->gate_.get());
+    builder.RegisterService(server->gated_coordinator_.get());
+    builder.RegisterService(server->gated_rendezvous_.get());
+    if (!server->options_.standby && server->options_.election.empty())
+      COHORT_RETURN_IF_ERROR(server->open_coordinator());
   }
   if (server->has_agent()) {
     roles.push_back("agent");
@@ -165,8 +169,10 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
         server->options_.log_dir.empty() ? server->options_.data_dir + "/logs" : server->options_.log_dir;
     supervisor_options.stop_grace_period = server->options_.stop_grace_period;
     supervisor_options.max_log_bytes_per_job = server->options_.max_log_bytes_per_job;
+    supervisor_options.log_retention = server->options_.job_retention;
     supervisor_options.stopped_task_limit = server->options_.stopped_task_limit;
     supervisor_options.heartbeat_timeout = server->options_.task_heartbeat_timeout;
+    supervisor_options.heartbeat_interval = server->options_.task_heartbeat_interval;
     // The node id and addresses are known only once the port is bound; the supervisor gets the
     // coordinator address it can know now (COHORT_COORDINATOR), the node id below.
     supervisor_options.coordinator_address = server->options_.coordinator_address;
@@ -190,6 +196,12 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
     agent_options.coordinator_address = server->options_.coordinator_address;
     agent_options.ca_certificate_pem = server->security_->ca_pem();
     agent_options.job_dir_root = server->options_.data_dir + "/jobs";
+    // Before this agent launches anything: what an earlier run of it left behind (children of its
+    // ranks, which outlive a killed agent) would hold the slots the coordinator hands out again.
+    for (const agent::LeftoverTask& task : agent::kill_leftover_tasks(agent_options.job_dir_root)) {
+      spdlog::warn("agent: killed pid {} ({}), left behind in {} by an earlier run of this agent", task.pid,
+                   task.command, task.job_dir);
+    }
     agent_options.job_user = server->options_.job_user;
     agent_options.user_map = server->options_.user_map;
     agent_options.allowed_path_roots = server->options_.allowed_path_roots;
@@ -207,11 +219,17 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
         "cannot listen on {}: the address is in use or not local; pick another with --listen",
         server->options_.listen);
   }
+  // Every service starts NOT_SERVING; set_up() below, once the daemon's threads run.
+  std::vector<std::string> served = {kInfoService};
+  if (server->has_coordinator()) served.insert(served.end(), {kCoordinatorService, kRendezvousService});
+  if (server->has_agent()) served.push_back(kAgentService);
+  server->health_ = std::make_unique<HealthState>(server->server_->GetHealthCheckService(), served);
   server->address_ = host.find(':') != std::string::npos && host.front() != '['
                          ? fmt::format("[{}]:{}", host, server->port_)
                          : fmt::format("{}:{}", host, server->port_);
   if (server->has_coordinator()) {
-    server->coordinator_service_->set_address(server->address_);
+    server->gate_->set_self(server->advertised_address());
+    if (server->coordinator_service_ != nullptr) server->coordinator_service_->set_address(server->advertised_address());
     COHORT_RETURN_IF_ERROR(server->security_->write_first_admin_credentials(server->address_));
   }
   if (!server->options_.http_listen.empty()) {
@@ -220,19 +238,40 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
     http_options.token_file = server->options_.http_token_file;
     http_options.security = server->security_.get();
     http_options.metrics = server->metrics_.get();
+    // The dashboard reads the Coordinator while this daemon leads (a standby opens none until it is
+    // elected; leading() is an acquire of what become_leader published).
+    if (server->has_coordinator())
+      http_options.coordinator = [self]() { return self->leading() ? self->coordinator_.get() : nullptr; };
+    http_options.clock = &server->clock_;
     COHORT_ASSIGN_OR_RETURN(server->http_server_, create_daemon_http(http_options));
     COHORT_RETURN_IF_ERROR(server->http_server_->start());
-    spdlog::info("cohortd serves /metrics on {}", server->http_server_->url());
+    spdlog::info("cohortd serves /metrics{} on {}", server->has_coordinator() ? " and the dashboard" : "",
+                 server->http_server_->url());
   }
   server->tick_healthy_until_ns_ = server->healthy_deadline_ns(server->options_.tick_interval);
   server->agent_healthy_until_ns_ = server->healthy_deadline_ns(std::chrono::milliseconds(0));
-  if (server->has_coordinator()) {
-    server->tick_thread_ = std::thread([self] { self->tick_loop(); });
-    server->dispatch_thread_ = std::thread([self] { self->dispatch_loop(); });
+  if (server->coordinator_ != nullptr) {
+    server->start_leading_threads();
+  } else if (server->has_coordinator()) {
+    // A standby: NOT_SERVING for the coordinator's services until it leads.
+    for (const char* service : {kCoordinatorService, kRendezvousService}) {
+      Status standby = server->health_->set_serving(service, false);
+      if (!standby.ok()) spdlog::warn("health of {}: {}", service, standby.to_string());
+    }
+    server->gate_->follow(server->options_.standby_leader);
+    spdlog::info("cohortd at {} is a standby coordinator (leader: {})", server->advertised_address(),
+                 server->options_.standby_leader.empty() ? "not known yet" : server->options_.standby_leader);
   }
   if (server->has_agent()) server->start_agent();
-  if (grpc::HealthCheckServiceInterface* health = server->server_->GetHealthCheckService()) {
-    health->SetServingStatus(true);
+  server->health_->set_up();
+  // Campaign only once this daemon answers as a standby: clients that reach it meanwhile are told
+  // to wait for the election.
+  if (server->has_coordinator() && !server->options_.election.empty()) {
+    Status campaigning = server->start_election();
+    if (!campaigning.ok()) {
+      server->shutdown();
+      return campaigning;
+    }
   }
   spdlog::info("cohortd {} listening on {} (data in {})", fmt::join(roles, "+"), server->address_,
                server->options_.data_dir);
@@ -244,7 +283,7 @@ DaemonServer::~DaemonServer() { shutdown(); }
 bool DaemonServer::healthy() const {
   if (shutting_down_) return true;  // the loops are ending on purpose; TimeoutStopSec bounds it
   const int64_t now = steady_now_ns();
-  if (has_coordinator() && now > tick_healthy_until_ns_.load()) return false;
+  if (leading_threads_ && now > tick_healthy_until_ns_.load()) return false;
   if (has_agent() && now > agent_healthy_until_ns_.load()) return false;
   return true;
 }
@@ -285,6 +324,12 @@ void DaemonServer::dispatch_loop() {
     coordinator::AgentOrders orders = std::move(orders_queue_.front());
     orders_queue_.pop_front();
     lock.unlock();
+    if (!gate_->leading()) {
+      // Lost the leadership: the new leader owns the agents now.
+      log_orders(orders);
+      lock.lock();
+      continue;
+    }
     // Stops first: a restart's stop and launch may arrive together, and slots free on stop.
     for (const coordinator::StopOrder& stop : orders.stops) send_stop(stop);
     for (const coordinator::LaunchOrder& launch : orders.launches) {
@@ -410,8 +455,10 @@ void DaemonServer::start_agent() {
   agent_service_->set_address(address_);
   const std::string coordinator_address =
       options_.coordinator_address.empty() ? address_ : options_.coordinator_address;
-  coordinator_stub_ =
-      cohort::v1::Coordinator::NewStub(tls::make_channel(coordinator_address, security_->to_coordinator()));
+  // A list of coordinators (issue 16): registration, heartbeats and exit reports follow the leader.
+  StatusOr<std::vector<std::string>> addresses = tls::parse_address_list(coordinator_address);
+  coordinator_leader_ = std::make_unique<tls::LeaderChannel>(
+      addresses.ok() ? *addresses : std::vector<std::string>{coordinator_address}, security_->to_coordinator());
   agent_thread_ = std::thread([this] { agent_loop(); });
 }
 
@@ -501,8 +548,12 @@ Status DaemonServer::register_node() {
   cohort::v1::RegisterNodeResponse response;
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + options_.peer_rpc_timeout);
-  COHORT_RETURN_IF_ERROR(from_grpc_status(coordinator_stub_->RegisterNode(&context, request, &response),
-                                          "Coordinator.RegisterNode", "coordinator"));
+  // The call first: the error then names the coordinator that answered (the leader moves).
+  const grpc::Status registered = coordinator_leader_->unary<cohort::v1::Coordinator>(
+      std::chrono::system_clock::now() + options_.peer_rpc_timeout, &cohort::v1::Coordinator::Stub::RegisterNode,
+      request, &response);
+  COHORT_RETURN_IF_ERROR(
+      from_grpc_status(registered, "Coordinator.RegisterNode", coordinator_leader_->leader_address()));
   // The coordinator asks for lease / 3, so two lost heartbeats still keep the node.
   heartbeat_interval_ = response.heartbeat_interval_ms() > 0
                             ? std::chrono::milliseconds(response.heartbeat_interval_ms())
@@ -532,10 +583,10 @@ Status DaemonServer::heartbeat() {
   request.set_node_id(node_id_);
   request.set_unschedulable(draining_);
   cohort::v1::HeartbeatResponse response;
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + options_.peer_rpc_timeout);
-  return from_grpc_status(coordinator_stub_->Heartbeat(&context, request, &response), "Coordinator.Heartbeat",
-                          "coordinator");
+  const grpc::Status beat = coordinator_leader_->unary<cohort::v1::Coordinator>(
+      std::chrono::system_clock::now() + options_.peer_rpc_timeout, &cohort::v1::Coordinator::Stub::Heartbeat, request,
+      &response);
+  return from_grpc_status(beat, "Coordinator.Heartbeat", coordinator_leader_->leader_address());
 }
 
 Status DaemonServer::report_exit(const agent::TaskExit& exit) {
@@ -554,10 +605,10 @@ Status DaemonServer::report_exit(const agent::TaskExit& exit) {
                                    node_id_, lease_.count()));
   }
   cohort::v1::ReportTaskExitResponse response;
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + options_.peer_rpc_timeout);
-  return from_grpc_status(coordinator_stub_->ReportTaskExit(&context, request, &response),
-                          "Coordinator.ReportTaskExit", "coordinator");
+  const grpc::Status reported = coordinator_leader_->unary<cohort::v1::Coordinator>(
+      std::chrono::system_clock::now() + options_.peer_rpc_timeout, &cohort::v1::Coordinator::Stub::ReportTaskExit,
+      request, &response);
+  return from_grpc_status(reported, "Coordinator.ReportTaskExit", coordinator_leader_->leader_address());
 }
 
 void DaemonServer::tick_loop() {
@@ -566,17 +617,26 @@ void DaemonServer::tick_loop() {
     tick_healthy_until_ns_ = healthy_deadline_ns(options_.tick_interval);
     if (stop_changed_.wait_for(lock, options_.tick_interval, [this] { return stopping_; })) break;
     lock.unlock();
-    dispatch(coordinator_->tick());
+    // A coordinator that lost its leadership stops acting at once: no placements, no expiries.
+    if (gate_->leading()) {
+      dispatch(coordinator_->tick());
+      publish_store_health();
+    }
     lock.lock();
   }
 }
 
+void DaemonServer::publish_store_health() {
+  const Status store = coordinator_->store_status();
+  if (store.ok() == store_writable_) return;
+  store_writable_ = store.ok();
+  Status published = health_->set_serving(kCoordinatorService, store_writable_);
+  if (!published.ok()) spdlog::warn("health of {}: {}", kCoordinatorService, published.to_string());
+}
+
 void DaemonServer::drain() {
   std::call_once(drain_once_, [this] {
-    if (server_ != nullptr) {
-      if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService())
-        health->SetServingStatus(false);
-    }
+    if (health_ != nullptr) health_->set_draining();
     if (coordinator_ != nullptr) coordinator_->start_draining();
     if (agent_service_ == nullptr || supervisor_ == nullptr) return;
     agent_service_->start_draining();
@@ -611,6 +671,11 @@ void DaemonServer::shutdown() {
 
 void DaemonServer::shutdown_once() {
   shutting_down_ = true;
+  // A become_leader() under way finishes first (its threads are then joined below); later ones see
+  // shutting_down_ and refuse.
+  { std::lock_guard<std::mutex> leadership(leadership_mu_); }
+  // A leader resigns, so a standby takes over at once instead of after the lease's TTL.
+  if (election_ != nullptr) election_->stop();
   // First: its pages read the coordinator, which stops below.
   if (http_server_ != nullptr) http_server_->stop();
   {
@@ -620,16 +685,16 @@ void DaemonServer::shutdown_once() {
   stop_changed_.notify_all();
   orders_changed_.notify_all();
   exits_changed_.notify_all();
-  if (server_ != nullptr) {
-    // Load balancers and `grpc_health_probe` see the drain before calls start failing.
-    if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService())
-      health->SetServingStatus(false);
-  }
+  // Load balancers and `grpc_health_probe` see the drain before calls start failing.
+  if (health_ != nullptr) health_->set_draining();
   if (tick_thread_.joinable()) tick_thread_.join();
   if (dispatch_thread_.joinable()) dispatch_thread_.join();
   if (agent_thread_.joinable()) agent_thread_.join();
   // Wakes WatchJob streams and rendezvous waiters with UNAVAILABLE, so the drain below is quick.
-  if (coordinator_ != nullptr) coordinator_->shutdown();
+  {
+    std::lock_guard<std::mutex> leadership(leadership_mu_);
+    if (coordinator_ != nullptr) coordinator_->shutdown();
+  }
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() + options_.shutdown_grace);
     server_->Wait();
@@ -637,5 +702,135 @@ void DaemonServer::shutdown_once() {
   // Last: its destructor stops the tasks still running (their exits are no longer reported).
   supervisor_.reset();
 }
+
+StatusOr<std::unique_ptr<etcd::EtcdClient>> DaemonServer::etcd_client(const std::string& url) const {
+  etcd::EtcdOptions etcd_options;
+  COHORT_ASSIGN_OR_RETURN(etcd_options.endpoints, etcd::parse_etcd_url(url));
+  // TLS to etcd: its CA, and this coordinator's client certificate (etcd --client-cert-auth).
+  for (auto [path, pem] : {std::pair{&options_.etcd_ca_file, &etcd_options.ca_pem},
+                           std::pair{&options_.etcd_cert_file, &etcd_options.certificate_pem},
+                           std::pair{&options_.etcd_key_file, &etcd_options.key_pem}}) {
+    if (path->empty()) continue;
+    COHORT_ASSIGN_OR_RETURN(*pem, security::read_file(*path));
+  }
+  return etcd::EtcdClient::create(etcd_options);
+}
+
+Status DaemonServer::start_election() {
+  COHORT_ASSIGN_OR_RETURN(etcd_, etcd_client(options_.election));
+  etcd::LeaderElectionOptions election;
+  election.name = options_.election_name;
+  election.value = advertised_address();
+  election.lease_ttl = options_.leader_lease_ttl;
+  // The callbacks run on the election's threads.
+  election.on_elected = [this](const etcd::LeaderKey& key) {
+    spdlog::info("cohortd at {} won the election {} (revision {})", advertised_address(), key.name, key.rev);
+    {
+      std::lock_guard<std::mutex> leadership(leadership_mu_);
+      leader_key_ = key;  // the job store's fencing token (etcd::EtcdJobStore::set_fence)
+    }
+    Status led = become_leader();
+    if (!led.ok()) {
+      spdlog::error("cohortd at {} was elected but cannot lead: {}", advertised_address(), led.to_string());
+      if (options_.on_leadership_lost) options_.on_leadership_lost();
+    }
+  };
+  election.on_lost = [this](const Status& why) {
+    spdlog::warn("cohortd at {}: leadership lost: {}", advertised_address(), why.to_string());
+    follow_leader("");
+  };
+  election.on_leader_changed = [this](const std::string& leader) {
+    if (!leading()) follow_leader(leader);
+  };
+  election_ = std::make_unique<etcd::LeaderElection>(etcd_.get(), election);
+  spdlog::info("cohortd at {} campaigns for leadership in etcd ({}, election {}, lease {} s)", advertised_address(),
+               options_.election, options_.election_name, options_.leader_lease_ttl.count());
+  return election_->start();
+}
+
+Status DaemonServer::open_coordinator() {
+  coordinator::CoordinatorOptions coordinator_options;
+  coordinator_options.data_dir = options_.data_dir;
+  coordinator_options.node_lease = options_.node_lease;
+  coordinator_options.allowed_path_roots = options_.allowed_path_roots;
+  coordinator_options.allowed_commands = options_.allowed_commands;
+  if (!options_.job_store.empty()) {
+    // The jobs in etcd (issue 16): whichever coordinator leads loads the same ones. With an
+    // election, every write is fenced on the key this coordinator won (leader_key_).
+    if (store_etcd_ == nullptr) {
+      COHORT_ASSIGN_OR_RETURN(store_etcd_, etcd_client(options_.job_store));
+    }
+    coordinator_options.open_store = [this]() -> StatusOr<std::unique_ptr<coordinator::JobStore>> {
+      COHORT_ASSIGN_OR_RETURN(std::unique_ptr<etcd::EtcdJobStore> store, etcd::EtcdJobStore::open(store_etcd_.get()));
+      store->set_fence(leader_key_);
+      return std::unique_ptr<coordinator::JobStore>(std::move(store));
+    };
+  }
+  coordinator_options.job_retention = options_.job_retention;
+  COHORT_ASSIGN_OR_RETURN(coordinator_, coordinator::Coordinator::open(coordinator_options, &clock_));
+  coordinator_service_ = std::make_unique<CoordinatorService>(
+      coordinator_.get(), &clock_, security_.get(),
+      [this](coordinator::AgentOrders orders) { dispatch(std::move(orders)); });
+  rendezvous_service_ = std::make_unique<RendezvousService>(coordinator_.get(), security_.get());
+  metrics_->add_collectable(std::make_shared<metrics::CoordinatorCollector>(coordinator_.get(), &clock_));
+  return ok_status();
+}
+
+void DaemonServer::start_leading_threads() {
+  tick_healthy_until_ns_ = healthy_deadline_ns(options_.tick_interval);
+  tick_thread_ = std::thread([this] { tick_loop(); });
+  dispatch_thread_ = std::thread([this] { dispatch_loop(); });
+  leading_threads_ = true;
+  gate_->lead(coordinator_service_.get(), rendezvous_service_.get());
+  for (const char* service : {kCoordinatorService, kRendezvousService}) {
+    Status serving = health_->set_serving(service, true);
+    if (!serving.ok()) spdlog::warn("health of {}: {}", service, serving.to_string());
+  }
+}
+
+std::string DaemonServer::advertised_address() const {
+  return options_.advertise_address.empty() ? address_ : options_.advertise_address;
+}
+
+Status DaemonServer::become_leader() {
+  if (!has_coordinator()) return failed_precondition_error("cohortd at {} runs no coordinator", address_);
+  std::lock_guard<std::mutex> leadership(leadership_mu_);
+  if (shutting_down_) return unavailable_error("cohortd at {} is shutting down", advertised_address());
+  if (gate_->leading()) return ok_status();
+  if (coordinator_ != nullptr) {
+    // Led before and lost it: its in-memory state is stale, and reloading it in place would race
+    // the calls still in flight. cohortd exits on a lost leadership (a restart comes back a standby).
+    return failed_precondition_error(
+        "cohortd at {} lost its leadership earlier; restart it to stand for election again", advertised_address());
+  }
+  const auto started = std::chrono::steady_clock::now();
+  // Loads every job from the store; attempts that were running wait one reconcile window (a node
+  // lease) for their agents to re-register and report them, as after a coordinator restart.
+  COHORT_RETURN_IF_ERROR(open_coordinator());
+  coordinator_service_->set_address(advertised_address());
+  start_leading_threads();
+  spdlog::info("cohortd at {} leads the cluster now (store loaded in {} ms)", advertised_address(),
+               std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started)
+                   .count());
+  return ok_status();
+}
+
+void DaemonServer::follow_leader(const std::string& leader) {
+  if (!has_coordinator()) return;
+  const bool was_leading = gate_->leading();
+  gate_->follow(leader);
+  if (was_leading) {
+    for (const char* service : {kCoordinatorService, kRendezvousService}) {
+      Status standby = health_->set_serving(service, false);
+      if (!standby.ok()) spdlog::warn("health of {}: {}", service, standby.to_string());
+    }
+    if (shutting_down_) return;  // a leader resigning as it stops: nothing was lost
+    spdlog::error("cohortd at {} lost its leadership (the leader is now {}); it no longer acts as coordinator",
+                  advertised_address(), leader.empty() ? "not known" : leader);
+    if (options_.on_leadership_lost) options_.on_leadership_lost();
+  }
+}
+
+bool DaemonServer::leading() const { return gate_ != nullptr && gate_->leading(); }
 
 }  // namespace cohort::daemon

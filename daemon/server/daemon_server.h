@@ -18,7 +18,8 @@
 // runs, so the coordinator keeps what it owns and stops the rest; an agent that could not renew its
 // lease for a whole lease stops all its tasks first (fencing, issue 16).
 //
-// Every role serves cohort.v1.Info and grpc.health.v1.
+// Every role serves cohort.v1.Info, grpc.health.v1 with a status per service (health_state.h) and
+// gRPC server reflection (grpc.reflection.v1alpha, to any authenticated caller).
 //
 //   DaemonServerOptions options;
 //   options.listen = "127.0.0.1:0";          // port 0: the kernel picks; port() tells which
@@ -40,6 +41,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -63,9 +65,15 @@
 #include "daemon/http/http_server.h"
 #include "daemon/metrics/daemon_metrics.h"
 #include "daemon/security/daemon_security.h"
+#include "daemon/server/health_state.h"
 #include "daemon/service/agent_service.h"
 #include "daemon/service/coordinator_service.h"
 #include "daemon/service/info_service.h"
+#include "daemon/etcd/etcd_client.h"
+#include "daemon/etcd/etcd_job_store.h"
+#include "daemon/etcd/leader_election.h"
+#include "daemon/service/leader_gate.h"
+#include "worker/base/leader_channel.h"
 #include "daemon/service/rendezvous_service.h"
 #include "worker/base/status.h"
 
@@ -92,6 +100,12 @@ inline constexpr std::chrono::milliseconds kMinClientPingInterval = std::chrono:
 inline constexpr std::chrono::milliseconds kDefaultMaxLoopSilence = std::chrono::seconds(60);
 // The worker every task runs unless DaemonServerOptions::worker_command says otherwise.
 inline constexpr const char* kDefaultWorkerPath = "/usr/local/bin/cohort-worker";
+
+// The services whose health set_serving() sets (grpc.health.v1 names them so).
+inline constexpr const char* kCoordinatorService = "cohort.v1.Coordinator";
+inline constexpr const char* kRendezvousService = "cohort.v1.Rendezvous";
+inline constexpr const char* kAgentService = "cohort.v1.Agent";
+inline constexpr const char* kInfoService = "cohort.v1.Info";
 
 enum class DaemonRole {
   kCoordinator,  // node registry, scheduling, rendezvous, job records
@@ -121,9 +135,14 @@ struct DaemonServerOptions {
   agent::Duration stop_grace_period = agent::kDefaultStopGracePeriod;   // SIGTERM → SIGKILL
   // Rank logs of one job attempt on this node, on disk, all ranks together (rotated); 0: no cap.
   uint64_t max_log_bytes_per_job = agent::kDefaultMaxLogBytesPerJob;
+  // A finished job's records (coordinator: job row, events, metrics history) and its rank logs
+  // (agent: the job's log directory, counted from the last write there) are deleted this long after
+  // it ended (daemon config job_retention).
+  std::chrono::milliseconds job_retention = coordinator::kDefaultJobRetention;
   // Hang detection (task_supervisor.h): a rank stopped, or silent after a heartbeat, this long is killed.
   agent::Duration stopped_task_limit = agent::kDefaultStoppedTaskLimit;
   agent::Duration task_heartbeat_timeout = agent::kDefaultHeartbeatTimeout;
+  agent::Duration task_heartbeat_interval = kDefaultRankHeartbeatInterval;  // asked of every rank
   std::chrono::milliseconds peer_rpc_timeout = kDefaultPeerRpcTimeout;  // one call to a peer
   std::chrono::milliseconds max_loop_silence = kDefaultMaxLoopSilence;  // see healthy()
   // Jobs (agent roles): who the ranks run as, and where spec paths may point.
@@ -134,6 +153,28 @@ struct DaemonServerOptions {
   // Executables command jobs may run (absolute paths); empty: any. Checked at submit by the
   // coordinator and again at launch by each agent.
   std::vector<std::string> allowed_commands;
+  // High availability (issue 16; coordinator roles): start as a standby that opens no Coordinator
+  // and answers UNAVAILABLE naming `standby_leader` until become_leader(); the election
+  // (LeaderElection over etcd) calls become_leader() / follow_leader().
+  // election: the etcd cluster the coordinators elect their leader in ("etcd://h1:2379,h2:2379");
+  // set, this coordinator starts as a standby and campaigns (value: advertise_address). The etcd_*
+  // files are PEM: the etcd cluster's CA and this daemon's client certificate and key.
+  std::string election;
+  // job_store: where the coordinator keeps its jobs: empty, SQLite in data_dir; "etcd://h1:2379,..."
+  // an etcd cluster (daemon/etcd/etcd_job_store.h, TLS with the etcd_* files), so that whichever
+  // coordinator leads reads the same jobs; with an election its writes are fenced on the key won.
+  std::string job_store;
+  std::string etcd_ca_file;
+  std::string etcd_cert_file;
+  std::string etcd_key_file;
+  std::string election_name = etcd::kDefaultElectionName;                 // the election's key prefix
+  std::chrono::seconds leader_lease_ttl = etcd::kDefaultLeaderLeaseTtl;  // a dead leader is replaced within
+  bool standby = false;
+  std::string standby_leader;     // the leader a standby names at first; empty: not known
+  std::string advertise_address;  // HOST:PORT clients reach this coordinator at; empty: address()
+  // Called (on the election's thread) when a leading coordinator loses its leadership; cohortd's
+  // main then exits with status 1 so its supervisor restarts it as a standby.
+  std::function<void()> on_leadership_lost;
   // Security (see daemon/security/): plaintext only with insecure (loopback listen only).
   bool insecure = false;
   std::string join_token;        // agent role: joins the cluster with it on first start
@@ -171,6 +212,28 @@ class DaemonServer {
   // What /metrics shows; owned by the server.
   metrics::DaemonMetrics& metrics() { return *metrics_; }
 
+  // Health per service (grpc.health.v1, health_state.h): whether `service` (a full name this daemon
+  // serves: kCoordinatorService, kAgentService, ...) may serve. A standby coordinator or one whose
+  // job store is down sets kCoordinatorService false, and true again when it can serve; a drain
+  // overrides both. NOT_FOUND for a service this daemon does not serve. Thread-safe, non-blocking.
+  Status set_serving(const std::string& service, bool serving) { return health_->set_serving(service, serving); }
+  // What grpc.health.v1 answers now, per service ("" for the whole daemon).
+  const HealthState& health() const { return *health_; }
+
+  // High availability (issue 16). become_leader: this coordinator won the election: it opens the
+  // Coordinator on the shared store (every job loaded; running attempts wait one node lease for
+  // their agents to re-register and report them, as after a restart), starts placing, and its
+  // services answer from now on. Blocks on the store. FAILED_PRECONDITION for a daemon that led
+  // before (restart it instead). follow_leader: another coordinator leads (`leader`, empty when
+  // unknown): calls are refused naming it, health turns NOT_SERVING; a leader losing its leadership
+  // stops ticking and dispatching at once and calls options.on_leadership_lost. Thread-safe.
+  Status become_leader();
+  void follow_leader(const std::string& leader);
+  // Whether this coordinator leads now (false on an agent).
+  bool leading() const;
+  // HOST:PORT this coordinator is reached at (options.advertise_address, else address()).
+  std::string advertised_address() const;
+
   // The first half of a graceful stop (SIGTERM): health turns NOT_SERVING, SubmitJob and
   // LaunchTasks answer UNAVAILABLE "draining", and this node's running tasks are stopped (SIGTERM,
   // SIGKILL after options.stop_grace_period) with their exits still reported, so their jobs end
@@ -194,6 +257,17 @@ class DaemonServer {
   explicit DaemonServer(DaemonServerOptions options);
   void shutdown_once();
   void tick_loop();
+  // kCoordinatorService's health follows the job store (issue 16): NOT_SERVING while its writes
+  // fail, SERVING once a retried write succeeds; only changes are published. Tick thread only.
+  void publish_store_health();
+  // Connects to options_.election and campaigns; the callbacks call become_leader / follow_leader.
+  Status start_election();
+  // The client of an etcd cluster ("etcd://...") with the etcd_* TLS files.
+  StatusOr<std::unique_ptr<etcd::EtcdClient>> etcd_client(const std::string& url) const;
+  // Opens the Coordinator and its services (not yet serving: the gate opens in start_leading_threads).
+  Status open_coordinator();
+  // Starts the tick and dispatch threads and opens the leadership gate.
+  void start_leading_threads();
   // Now + `idle` + options_.max_loop_silence, in steady_clock nanoseconds.
   int64_t healthy_deadline_ns(std::chrono::milliseconds idle) const;
   void dispatch(coordinator::AgentOrders orders);
@@ -225,10 +299,20 @@ class DaemonServer {
   std::unique_ptr<InfoService> info_service_;
   std::unique_ptr<CoordinatorService> coordinator_service_;
   std::unique_ptr<RendezvousService> rendezvous_service_;
+  // Issue 16: the gated services registered with gRPC, and whether this coordinator leads.
+  std::unique_ptr<LeaderGate> gate_;
+  std::unique_ptr<GatedCoordinatorService> gated_coordinator_;
+  std::unique_ptr<GatedRendezvousService> gated_rendezvous_;
+  std::unique_ptr<etcd::EtcdClient> etcd_;         // options_.election's cluster
+  std::unique_ptr<etcd::EtcdClient> store_etcd_;   // options_.job_store's cluster (opened when leading)
+  std::unique_ptr<etcd::LeaderElection> election_;  // stopped first in shutdown (a leader resigns)
+  std::optional<etcd::LeaderKey> leader_key_;       // guarded by leadership_mu_; the election won
+  std::mutex leadership_mu_;                   // become_leader against shutdown
+  std::atomic<bool> leading_threads_{false};  // the tick and dispatch threads run
   agent::PosixProcessLauncher launcher_;
   std::unique_ptr<agent::TaskSupervisor> supervisor_;
   std::unique_ptr<AgentService> agent_service_;
-  std::unique_ptr<cohort::v1::Coordinator::Stub> coordinator_stub_;  // the agent's coordinator
+  std::unique_ptr<tls::LeaderChannel> coordinator_leader_;  // the agent's coordinators (a list: the leader)
   std::string node_id_;
   std::chrono::milliseconds heartbeat_interval_ = kRegisterRetryInterval;  // agent thread only
   std::chrono::milliseconds lease_ = coordinator::kDefaultNodeLease;       // agent thread only; from the coordinator
@@ -239,6 +323,8 @@ class DaemonServer {
   std::set<std::pair<std::string, int>> fenced_;
   std::unique_ptr<metrics::DaemonMetrics> metrics_;  // declared before server_: its interceptor uses it
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<HealthState> health_;  // after server_: publishes into its health service
+  bool store_writable_ = true;  // the job store's health as last published (tick thread)
   std::unique_ptr<http::HttpServer> http_server_;  // http_listen; stopped first in shutdown
   int port_ = 0;
   std::string address_;

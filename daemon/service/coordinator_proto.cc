@@ -104,6 +104,8 @@ coordinator::Metrics from_proto(const cohort::v1::Metrics& metrics) {
   m.total_steps = metrics.total_steps();
   m.total_epochs = metrics.total_epochs();
   m.samples_per_step = metrics.samples_per_step();
+  m.comm_wait_s = metrics.comm_wait_s();
+  m.comm_wait_ratio = metrics.comm_wait_ratio();
   return m;
 }
 
@@ -117,6 +119,8 @@ void to_proto(const coordinator::Metrics& metrics, cohort::v1::Metrics* out) {
   out->set_total_steps(metrics.total_steps);
   out->set_total_epochs(metrics.total_epochs);
   out->set_samples_per_step(metrics.samples_per_step);
+  out->set_comm_wait_s(metrics.comm_wait_s);
+  out->set_comm_wait_ratio(metrics.comm_wait_ratio);
 }
 
 void to_proto(const coordinator::Placement& placement, cohort::v1::Placement* out) {

@@ -53,6 +53,10 @@ CLUSTER_CREDENTIALS=""
 CLUSTER_COORDINATOR="" # host:port of the coordinator on host 1
 CLUSTER_LAST_ADDRESS="" # set by cluster_start_daemon
 declare -a CLUSTER_DAEMON_PIDS=()
+# What each host's cohortd was started with, for cluster_restart_daemon: its flags (printf %q
+# quoted) and the address it listens on.
+declare -a CLUSTER_DAEMON_ARGS=()
+declare -a CLUSTER_DAEMON_ADDRESSES=()
 
 cluster_log() { echo "[cluster $(date +%T.%3N)] $*" >&2; }
 
@@ -269,10 +273,13 @@ cluster_cli() { ip netns exec "$(cluster_hub_ns)" "${COHORT_CLI}" --credentials 
 # "listening on HOST:PORT" and sets CLUSTER_LAST_ADDRESS to HOST:PORT. Not in $(...): the daemon's
 # pid must be recorded in this shell.
 cluster_start_daemon() {
-  local i="$1" log deadline address
+  local i="$1" log deadline address lines_before
   shift
   log="${CLUSTER_TMP}/cohortd-${i}.log"
   : >> "${log}"
+  # A restarted daemon appends to the same log: only lines after this count.
+  lines_before="$(wc -l < "${log}")"
+  CLUSTER_DAEMON_ARGS[i]="$(printf '%q ' "$@")"
   mkdir -p "${CLUSTER_TMP}/data-${i}"
   chmod 0711 "${CLUSTER_TMP}/data-${i}"
   # The hosts share one kernel: left to itself UCX sees one machine (it compares boot ids) and
@@ -282,14 +289,15 @@ cluster_start_daemon() {
   # a function or a subshell in between would take the signals meant for the daemon.
   (exec ip netns exec "$(cluster_host_ns "${i}")" nsenter --uts="$(_cluster_uts "${i}")" -- \
     env UCX_TLS="${CLUSTER_UCX_TLS}" UCX_NET_DEVICES="${CLUSTER_UCX_NET_DEVICES}" \
-    "${COHORTD}" --listen "$(cluster_host_addr "${i}"):0" \
+    "${COHORTD}" --listen "$(cluster_host_addr "${i}"):${_CLUSTER_LISTEN_PORT:-0}" \
     --data-dir "${CLUSTER_TMP}/data-${i}" "$@" >> "${log}" 2>&1) &
   CLUSTER_DAEMON_PIDS[i]=$!
   deadline=$((SECONDS + CLUSTER_START_TIMEOUT_S))
   while ((SECONDS < deadline)); do
-    address="$(sed -n 's/^listening on //p' "${log}" | tail -n 1)"
+    address="$(tail -n "+$((lines_before + 1))" "${log}" | sed -n 's/^listening on //p' | tail -n 1)"
     if [[ -n "${address}" ]]; then
       CLUSTER_LAST_ADDRESS="${address}"
+      CLUSTER_DAEMON_ADDRESSES[i]="${address}"
       return 0
     fi
     kill -0 "${CLUSTER_DAEMON_PIDS[i]}" 2> /dev/null || break
@@ -310,6 +318,23 @@ cluster_stop_daemon() {
 # Sends signal `sig` (KILL, STOP, CONT...) to host i's cohortd, for fault injection. Cleanup
 # handles stopped and killed daemons alike.
 cluster_signal_daemon() { kill -"$2" "${CLUSTER_DAEMON_PIDS[$1]}"; }
+
+# Starts host i's cohortd again, with the flags it was first started with and on the same address
+# and port (agents and the admin's credentials name the coordinator's), e.g. after
+# `cluster_signal_daemon i KILL`. A daemon still running is SIGKILLed first. The data directory is
+# kept: the coordinator recovers its jobs, an agent keeps its node certificate.
+cluster_restart_daemon() {
+  local i="$1" address="${CLUSTER_DAEMON_ADDRESSES[$1]}"
+  kill -KILL "${CLUSTER_DAEMON_PIDS[i]}" 2> /dev/null
+  kill -CONT "${CLUSTER_DAEMON_PIDS[i]}" 2> /dev/null
+  wait "${CLUSTER_DAEMON_PIDS[i]}" 2> /dev/null
+  local -a args
+  eval "args=(${CLUSTER_DAEMON_ARGS[i]})"
+  _CLUSTER_LISTEN_PORT="${address##*:}" cluster_start_daemon "${i}" "${args[@]}"
+}
+
+# Whether host i's cohortd process still exists (running or stopped).
+cluster_daemon_alive() { kill -0 "${CLUSTER_DAEMON_PIDS[$1]}" 2> /dev/null; }
 
 # Waits until exactly `count` nodes are live; returns 1 after `timeout` seconds.
 cluster_wait_nodes() {

@@ -426,7 +426,7 @@ TEST_F(CliTest, LaunchThatCannotStartFailsTheJobNamingNodeAndError) {
   server_.reset();
   start_server({"/nonexistent/cohort-worker"});
   CliResult followed = cohort({"submit", write_job("ok"), "--follow"});
-  EXPECT_EQ(followed.status, kExitFailure) << followed.out;
+  EXPECT_EQ(followed.status, kExitJobFailed) << followed.out;  // the job failed, not the call
   auto jobs = admin_client().list();
   ASSERT_TRUE(jobs.ok());
   ASSERT_EQ(jobs->size(), 1u);
@@ -468,7 +468,7 @@ TEST(CliRunTest, RunsOneJobInProcessAndExitsWithItsResult) {
   const std::string bad = scratch.path() + "/bad.yaml";
   std::ofstream(bad) << job_yaml("bad", 1, 1);
   CliResult failed = cli({"run", bad, "--worker", worker, "--data-dir", scratch.path() + "/data2"});
-  EXPECT_EQ(failed.status, kExitFailure) << failed.out;
+  EXPECT_EQ(failed.status, kExitJobFailed) << failed.out;
   EXPECT_NE(failed.out.find("FAILED"), std::string::npos) << failed.out;
   EXPECT_NE(failed.out.find("unexpected job bad-1"), std::string::npos) << failed.out;
 
@@ -501,7 +501,7 @@ TEST(CliRunTest, RunsACommandJobWithoutAWorker) {
   const std::string failing = scratch.path() + "/failing.yaml";
   std::ofstream(failing) << "name: failing\nnodes: 1\nprocs_per_node: 1\ncommand: [sh, -c, 'echo oops; exit 4']\n";
   CliResult failed = cli({"run", failing});
-  EXPECT_EQ(failed.status, kExitFailure) << failed.out;
+  EXPECT_EQ(failed.status, kExitJobFailed) << failed.out;
   EXPECT_NE(failed.out.find("FAILED"), std::string::npos) << failed.out;
   EXPECT_NE(failed.out.find("oops"), std::string::npos) << failed.out;
 }

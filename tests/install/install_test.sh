@@ -80,8 +80,9 @@ if [[ -z "$unresolved" ]]; then pass headers; else fail headers "not installed: 
 # except these, which are not the library's API:
 #   //worker/comm:typed_values, :loopback_transport   test seams
 #   //worker/base:crypto, :credentials_file           the daemon's and the CLI's
-readonly kNotInLibrary="//worker/comm:typed_values //worker/comm:loopback_transport //worker/base:crypto //worker/base:credentials_file"
-layers="//worker/base/... + //worker/comm/... + //worker/autograd/... + //worker/train/... + //worker/graph/..."
+#   //worker/base:cli_flags                           the binaries' command lines (CLI11)
+readonly kNotInLibrary="//worker/comm:typed_values //worker/comm:loopback_transport //worker/base:crypto //worker/base:credentials_file //worker/base:cli_flags"
+layers="//worker/base/... + //worker/comm/... + //worker/autograd/... + //worker/train/... + //worker/graph/... + //worker/distributed/..."
 if left=$(bazel query "kind(cc_library, $layers) except attr(testonly, 1, $layers) except deps(//deploy/lib:all)" 2>"$tmp/query.log"); then
   forgotten=$(for t in $left; do [[ " $kNotInLibrary " == *" $t "* ]] || echo "$t"; done)
   if [[ -z "$forgotten" ]]; then pass coverage

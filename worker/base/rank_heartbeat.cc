@@ -30,6 +30,20 @@ RankHeartbeat::~RankHeartbeat() {
 std::unique_ptr<RankHeartbeat> RankHeartbeat::from_environment(std::chrono::milliseconds interval) {
   const char* path = std::getenv(kHeartbeatFileVariable);
   if (path == nullptr || *path == '\0') return nullptr;
+  if (const char* text = std::getenv(kHeartbeatIntervalVariable); text != nullptr && *text != '\0') {
+    errno = 0;
+    char* end = nullptr;
+    const long long ms = std::strtoll(text, &end, 10);
+    if (*end == '\0' && errno == 0 && ms >= kMinRankHeartbeatInterval.count() &&
+        ms <= kMaxRankHeartbeatInterval.count()) {
+      interval = std::chrono::milliseconds(ms);
+    } else {
+      std::fprintf(stderr, "cohort: %s='%s' is not a whole number of milliseconds in %lld..%lld; beating every %lld ms\n",
+                   kHeartbeatIntervalVariable, text, static_cast<long long>(kMinRankHeartbeatInterval.count()),
+                   static_cast<long long>(kMaxRankHeartbeatInterval.count()),
+                   static_cast<long long>(interval.count()));
+    }
+  }
   return std::make_unique<RankHeartbeat>(path, interval);
 }
 

@@ -30,6 +30,14 @@ namespace cohort {
 inline constexpr std::chrono::milliseconds kDefaultRankHeartbeatInterval = std::chrono::seconds(2);
 // The variable the agent sets to the rank's heartbeat file.
 inline constexpr const char* kHeartbeatFileVariable = "COHORT_HEARTBEAT_FILE";
+// The variable the agent sets to the beat interval it expects, in whole milliseconds (its
+// task_heartbeat_interval_ms setting), so that the interval and the agent's timeout are configured
+// in one place.
+inline constexpr const char* kHeartbeatIntervalVariable = "COHORT_HEARTBEAT_INTERVAL_MS";
+// The intervals a rank accepts from kHeartbeatIntervalVariable (and the agent's setting allows):
+// faster than 50 ms is a busy loop of file writes, slower than 10 minutes detects nothing.
+inline constexpr std::chrono::milliseconds kMinRankHeartbeatInterval = std::chrono::milliseconds(50);
+inline constexpr std::chrono::milliseconds kMaxRankHeartbeatInterval = std::chrono::minutes(10);
 
 class RankHeartbeat {
  public:
@@ -40,9 +48,15 @@ class RankHeartbeat {
   RankHeartbeat(const RankHeartbeat&) = delete;
   RankHeartbeat& operator=(const RankHeartbeat&) = delete;
 
-  // A heartbeat into $COHORT_HEARTBEAT_FILE; nullptr when it is unset or empty.
+  // A heartbeat into $COHORT_HEARTBEAT_FILE; nullptr when it is unset or empty. It beats every
+  // $COHORT_HEARTBEAT_INTERVAL_MS when that is a whole number of milliseconds within
+  // [kMinRankHeartbeatInterval, kMaxRankHeartbeatInterval], else every `interval` (a bad value is
+  // said once on stderr).
   static std::unique_ptr<RankHeartbeat> from_environment(
       std::chrono::milliseconds interval = kDefaultRankHeartbeatInterval);
+
+  // The interval it beats at. Non-blocking.
+  std::chrono::milliseconds interval() const { return interval_; }
 
   // Beats so far that reached the file (for tests). Non-blocking.
   long beats() const;

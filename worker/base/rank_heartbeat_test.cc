@@ -65,5 +65,23 @@ TEST(RankHeartbeatTest, FromEnvironmentOnlyWhenTheAgentAsks) {
   ::unsetenv(kHeartbeatFileVariable);
 }
 
+TEST(RankHeartbeatTest, FromEnvironmentTakesTheAgentsInterval) {
+  const std::string path = temp_dir() + "/heartbeat-rank-3";
+  ::setenv(kHeartbeatFileVariable, path.c_str(), 1);
+  ::setenv(kHeartbeatIntervalVariable, "250", 1);
+  auto heartbeat = RankHeartbeat::from_environment(1h);
+  ASSERT_NE(heartbeat, nullptr);
+  EXPECT_EQ(heartbeat->interval(), 250ms);
+  // Out of range, not a number, or trailing junk: the caller's default, not a busy loop.
+  for (const char* bad : {"10", "abc", "250ms", "-5", "99999999999"}) {
+    ::setenv(kHeartbeatIntervalVariable, bad, 1);
+    heartbeat = RankHeartbeat::from_environment(1h);
+    ASSERT_NE(heartbeat, nullptr);
+    EXPECT_EQ(heartbeat->interval(), 1h) << bad;
+  }
+  ::unsetenv(kHeartbeatIntervalVariable);
+  ::unsetenv(kHeartbeatFileVariable);
+}
+
 }  // namespace
 }  // namespace cohort

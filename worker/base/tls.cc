@@ -31,7 +31,11 @@ std::string env_or_empty(const char* name) {
 }  // namespace
 
 std::shared_ptr<grpc::Channel> make_channel(const std::string& address, const ChannelSecurity& security) {
-  grpc::ChannelArguments args;
+  return make_channel(address, security, grpc::ChannelArguments());
+}
+
+std::shared_ptr<grpc::Channel> make_channel(const std::string& address, const ChannelSecurity& security,
+                                            grpc::ChannelArguments args) {
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(kKeepaliveTime.count()));
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(kKeepaliveTimeout.count()));
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);

@@ -51,6 +51,9 @@ struct ChannelSecurity {
 
 // A channel to `address` (HOST:PORT) with `security` and the keepalive above. Does not connect yet.
 std::shared_ptr<grpc::Channel> make_channel(const std::string& address, const ChannelSecurity& security);
+// The same with more channel arguments (e.g. reconnect backoff, worker/base/leader_channel.h).
+std::shared_ptr<grpc::Channel> make_channel(const std::string& address, const ChannelSecurity& security,
+                                            grpc::ChannelArguments args);
 
 // A worker rank's security from its environment (COHORT_CA_CERTIFICATE, COHORT_JOB_SECRET).
 ChannelSecurity worker_security_from_environment();

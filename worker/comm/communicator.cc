@@ -1,6 +1,7 @@
 #include "worker/comm/communicator.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -315,7 +316,11 @@ std::shared_ptr<Work> Communicator::submit(const OpInfo& info, const CallOptions
   if (call.blocking && !running_ && queue_.empty()) {
     running_ = true;
     lock.unlock();
+    const auto start = std::chrono::steady_clock::now();
     Status status = run_recorded(sequence_, info, Deadline::after(timeout), body);
+    blocked_ns_->fetch_add(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count(),
+        std::memory_order_relaxed);
     lock.lock();
     running_ = false;
     bool executor_waits = executor_.joinable();
@@ -325,7 +330,7 @@ std::shared_ptr<Work> Communicator::submit(const OpInfo& info, const CallOptions
   }
   // The deadline starts when the operation starts running, not when it is queued: a bucket queued
   // behind others must not time out for waiting its turn.
-  auto work = std::make_shared<CompletionWork>();
+  auto work = std::make_shared<CompletionWork>(blocked_ns_);
   std::function<Status()> task = [this, info, timeout, body = std::forward<Body>(body)] {
     return run_recorded(sequence_, info, Deadline::after(timeout), body);
   };

@@ -30,6 +30,7 @@
 // ordered before the operation; callers using other streams synchronize them first.
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -137,6 +138,13 @@ class Communicator {
   int cuda_device() const { return cuda_device_; }
   // "hierarchical communicator (context 3, rank 1 of 4)": for error messages.
   const std::string& description() const;
+  // How long callers have been blocked on this communicator's collectives, in total: a blocking
+  // call while it ran, and Work::wait() on an asynchronous one until it finished (what training
+  // steps lose to communication; rank 0 reports it as Metrics.comm_wait_s). Point-to-point
+  // transfers are not counted. Thread-safe, non-blocking.
+  std::chrono::nanoseconds blocked_time() const {
+    return std::chrono::nanoseconds(blocked_ns_->load(std::memory_order_relaxed));
+  }
 
   // ---- Collectives. `send == nullptr` or `send == recv` means in place. Counts are elements. ----
   std::shared_ptr<Work> allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
@@ -306,6 +314,8 @@ class Communicator {
   ShmState shm_state_ = ShmState::kUndecided;
   std::unique_ptr<SharedMemoryEngine> shm_;
   FlightRecorder recorder_;
+  // blocked_time(), in nanoseconds; shared with the Works it hands out, which may outlive it.
+  const std::shared_ptr<std::atomic<int64_t>> blocked_ns_ = std::make_shared<std::atomic<int64_t>>(0);
 
   // The run token and the queue: exactly one thread runs collectives at a time, in issue order.
   std::mutex queue_mutex_;

@@ -320,3 +320,34 @@ TEST(CommunicatorTest, AsyncOperationsCompleteInIssueOrderAndOverlapTheCaller) {
 
 }  // namespace
 }  // namespace cohort::comm
+
+namespace cohort::comm {
+namespace {
+
+TEST(CommunicatorTest, BlockedTimeCountsWaitsOnCollectivesAsyncAndBlocking) {
+  constexpr auto kLate = std::chrono::milliseconds(300);
+  auto statuses = on_loopback(2, "flat", [&](Communicator& comm) -> Status {
+    if (comm.blocked_time().count() != 0) return internal_error("blocked {} ns before any call", comm.blocked_time().count());
+    float x = 1;
+    // Rank 1 comes late twice: rank 0 waits about kLate in wait() and then in a blocking call.
+    if (comm.rank() == 1) std::this_thread::sleep_for(kLate);
+    const auto start = Clock::now();
+    COHORT_RETURN_IF_ERROR(comm.allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum)->wait());
+    if (comm.rank() == 1) std::this_thread::sleep_for(kLate);
+    CallOptions blocking;
+    blocking.blocking = true;
+    COHORT_RETURN_IF_ERROR(comm.allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum, blocking)->error());
+    const auto elapsed = Clock::now() - start;
+    if (comm.rank() == 0 && comm.blocked_time() < 2 * kLate - std::chrono::milliseconds(100))
+      return internal_error("rank 0 blocked only {} ns while its peer came {} ms late twice",
+                            comm.blocked_time().count(), kLate.count());
+    if (comm.blocked_time() > elapsed)
+      return internal_error("blocked {} ns, more than the {} ns the calls took", comm.blocked_time().count(),
+                            std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count());
+    return ok_status();
+  }, nodes_of(2));
+  EXPECT_EQ(failures(statuses), "");
+}
+
+}  // namespace
+}  // namespace cohort::comm

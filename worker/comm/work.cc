@@ -1,5 +1,7 @@
 #include "worker/comm/work.h"
 
+#include <chrono>
+
 namespace cohort::comm {
 
 void CompletionWork::complete(Status status) {
@@ -14,11 +16,21 @@ void CompletionWork::complete(Status status) {
 Status CompletionWork::wait(Duration timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
   auto done = [&] { return result_.has_value(); };
+  if (done()) return *result_;  // nothing to wait for: no blocked time
+  const auto start = std::chrono::steady_clock::now();
+  bool finished = true;
   if (timeout == Duration::max()) {
     done_cv_.wait(lock, done);
-  } else if (!done_cv_.wait_for(lock, timeout, done)) {
-    return deadline_exceeded_error("operation still running after waiting {}", format_duration(timeout));
+  } else {
+    finished = done_cv_.wait_for(lock, timeout, done);
   }
+  if (blocked_ns_ != nullptr) {
+    blocked_ns_->fetch_add(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count(),
+        std::memory_order_relaxed);
+  }
+  if (!finished)
+    return deadline_exceeded_error("operation still running after waiting {}", format_duration(timeout));
   return *result_;
 }
 

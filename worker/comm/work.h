@@ -4,7 +4,9 @@
 // Follows c10d's contract: wait(timeout), is_completed(), error(). Every operation carries its own
 // deadline, so it always completes (successfully or with an error) within that time.
 
+#include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -35,6 +37,11 @@ class Work {
 // on a communicator's executor and for the loopback transport.
 class CompletionWork : public Work {
  public:
+  CompletionWork() = default;
+  // Adds the time each wait() blocks (nanoseconds) to `*blocked_ns`, which the work shares with
+  // its issuer (a communicator's blocked_time(); the work may outlive it). Null: counts nothing.
+  explicit CompletionWork(std::shared_ptr<std::atomic<int64_t>> blocked_ns) : blocked_ns_(std::move(blocked_ns)) {}
+
   // Finishes the work with `status` and wakes every waiter. Later calls are ignored.
   void complete(Status status);
 
@@ -47,6 +54,7 @@ class CompletionWork : public Work {
   std::mutex mutex_;
   std::condition_variable done_cv_;
   std::optional<Status> result_;
+  const std::shared_ptr<std::atomic<int64_t>> blocked_ns_;
 };
 
 // An already finished Work (e.g. a zero-byte operation, or an argument error found at the call).

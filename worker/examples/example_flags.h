@@ -1,17 +1,23 @@
 #pragma once
 
-// The flags every example (and bench/train_fashion_mnist) takes, parsed in one place:
+// The flags every example (and bench/train_fashion_mnist) takes, on cohort's one flag library
+// (CLI11 through worker/base/cli_flags.h: the same --help shape, --version, errors and exit 2):
 //   --ranks N     start N local ranks (processes over a file:// store; see local_ranks.h)
 //   --init URL    join a job: env://, tcp://host:port, file:///path?rank=R&world_size=N
 //   --kind KIND   communicator kind (default flat)
 //   --epochs E    passes over the training set (default 1)
 //   --limit N     use only the first N training and test samples (default 0: all)
+// and, where the program takes them (ExampleFlagSet):
 //   --max-steps S stop after S optimizer steps in all (default 0: no cap; train_mnist_dp)
 //   --double-buffering  (no value) data-parallel programs: the multi-node optimizer's double buffering
+//
+//   ExampleFlags flags;
+//   flags.ranks = 2;                                     // the program's defaults
+//   if (std::optional<int> exit = parse_example_flags(argc, argv, "train_x", "Trains x.", flags))
+//     return *exit;
 
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
+#include <optional>
 #include <string>
 
 namespace cohort::examples {
@@ -27,38 +33,17 @@ struct ExampleFlags {
   bool double_buffering = false;
 };
 
-// Parses argv into `flags` (which holds the program's defaults). On an unknown flag or a missing
-// value prints the error and `usage` to stderr and returns false.
-inline bool parse_example_flags(int argc, char** argv, const char* usage, ExampleFlags& flags) {
-  for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i];
-    if (flag == "--double-buffering") {  // the one flag without a value
-      flags.double_buffering = true;
-      continue;
-    }
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "%s: %s needs a value\n%s", argv[0], flag.c_str(), usage);
-      return false;
-    }
-    const char* value = argv[++i];
-    if (flag == "--init") {
-      flags.init = value;
-    } else if (flag == "--kind") {
-      flags.kind = value;
-    } else if (flag == "--ranks") {
-      flags.ranks = std::atoi(value);
-    } else if (flag == "--epochs") {
-      flags.epochs = std::atoi(value);
-    } else if (flag == "--limit") {
-      flags.limit = std::atoll(value);
-    } else if (flag == "--max-steps") {
-      flags.max_steps = std::atoll(value);
-    } else {
-      std::fprintf(stderr, "%s: unknown flag %s\n%s", argv[0], flag.c_str(), usage);
-      return false;
-    }
-  }
-  return true;
-}
+// The optional flags a program takes besides the five every example has.
+struct ExampleFlagSet {
+  bool max_steps = false;         // --max-steps S
+  bool double_buffering = false;  // --double-buffering
+};
+
+// Parses argv into `flags` (which holds the program's defaults, shown in --help). std::nullopt:
+// go on. Otherwise the program's exit status, with the output written: 0 after --help or
+// --version, 2 after "<program>: <error>" on stderr (an unknown flag, a missing or bad value).
+std::optional<int> parse_example_flags(int argc, char** argv, const std::string& program,
+                                       const std::string& description, ExampleFlags& flags,
+                                       ExampleFlagSet set = {});
 
 }  // namespace cohort::examples

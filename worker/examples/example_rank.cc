@@ -10,9 +10,10 @@
 namespace cohort::examples {
 
 std::unique_ptr<comm::Communicator> start_example_rank(int argc, char** argv, const char* program,
-                                                       const char* usage, ExampleFlags& flags, int* exit_code) {
-  if (!parse_example_flags(argc, argv, usage, flags)) {
-    *exit_code = 2;
+                                                       const char* description, ExampleFlags& flags, int* exit_code,
+                                                       ExampleFlagSet set) {
+  if (std::optional<int> exit = parse_example_flags(argc, argv, program, description, flags, set)) {
+    *exit_code = *exit;
     return nullptr;
   }
   if (flags.init.empty()) {

@@ -5,10 +5,11 @@
 //   ExampleFlags flags;
 //   flags.ranks = 2;
 //   int exit_code = 0;
-//   auto comm = start_example_rank(argc, argv, "train_mnist_dp", kUsage, flags, &exit_code);
+//   auto comm = start_example_rank(argc, argv, "train_mnist_dp", kDescription, flags, &exit_code);
 //   if (comm == nullptr) return exit_code;   // flags error, or the launcher parent finished
 //
-// Parses the flags; without --init, starts flags.ranks local ranks (re-executing this binary) and
+// Parses the flags (example_flags.h: `description` under the usage line, the flags of `set`);
+// without --init, starts flags.ranks local ranks (re-executing this binary) and
 // returns nullptr once they exit; with --init, joins the job with one intra-op thread and returns
 // the communicator of flags.kind. Errors are printed to stderr prefixed with `program`.
 
@@ -20,6 +21,7 @@
 namespace cohort::examples {
 
 std::unique_ptr<comm::Communicator> start_example_rank(int argc, char** argv, const char* program,
-                                                       const char* usage, ExampleFlags& flags, int* exit_code);
+                                                       const char* description, ExampleFlags& flags, int* exit_code,
+                                                       ExampleFlagSet set = {});
 
 }  // namespace cohort::examples

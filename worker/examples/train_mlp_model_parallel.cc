@@ -32,8 +32,9 @@ namespace {
 
 using cohort::train::kNone;
 
-constexpr const char* kUsage =
-    "usage: train_mlp_model_parallel [--ranks 3 | --init URL] [--kind KIND] [--epochs E] [--limit N]\n";
+constexpr const char* kDescription =
+    "Model-parallel MLP on Fashion-MNIST: a chain of 3 ranks, each holding one stage of the network\n"
+    "(--ranks must stay 3).";
 constexpr int kStages = 3;           // the chain needs exactly 3 ranks
 constexpr int64_t kBatch = 64;       // the same batch on every rank
 constexpr int64_t kHidden = 512;     // width of both hidden layers
@@ -116,7 +117,7 @@ int main(int argc, char** argv) {
   cohort::examples::ExampleFlags flags;
   flags.ranks = kStages;
   int exit_code = 0;
-  auto comm = cohort::examples::start_example_rank(argc, argv, "train_mlp_model_parallel", kUsage, flags, &exit_code);
+  auto comm = cohort::examples::start_example_rank(argc, argv, "train_mlp_model_parallel", kDescription, flags, &exit_code);
   if (comm == nullptr) return exit_code;
   try {
     return train(*comm, flags);

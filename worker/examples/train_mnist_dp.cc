@@ -23,25 +23,22 @@
 
 namespace {
 
-constexpr const char* kUsage =
-    "usage: train_mnist_dp [--ranks N | --init URL] [--kind KIND] [--epochs E] [--limit N]\n"
-    "                      [--max-steps S] [--double-buffering]\n"
-    "  --ranks N     start N local ranks (processes over a file:// store)\n"
-    "  --init URL    join a job: env://, tcp://host:port, file:///path?rank=R&world_size=N\n"
-    "  --kind KIND   communicator kind (default flat)\n"
-    "  --epochs E    passes over the training set (default 1)\n"
-    "  --limit N     use only the first N training and test samples (default: all)\n"
-    "  --max-steps S stop after S optimizer steps in all (default: no cap)\n"
-    "  --double-buffering  apply each step's averaged gradient one step later (its allreduce\n"
-    "                overlaps the next step's compute)\n";
+constexpr const char* kDescription =
+    "Data-parallel CNN on Fashion-MNIST: every rank trains the same network on its shard of the\n"
+    "training set; the multi-node optimizer averages the gradients. Without --init it starts --ranks\n"
+    "local ranks; under cohortd (--init env://) it reports its metrics to the coordinator.";
 
 }  // namespace
 
 int main(int argc, char** argv) {
   cohort::examples::ExampleFlags flags;
   flags.ranks = 1;
+  cohort::examples::ExampleFlagSet extra_flags;
+  extra_flags.max_steps = true;
+  extra_flags.double_buffering = true;
   int exit_code = 0;
-  auto comm = cohort::examples::start_example_rank(argc, argv, "train_mnist_dp", kUsage, flags, &exit_code);
+  auto comm = cohort::examples::start_example_rank(argc, argv, "train_mnist_dp", kDescription, flags, &exit_code,
+                                                   extra_flags);
   if (comm == nullptr) return exit_code;
   cohort::examples::DataParallelOptions options;
   options.epochs = flags.epochs;

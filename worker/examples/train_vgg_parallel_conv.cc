@@ -32,8 +32,9 @@
 
 namespace {
 
-constexpr const char* kUsage =
-    "usage: train_vgg_parallel_conv [--ranks N | --init URL] [--kind KIND] [--epochs E] [--limit N]\n";
+constexpr const char* kDescription =
+    "A VGG-style network on Fashion-MNIST whose convolutions are split over the ranks by channel\n"
+    "(parallel_conv2d); every rank sees the same batch.";
 constexpr int64_t kBatch = 64;  // the same batch on every rank
 constexpr int64_t kEvalBatch = 500;
 
@@ -129,7 +130,7 @@ int main(int argc, char** argv) {
   cohort::examples::ExampleFlags flags;
   flags.ranks = 2;
   int exit_code = 0;
-  auto comm = cohort::examples::start_example_rank(argc, argv, "train_vgg_parallel_conv", kUsage, flags, &exit_code);
+  auto comm = cohort::examples::start_example_rank(argc, argv, "train_vgg_parallel_conv", kDescription, flags, &exit_code);
   if (comm == nullptr) return exit_code;
   try {
     return train(*comm, flags);

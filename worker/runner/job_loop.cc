@@ -48,6 +48,17 @@ void JobRun::report(v1::Metrics metrics, bool epoch_end) {
   metrics.set_total_epochs(spec_.epochs());
   // Sharded data: each rank a batch of its own; broadcast batches: one batch for all ranks.
   metrics.set_samples_per_step(static_cast<int64_t>(spec_.batch_size()) * (sharded_ ? comm_.size() : 1));
+  // Communication wait: this rank's time blocked in collectives, in total and since the last report.
+  const Clock::time_point now = Clock::now();
+  const std::chrono::nanoseconds blocked = comm_.blocked_time();
+  const double interval = std::chrono::duration<double>(now - last_report_time_).count();
+  metrics.set_comm_wait_s(std::chrono::duration<double>(blocked).count());
+  if (interval > 0) {
+    const double waited = std::chrono::duration<double>(blocked - last_report_blocked_).count();
+    metrics.set_comm_wait_ratio(std::clamp(waited / interval, 0.0, 1.0));
+  }
+  last_report_time_ = now;
+  last_report_blocked_ = blocked;
   options_.metrics->report(metrics, epoch_end);
 }
 

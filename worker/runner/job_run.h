@@ -10,6 +10,7 @@
 //   job_evaluation.cc  the evaluation closing each epoch
 //   job_checkpoints.cc the multi-node checkpointer and resume
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -121,6 +122,9 @@ class JobRun {
   int64_t steps_per_epoch_ = 0;
   int64_t step_ = 0;
   double last_accuracy_ = 0;
+  // The previous report's time and comm_.blocked_time(), for Metrics.comm_wait_ratio.
+  std::chrono::steady_clock::time_point last_report_time_ = std::chrono::steady_clock::now();
+  std::chrono::nanoseconds last_report_blocked_{0};
   JobResult result_;
 };
 

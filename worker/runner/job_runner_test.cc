@@ -292,7 +292,14 @@ TEST(JobRunnerTest, ProgressLinesAndMetricsFromRankZero) {
   EXPECT_NEAR(std::stod(last[1]), results[0].test_accuracy, 1e-4);
 
   int epoch_ends = 0;
+  double comm_wait_s = 0;
   for (const auto& [metrics, epoch_end] : sink.reports) {
+    // Time blocked in collectives (the gradient allreduces, the global means): cumulative, and a
+    // share of each report interval.
+    EXPECT_GE(metrics.comm_wait_s(), comm_wait_s);
+    comm_wait_s = metrics.comm_wait_s();
+    EXPECT_GE(metrics.comm_wait_ratio(), 0.0);
+    EXPECT_LE(metrics.comm_wait_ratio(), 1.0);
     EXPECT_EQ(metrics.total_steps(), 64);
     EXPECT_EQ(metrics.total_epochs(), 2);
     // Data-parallel: each of the 2 ranks trains its own batch per step.
@@ -301,6 +308,7 @@ TEST(JobRunnerTest, ProgressLinesAndMetricsFromRankZero) {
     if (epoch_end) ++epoch_ends;
   }
   EXPECT_EQ(epoch_ends, 2);
+  EXPECT_GT(comm_wait_s, 0.0) << "two ranks trained without ever waiting on a collective";
   ASSERT_FALSE(sink.reports.empty());
   EXPECT_EQ(sink.reports.back().first.step(), 64);
   EXPECT_DOUBLE_EQ(sink.reports.back().first.accuracy(), results[0].test_accuracy);

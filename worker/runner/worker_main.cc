@@ -24,6 +24,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "worker/base/cli_flags.h"
 #include "worker/base/logging.h"
 #include "worker/base/rank_heartbeat.h"
 #include "worker/base/status.h"
@@ -38,42 +39,28 @@
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: cohort-worker [--job-spec FILE] [--init URL] [--communicator KIND]
-       cohort-worker --version | --help
-
-cohort-worker is one training process (one rank) of a cohort job. cohortd's agent starts it with no
+constexpr const char* kDescription = R"(cohort-worker is one training process (one rank) of a cohort job. cohortd's agent starts it with no
 arguments and the job in its environment; any other launcher (mpirun, srun, a shell loop) can start
-it with flags.
+it with flags.)";
 
-  --job-spec FILE       the job: .pb (binary cohort.v1.JobSpec), .pbtxt / .textproto (text format) or
-                        .yaml / .yml (default: $COHORT_JOB_SPEC)
-  --init URL            how to join the job: cohort://host:port/JOB?attempt=A&local_rank=L, env://
-                        (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE), tcp://host:port?rank=R&world_size=N,
-                        file:///path?rank=R&world_size=N (default: $COHORT_INIT, else env://)
-  --communicator KIND   naive, flat, hierarchical, two_dimensional, single_node, pure_nccl
-                        (default: the spec's, else pure_nccl when training on a GPU, else flat)
-  --version             print the version and what it was built against, and exit
-  --help                print this help and exit
-
-A job with gpus_per_proc > 0 trains on the rank's GPU (cuda:0 under the agent's CUDA_VISIBLE_DEVICES,
+constexpr const char* kFooter = R"(A job with gpus_per_proc > 0 trains on the rank's GPU (cuda:0 under the agent's CUDA_VISIBLE_DEVICES,
 else cuda:LOCAL_RANK mod the GPU count); that needs a cohort-worker built against a CUDA libtorch.
 
 Environment: COHORT_RESUME=1 resumes from the newest checkpoint; COHORT_COORDINATOR, COHORT_JOB_ID
 and COHORT_ATTEMPT make rank 0 report metrics to the coordinator; COHORT_LOG_LEVEL sets logging.
-COHORT_HEARTBEAT_FILE (set by the agent) is touched every 2 s so the agent can tell a busy rank from a
-stopped one. COHORT_JOB_DIR and COHORT_ALLOWED_PATH_ROOTS (set by the agent) confine the spec's checkpoint.dir,
+COHORT_HEARTBEAT_FILE (set by the agent) is touched every COHORT_HEARTBEAT_INTERVAL_MS (the agent's
+task_heartbeat_interval_ms; 2 s without it) so the agent can tell a busy rank from a stopped one. COHORT_JOB_DIR and COHORT_ALLOWED_PATH_ROOTS (set by the agent) confine the spec's checkpoint.dir,
 dataset.path and torchscript_file to the job's directory and those roots, symlinks resolved.
 
 example: two ranks on this machine
   for r in 0 1; do
     cohort-worker --job-spec job.yaml --init "file:///tmp/job-store?rank=$r&world_size=2" &
-  done; wait
-)";
+  done; wait)";
 
 struct WorkerFlags {
-  std::string job_spec;      // path; "" = $COHORT_JOB_SPEC
-  std::string init;          // URL; "" = $COHORT_INIT, else env://
-  std::string communicator;  // kind; "" = the spec's
+  std::string job_spec;            // path (or $COHORT_JOB_SPEC)
+  std::string init = "env://";     // URL (or $COHORT_INIT)
+  std::string communicator;        // kind; "" = the spec's
 };
 
 std::string env_or(const char* name, const std::string& fallback) {
@@ -87,11 +74,9 @@ cohort::Status run_worker(WorkerFlags flags) {
   // Started by an agent: beat from a thread of our own for the whole run, so a long step or a long
   // collective is never taken for a hang, and a stopped or frozen process is.
   std::unique_ptr<cohort::RankHeartbeat> heartbeat = cohort::RankHeartbeat::from_environment();
-  if (flags.job_spec.empty()) flags.job_spec = env_or("COHORT_JOB_SPEC", "");
   if (flags.job_spec.empty()) {
     return cohort::invalid_argument_error("no job spec: pass --job-spec FILE or set COHORT_JOB_SPEC");
   }
-  if (flags.init.empty()) flags.init = env_or("COHORT_INIT", "env://");
 
   COHORT_ASSIGN_OR_RETURN(cohort::v1::JobSpec spec, cohort::worker::read_job_spec_file(flags.job_spec));
   // Started by an agent: the spec's paths must lie under its allowed roots, symlinks resolved.
@@ -144,39 +129,27 @@ std::string one_line(std::string text) {
 
 int main(int argc, char** argv) {
   WorkerFlags flags;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--version") {
-      std::printf("%s\n", cohort::worker::version_string().c_str());
-      return 0;
-    }
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    std::string value;
-    size_t eq = arg.find('=');
-    std::string name = arg.substr(0, eq);
-    if (eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-    } else if (name == "--job-spec" || name == "--init" || name == "--communicator") {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "cohort-worker: %s needs a value\n\n%s", name.c_str(), kUsage);
-        return 2;
-      }
-      value = argv[++i];
-    }
-    if (name == "--job-spec") {
-      flags.job_spec = value;
-    } else if (name == "--init") {
-      flags.init = value;
-    } else if (name == "--communicator") {
-      flags.communicator = value;
-    } else {
-      std::fprintf(stderr, "cohort-worker: unknown argument '%s'\n\n%s", argv[i], kUsage);
-      return 2;
-    }
-  }
+  auto app = cohort::cli_flags::make_app("cohort-worker", kDescription);
+  // --version also names what it was built against.
+  app->set_version_flag("--version", cohort::worker::version_string(),
+                        "print the version and what it was built against, and exit");
+  app->footer(kFooter);
+  app->add_option("--job-spec", flags.job_spec,
+                  "the job: .pb (binary cohort.v1.JobSpec), .pbtxt / .textproto (text format) or .yaml / .yml")
+      ->type_name("FILE")
+      ->envname("COHORT_JOB_SPEC");
+  app->add_option("--init", flags.init,
+                  "how to join the job: cohort://host:port/JOB?attempt=A&local_rank=L, env:// (MASTER_ADDR, "
+                  "MASTER_PORT, RANK, WORLD_SIZE), tcp://host:port?rank=R&world_size=N, "
+                  "file:///path?rank=R&world_size=N")
+      ->type_name("URL")
+      ->envname("COHORT_INIT")
+      ->capture_default_str();
+  app->add_option("--communicator", flags.communicator,
+                  "naive, flat, hierarchical, two_dimensional, single_node, pure_nccl (default: the spec's, "
+                  "else pure_nccl when training on a GPU, else flat)")
+      ->type_name("KIND");
+  if (std::optional<int> exit = cohort::cli_flags::parse(*app, argc, argv)) return *exit;
   if (cohort::Status logging = cohort::init_logging("cohort-worker"); !logging.ok()) {
     std::fprintf(stderr, "cohort-worker: %s\n", logging.message().c_str());
     return 2;

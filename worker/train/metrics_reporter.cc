@@ -33,12 +33,19 @@ int32_t to_int32(double value) {
   return static_cast<int32_t>(whole);
 }
 
+std::vector<std::string> coordinator_list(const std::string& coordinator) {
+  StatusOr<std::vector<std::string>> addresses = tls::parse_address_list(coordinator);
+  return addresses.ok() ? *addresses : std::vector<std::string>{coordinator};
+}
+
 }  // namespace
 
 MetricsReporter::MetricsReporter(MetricsReporterOptions options)
     : options_(std::move(options)),
       // The attempt's secret authenticates the reports (COHORT_JOB_SECRET, from the agent).
-      stub_(v1::Coordinator::NewStub(tls::make_channel(options_.coordinator, tls::worker_security_from_environment()))),
+      // One coordinator or the highly available list (issue 16): reports go to the leader.
+      leader_(std::make_unique<tls::LeaderChannel>(coordinator_list(options_.coordinator),
+                                                   tls::worker_security_from_environment())),
       thread_([this] { send_loop(); }) {}
 
 MetricsReporter::~MetricsReporter() {
@@ -135,10 +142,10 @@ void MetricsReporter::send(const v1::Metrics& metrics) {
   request.set_attempt(options_.attempt);
   *request.mutable_metrics() = metrics;
   v1::ReportMetricsResponse response;
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + options_.rpc_timeout);
-  Status status = from_grpc_status(stub_->ReportMetrics(&context, request, &response),
-                                           "Coordinator.ReportMetrics", options_.coordinator);
+  Status status = from_grpc_status(
+      leader_->unary<v1::Coordinator>(std::chrono::system_clock::now() + options_.rpc_timeout,
+                                      &v1::Coordinator::Stub::ReportMetrics, request, &response),
+      "Coordinator.ReportMetrics", leader_->leader_address());
   std::lock_guard<std::mutex> lock(mutex_);
   if (status.ok()) {
     ++sent_;
@@ -153,7 +160,8 @@ void MetricsReporter::send(const v1::Metrics& metrics) {
 }
 
 std::vector<std::string> known_metric_names() {
-  return {"loss", "accuracy", "samples_per_s", "epoch", "total_steps", "total_epochs", "samples_per_step"};
+  return {"loss",         "accuracy",         "samples_per_s", "epoch",          "total_steps",
+          "total_epochs", "samples_per_step", "comm_wait_s",   "comm_wait_ratio"};
 }
 
 v1::Metrics metrics_from_values(const std::vector<std::pair<std::string, double>>& values, int64_t step,
@@ -176,6 +184,10 @@ v1::Metrics metrics_from_values(const std::vector<std::pair<std::string, double>
       metrics.set_total_epochs(to_int32(value));
     } else if (name == "samples_per_step") {
       metrics.set_samples_per_step(to_int64(value));
+    } else if (name == "comm_wait_s") {
+      metrics.set_comm_wait_s(value);
+    } else if (name == "comm_wait_ratio") {
+      metrics.set_comm_wait_ratio(value);
     } else if (unknown != nullptr) {
       unknown->push_back(name);
     }

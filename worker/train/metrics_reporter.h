@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "cohort/v1/coordinator.grpc.pb.h"
+#include "worker/base/leader_channel.h"
 
 namespace cohort::train {
 
@@ -81,7 +82,7 @@ class MetricsReporter {
   bool idle_locked() const { return queue_.empty() && !latest_.has_value() && !in_flight_; }
 
   MetricsReporterOptions options_;
-  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  std::unique_ptr<tls::LeaderChannel> leader_;  // the coordinator(s); calls follow the leader
   mutable std::mutex mutex_;
   std::condition_variable wake_;  // the sending thread: work, a flush or stopping
   std::condition_variable idle_;  // flush(): a send finished or the thread stopped
@@ -99,7 +100,8 @@ class MetricsReporter {
 };
 
 // Metric names report_metrics understands, mapped onto v1::Metrics' fields: "loss", "accuracy",
-// "samples_per_s", "epoch", "total_steps", "total_epochs", "samples_per_step".
+// "samples_per_s", "epoch", "total_steps", "total_epochs", "samples_per_step", "comm_wait_s",
+// "comm_wait_ratio".
 std::vector<std::string> known_metric_names();
 
 // `values` as v1::Metrics at `step` from `rank`. Names not in known_metric_names() are left out

@@ -150,7 +150,8 @@ TEST(MetricsReporterTest, ValuesMapOntoTheMetricsFields) {
   std::vector<std::string> unknown;
   v1::Metrics metrics = metrics_from_values(
       {{"loss", 0.5}, {"accuracy", 0.875}, {"epoch", 2}, {"samples_per_s", 1000}, {"total_steps", 300},
-       {"total_epochs", 3}, {"samples_per_step", 256}, {"learning_rate", 0.1}},
+       {"total_epochs", 3}, {"samples_per_step", 256}, {"comm_wait_s", 4.5}, {"comm_wait_ratio", 0.25},
+       {"learning_rate", 0.1}},
       42, 0, &unknown);
   EXPECT_EQ(metrics.step(), 42);
   EXPECT_EQ(metrics.rank(), 0);
@@ -161,6 +162,8 @@ TEST(MetricsReporterTest, ValuesMapOntoTheMetricsFields) {
   EXPECT_EQ(metrics.total_steps(), 300);
   EXPECT_EQ(metrics.total_epochs(), 3);
   EXPECT_EQ(metrics.samples_per_step(), 256);
+  EXPECT_DOUBLE_EQ(metrics.comm_wait_s(), 4.5);
+  EXPECT_DOUBLE_EQ(metrics.comm_wait_ratio(), 0.25);
   EXPECT_EQ(unknown, (std::vector<std::string>{"learning_rate"}));
   // A user's NaN or huge value does not overflow an integer field.
   v1::Metrics odd = metrics_from_values({{"epoch", std::nan("")}, {"total_steps", 1e300}}, 1, 0, nullptr);

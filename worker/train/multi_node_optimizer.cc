@@ -33,6 +33,7 @@ struct Bucket {
   std::vector<size_t> slots;
   size_t pending = 0;  // slots whose gradient has not arrived this step
   std::shared_ptr<comm::Work> work;
+  at::Tensor hook_result;  // with a comm hook: the average once `work` completed (may be `flat`)
 };
 
 struct MultiNodeOptimizer::State {
@@ -62,9 +63,33 @@ struct MultiNodeOptimizer::State {
       Bucket& b = buckets[next_launch++];
       // The gradients were copied in on torch's streams (CUDA); see sync_before_comm.
       autograd::sync_before_comm(b.flat);
+      if (options.comm_hook) {
+        launch_hook_locked(next_launch - 1);
+        continue;
+      }
       b.work = comm->allreduce(b.flat.data_ptr(), b.flat.data_ptr(), static_cast<size_t>(b.flat.numel()),
                                b.dtype, comm::ReduceOp::kAvg, call());
     }
+  }
+
+  // Hands bucket `i` of the filling set to options.comm_hook. Holds `mutex`.
+  void launch_hook_locked(size_t i) {
+    Bucket& b = filling()[i];
+    GradBucket bucket;
+    bucket.index = i;
+    bucket.buffer = b.flat;
+    for (size_t s : b.slots) bucket.parameters.push_back(slots[s].param);
+    bucket.is_last = i + 1 == filling().size();
+    bucket.timeout = options.timeout;
+    BucketFuture future = options.comm_hook(*comm, bucket);
+    if (!future.work || !future.result.defined() || future.result.numel() != b.flat.numel()) {
+      throw std::runtime_error(fmt::format(
+          "MultiNodeOptimizer: the comm hook returned no work or a result of another size for bucket {} ({} "
+          "elements)",
+          i, b.flat.numel()));
+    }
+    b.work = distributed::as_comm_work(future.work);
+    b.hook_result = future.result;
   }
 
   // Puts slot `s`'s gradient for this step in its bucket of the filling set (zeros when
@@ -166,6 +191,13 @@ struct MultiNodeOptimizer::State {
       }
     }
     wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
+    for (Bucket& b : buckets) {
+      if (b.hook_result.defined() && !b.hook_result.is_same(b.flat)) {
+        at::NoGradGuard no_grad;
+        b.flat.copy_(b.hook_result);
+      }
+      b.hook_result = at::Tensor();
+    }
   }
 
   // Writes the averages held by `set` to .grad.

@@ -69,6 +69,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "worker/comm/communicator.h"
+#include "worker/train/comm_hook.h"
 
 namespace cohort::train {
 
@@ -89,6 +90,10 @@ struct MultiNodeOptimizerOptions {
   // Step t applies step t-1's average while step t's allreduce overlaps the next
   // forward/backward (see above).
   bool double_buffering = false;
+  // DDP-style communication hook (comm_hook.h: allreduce_hook, fp16_compress_hook,
+  // bf16_compress_hook, or your own): replaces the allreduce (AVG) of each gradient bucket. It
+  // sees the bucket in grad_dtype when set (compress with one or the other, not both).
+  CommHook comm_hook;
 };
 
 class MultiNodeOptimizer {

@@ -14,8 +14,10 @@
 //   cohort::flush_metrics();  // optional: also done at exit
 //
 // Names understood (the fields of cohort.v1.Metrics): "loss", "accuracy" (in [0, 1]),
-// "samples_per_s", "epoch" (0-based), "total_steps", "total_epochs", "samples_per_step" (the last
-// three let the CLI show an ETA). Any other name is ignored with one warning naming it.
+// "samples_per_s", "epoch" (0-based), "total_steps", "total_epochs", "samples_per_step" (these
+// three let the CLI show an ETA), "comm_wait_s" (seconds blocked in collectives so far, e.g.
+// Communicator::blocked_time()) and "comm_wait_ratio" (its share of recent wall time; both are
+// on the coordinator's /metrics). Any other name is ignored with one warning naming it.
 //
 // - Never blocks training: a call copies the values into a bounded queue and returns; a background
 //   thread sends them (Coordinator.ReportMetrics, each call with a 2 s deadline). Reports are

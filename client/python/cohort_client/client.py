@@ -13,6 +13,11 @@ cluster CA of the credentials file, the coordinator's certificate checked for th
 "authorization: Bearer <token>" on every call. Every unary call has a deadline (rpc_timeout);
 errors are CohortError carrying the gRPC code's name. A Client is safe to use from several threads
 (gRPC channels are); close() it, or use it in a `with` block, when done.
+
+Highly available coordinators (issue 16): the coordinator may be a comma-separated list
+"h1:7070,h2:7070". Calls go to the last known leader; a standby answers UNAVAILABLE with the
+trailing metadata `cohort-leader: HOST:PORT`, and the call moves to that leader (or the next
+address) until its deadline, as worker/base/leader_channel.h does for the C++ clients.
 """
 
 import codecs
@@ -39,6 +44,12 @@ KEEPALIVE_TIMEOUT_MS = 10000
 # that starts here and doubles up to the maximum.
 WATCH_RETRY_INITIAL = 0.2
 WATCH_RETRY_MAX = 5.0
+# Trailing metadata of a standby coordinator's UNAVAILABLE answers: the leader (tls::kLeaderMetadata).
+LEADER_METADATA = "cohort-leader"
+# Pause after every address refused in turn (an election is under way), doubling up to the maximum
+# (tls::kLeaderRoundBackoff, kMaxLeaderRoundBackoff).
+LEADER_ROUND_BACKOFF = 0.2
+LEADER_ROUND_BACKOFF_MAX = 1.0
 
 # Job states by name, and the final ones.
 FINAL_STATES = ("SUCCEEDED", "FAILED", "CANCELLED")
@@ -56,13 +67,27 @@ def _is_final(state):
     return state_name(state) in FINAL_STATES
 
 
+def parse_address_list(text):
+    """["h1:7070", "h2:7070"] for "h1:7070, h2:7070"; ValueError naming a bad entry."""
+    addresses = []
+    for entry in (part.strip() for part in text.split(",")):
+        host, colon, port = entry.rpartition(":")
+        if not entry or not colon or not host or not port.isdigit() or len(port) > 5:
+            raise ValueError(f"coordinator address {entry!r} in {text!r} is not HOST:PORT (e.g. 10.0.0.1:7070); "
+                             "give HOST:PORT[,HOST:PORT...]")
+        if entry not in addresses:
+            addresses.append(entry)
+    return addresses
+
+
 class Client:
     """One channel to the coordinator named by a credentials file.
 
     credentials:  a path, a Credentials, or None for $COHORT_CREDENTIALS, else
                   ~/.config/cohort/credentials.
     coordinator:  HOST:PORT overriding the file's coordinator (the certificate is still checked
-                  for "cohort-coordinator").
+                  for "cohort-coordinator"); a comma-separated list for highly available
+                  coordinators (calls follow the leader).
     rpc_timeout:  seconds each unary call may take.
     """
 
@@ -82,12 +107,84 @@ class Client:
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.http2.max_pings_without_data", 0),
         ]
-        self._channel = grpc.secure_channel(self.address, channel_credentials, options)
-        self._stub = coordinator_pb2_grpc.CoordinatorStub(self._channel)
+        self._channel_credentials = channel_credentials
+        self._options = options
+        self._channels = []  # per address, in self.addresses order
+        self._stubs = []
+        self.addresses = []
+        for address in parse_address_list(self.address):
+            self._add_address(address)
+        self._leader = 0  # index of the last known leader
+
+    def _add_address(self, address):
+        channel = grpc.secure_channel(address, self._channel_credentials, self._options)
+        self._channels.append(channel)
+        self._stubs.append(coordinator_pb2_grpc.CoordinatorStub(channel))
+        self.addresses.append(address)
+        return len(self.addresses) - 1
+
+    @property
+    def _stub(self):
+        """The last known leader's stub (streams run on it; a broken one moves on with _move_on)."""
+        return self._stubs[self._leader]
+
+    @property
+    def leader(self):
+        """The last known leader's HOST:PORT."""
+        return self.addresses[self._leader]
+
+    def _move_on(self, error, index):
+        """After UNAVAILABLE from addresses[index]: the leader becomes the one the answer names
+        (cohort-leader), or the next address. Returns the hint ("" when there was none)."""
+        hint = ""
+        trailing = getattr(error, "trailing_metadata", None)
+        for key, value in (trailing() or ()) if callable(trailing) else ():
+            if key == LEADER_METADATA:
+                hint = value
+        if self._leader != index:
+            return hint  # another call moved on already
+        if hint and hint != self.addresses[index]:
+            self._leader = self.addresses.index(hint) if hint in self.addresses else self._add_address(hint)
+        else:
+            self._leader = (index + 1) % len(self.addresses)
+        return hint
+
+    def _unary(self, method, request):
+        """One unary call to the leader: on UNAVAILABLE, to the leader the answer names or the next
+        address, pausing after each full round, until rpc_timeout passes. With one address: that try
+        and at most one to a leader it names. Raises grpc.RpcError."""
+        deadline = time.monotonic() + self.rpc_timeout
+        pause = LEADER_ROUND_BACKOFF
+        several = len(self.addresses) > 1
+        refused_in_a_row = 0
+        followed_hint = False
+        while True:
+            index = self._leader
+            try:
+                return getattr(self._stubs[index], method)(request, timeout=max(deadline - time.monotonic(), 0.001))
+            except grpc.RpcError as error:
+                if error.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise
+                hint = self._move_on(error, index)
+                if not several:
+                    if not hint or hint == self.addresses[index] or followed_hint:
+                        raise
+                    followed_hint = True
+                    continue
+                if time.monotonic() >= deadline:
+                    raise
+                refused_in_a_row += 1
+                if refused_in_a_row >= len(self.addresses):
+                    refused_in_a_row = 0
+                    time.sleep(max(0.0, min(pause, deadline - time.monotonic())))
+                    pause = min(pause * 2, LEADER_ROUND_BACKOFF_MAX)
+                    if time.monotonic() >= deadline:
+                        raise
 
     def close(self):
-        """Closes the channel; calls in flight fail with CANCELLED."""
-        self._channel.close()
+        """Closes the channels; calls in flight fail with CANCELLED."""
+        for channel in self._channels:
+            channel.close()
 
     def __enter__(self):
         return self
@@ -112,7 +209,7 @@ class Client:
 
     def _call(self, method, request):
         try:
-            return getattr(self._stub, method)(request, timeout=self.rpc_timeout)
+            return self._unary(method, request)
         except grpc.RpcError as error:
             raise self._error(error, f"Coordinator.{method}") from None
 
@@ -180,6 +277,7 @@ class Client:
                 raise CohortError("DEADLINE_EXCEEDED",
                                   f"job {job_id} is still {state_name(job.state)} after {timeout} s",
                                   "Coordinator.WatchJob")
+            watched = self._leader
             stream = self._stub.WatchJob(coordinator_pb2.WatchJobRequest(job_id=job_id, after_seq=after_seq),
                                          timeout=remaining)
             try:
@@ -196,6 +294,8 @@ class Client:
                     continue  # the loop's GetJob reports the state the job is stuck in
                 if error.code() not in _RETRYABLE_WATCH_CODES:
                     raise self._error(error, "Coordinator.WatchJob") from None
+                if error.code() == grpc.StatusCode.UNAVAILABLE:
+                    self._move_on(error, watched)  # the next try goes to the (new) leader
                 sleep = backoff if deadline is None else min(backoff, max(0.0, deadline - time.monotonic()))
                 time.sleep(sleep)
                 backoff = min(backoff * 2, WATCH_RETRY_MAX)
@@ -211,8 +311,7 @@ class Client:
         the watch's backoff until wait()'s deadline. Returns (job record, next backoff)."""
         while True:
             try:
-                return self._stub.GetJob(coordinator_pb2.GetJobRequest(job_id=job_id),
-                                         timeout=self.rpc_timeout).job, backoff
+                return self._unary("GetJob", coordinator_pb2.GetJobRequest(job_id=job_id)).job, backoff
             except grpc.RpcError as error:
                 if error.code() not in _RETRYABLE_GET_CODES:
                     raise self._error(error, "Coordinator.GetJob") from None

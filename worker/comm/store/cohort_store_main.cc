@@ -13,27 +13,23 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 
-#include "worker/base/version.h"
+#include "worker/base/cli_flags.h"
 #include "worker/comm/store/tcp_store_auth.h"
 #include "worker/comm/store/tcp_store_server.h"
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: cohort-store [--listen HOST:PORT]
-       cohort-store --version | --help
-
-Serves a cohort TcpStore (the key-value store ranks bootstrap through) until SIGTERM or SIGINT.
+constexpr const char* kDescription = R"(Serves a cohort TcpStore (the key-value store ranks bootstrap through) until SIGTERM or SIGINT.
 Ranks then use tcp://HOST:PORT?...&store=external, or env:// with COHORT_STORE=external.
 When COHORT_JOB_SECRET is set, clients must prove they hold the same secret (set it on every
-rank); without it any client that reaches the address is served (a warning is logged).
+rank); without it any client that reaches the address is served (a warning is logged).)";
 
-  --listen HOST:PORT   address to listen on (default 0.0.0.0:29500; port 0 picks a free one,
-                       printed on startup)
-  --version            print the version and exit
-  --help               print this help and exit
-)";
+constexpr const char* kFooter = R"(example:
+  cohort-store --listen 0.0.0.0:29500 &
+  cohort-worker --init "tcp://host:29500?rank=R&world_size=N&store=external")";
 
 constexpr const char* kDefaultListen = "0.0.0.0:29500";
 
@@ -53,27 +49,20 @@ bool split_host_port(const std::string& text, std::string* host, int* port) {
 
 int main(int argc, char** argv) {
   std::string listen = kDefaultListen;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    if (std::strcmp(argv[i], "--version") == 0) {
-      std::printf("cohort-store %s\n", cohort::kVersion);
-      return 0;
-    }
-    if (std::strcmp(argv[i], "--listen") == 0 && i + 1 < argc) {
-      listen = argv[++i];
-      continue;
-    }
-    std::fprintf(stderr, "cohort-store: unknown or incomplete argument '%s'\n\n%s", argv[i], kUsage);
-    return 2;
-  }
+  auto app = cohort::cli_flags::make_app("cohort-store", kDescription);
+  app->footer(kFooter);
+  app->add_option("--listen", listen, "address to listen on (port 0 picks a free one, printed on startup)")
+      ->type_name("HOST:PORT")
+      ->capture_default_str();
+  if (std::optional<int> exit = cohort::cli_flags::parse(*app, argc, argv)) return *exit;
   cohort::comm::TcpStoreServerOptions options;
   if (const char* secret = std::getenv(cohort::comm::kJobSecretEnvironmentVariable)) options.service.secret = secret;
   if (!split_host_port(listen, &options.host, &options.port)) {
-    std::fprintf(stderr, "cohort-store: --listen %s is not HOST:PORT (e.g. 0.0.0.0:29500)\n", listen.c_str());
-    return 2;
+    std::fprintf(stderr,
+                 "cohort-store: --listen %s is not HOST:PORT (e.g. 0.0.0.0:29500)\nrun 'cohort-store --help' for "
+                 "the options\n",
+                 listen.c_str());
+    return cohort::cli_flags::kExitUsage;
   }
   // Block the stop signals before the server starts its thread, then wait for one here.
   sigset_t stop;

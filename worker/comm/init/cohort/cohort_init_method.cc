@@ -10,6 +10,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "cohort/v1/rendezvous.grpc.pb.h"
+#include "worker/base/leader_channel.h"
 #include "worker/base/tls.h"
 #include "worker/base/grpc_status.h"
 #include "worker/comm/init/cohort/rendezvous_store.h"
@@ -47,7 +48,11 @@ StatusOr<int> attempt_of(const InitUrl& url) {
 
 StatusOr<Bootstrap> cohort_init(const InitUrl& url, const InitOptions& options) {
   // Rejects a malformed authority before dialling it.
-  COHORT_RETURN_IF_ERROR(parse_host_port(url.authority, url.text).status());
+  // One coordinator, or the list of highly available ones (cohort://h1:p1,h2:p2/job, issue 16).
+  StatusOr<std::vector<std::string>> listed = tls::parse_address_list(url.authority);
+  if (!listed.ok()) return listed.status().with_context(fmt::format("init URL {:?}", url.text));
+  const std::vector<std::string> coordinators = *listed;
+  for (const std::string& coordinator : coordinators) COHORT_RETURN_IF_ERROR(parse_host_port(coordinator, url.text).status());
   COHORT_ASSIGN_OR_RETURN(std::string job_id, job_id_of(url));
   COHORT_ASSIGN_OR_RETURN(int attempt, attempt_of(url));
   if (options.local_rank < 0) {
@@ -59,11 +64,9 @@ StatusOr<Bootstrap> cohort_init(const InitUrl& url, const InitOptions& options) 
                                   url.text);
   }
 
-  const std::string target = url.authority;
   // TLS with the cluster CA and the attempt's secret, both from the agent (COHORT_CA_CERTIFICATE,
   // COHORT_JOB_SECRET): the coordinator admits only this attempt's ranks to its rendezvous.
-  auto channel = tls::make_channel(target, tls::worker_security_from_environment());
-  auto stub = cohort::v1::Rendezvous::NewStub(channel);
+  tls::LeaderChannel leader(coordinators, tls::worker_security_from_environment());
   cohort::v1::JoinRequest request;
   request.mutable_attempt()->set_job_id(job_id);
   request.mutable_attempt()->set_attempt(attempt);
@@ -71,13 +74,16 @@ StatusOr<Bootstrap> cohort_init(const InitUrl& url, const InitOptions& options) 
   request.set_local_slot(options.local_rank);
   request.set_timeout_ms(std::max<int64_t>(options.timeout.count(), 1));
   cohort::v1::JoinResponse joined;
-  grpc::ClientContext context;
-  // The coordinator may still be starting: wait for it rather than failing on the first refusal.
-  context.set_wait_for_ready(true);
-  context.set_deadline(std::chrono::system_clock::now() + options.timeout + kRpcDeadlineSlack);
-  COHORT_RETURN_IF_ERROR(
-      from_grpc_status(stub->Join(&context, request, &joined), "Rendezvous.Join", target)
-          .with_context(fmt::format("init URL {:?}", url.text)));
+  grpc::Status joining = leader.unary<cohort::v1::Rendezvous>(
+      std::chrono::system_clock::now() + options.timeout + kRpcDeadlineSlack, &cohort::v1::Rendezvous::Stub::Join,
+      request, &joined, [](grpc::ClientContext& context) {
+        // The coordinator may still be starting: wait for it rather than failing on the first refusal.
+        context.set_wait_for_ready(true);
+      });
+  COHORT_RETURN_IF_ERROR(from_grpc_status(joining, "Rendezvous.Join", leader.leader_address())
+                             .with_context(fmt::format("init URL {:?}", url.text)));
+  // The store talks to the coordinator that answered the join: the leader.
+  std::shared_ptr<grpc::Channel> channel = leader.leader_channel();
 
   if (options.rank >= 0 && options.rank != joined.rank()) {
     return invalid_argument_error(
@@ -89,7 +95,7 @@ StatusOr<Bootstrap> cohort_init(const InitUrl& url, const InitOptions& options) 
                                   options.world_size, joined.world_size());
   }
   Bootstrap boot;
-  boot.store = std::make_shared<RendezvousStore>(std::move(channel), target, job_id, attempt);
+  boot.store = std::make_shared<RendezvousStore>(std::move(channel), leader.leader_address(), job_id, attempt);
   boot.rank = joined.rank();
   boot.world_size = joined.world_size();
   boot.local_rank = joined.local_rank();

@@ -1,0 +1,276 @@
+// EtcdJobStore against a real 3-member etcd 3.4 cluster with TLS client certificates: round trip,
+// metrics history bound, deletion with retired seqs, fencing (a deposed leader's write is refused
+// and changes nothing), and the etcd requests one job start costs a Coordinator on this store.
+
+#include "daemon/etcd/etcd_job_store.h"
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "daemon/coordinator/coordinator.h"
+#include "daemon/coordinator/test_specs.h"
+#include "tests/etcd/etcd_cluster.h"
+#include "tests/etcd/etcd_cluster_test.h"
+
+namespace cohort::etcd {
+namespace {
+
+using coordinator::Job;
+using coordinator::JobEvent;
+using coordinator::JobState;
+using coordinator::JobStateMachine;
+using coordinator::JobStore;
+using coordinator::MetricsRecord;
+using coordinator::testing::valid_spec;
+using testing::EtcdCluster;
+
+Job make_job(const std::string& id, int64_t seq) {
+  Job job;
+  job.id = id;
+  job.owner = "alice";
+  job.seq = seq;
+  job.spec = valid_spec("mlp", 2, 2);
+  job.submit_unix_ms = 1000 + seq;
+  coordinator::NodeAssignment node;
+  node.node_id = "node-a";
+  node.address = "10.0.0.1:7071";
+  node.node_rank = 0;
+  node.first_rank = 0;
+  node.num_ranks = 2;
+  node.gpus = {0, 1};
+  job.placement.nodes.push_back(node);
+  return job;
+}
+
+JobEvent submitted(const Job& job, int64_t seq) {
+  JobEvent event;
+  event.seq = seq;
+  event.job_id = job.id;
+  event.unix_ms = 2000 + seq;
+  event.change = coordinator::JobTransition{JobState::kPending, JobState::kPending, 0, "submitted"};
+  return event;
+}
+
+class EtcdJobStoreTest : public testing::EtcdClusterTest {
+ protected:
+  void SetUp() override {
+    EtcdClusterTest::SetUp();
+    // Each test its own prefix: one cluster serves the suite.
+    prefix_ = "/test/" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name());
+  }
+  std::unique_ptr<EtcdJobStore> open_store() {
+    auto store = EtcdJobStore::open(client_.get(), prefix_);
+    EXPECT_TRUE(store.ok()) << store.status().to_string();
+    return store.ok() ? std::move(store).value() : nullptr;
+  }
+
+  std::string prefix_;
+};
+
+TEST_F(EtcdJobStoreTest, RoundTripsJobsEventsAndMetrics) {
+  auto store = open_store();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->path().rfind("etcd://127.0.0.1:", 0), 0u) << store->path();
+  Job second = make_job("mlp-2", 2);
+  Job first = make_job("mlp-1", 1);
+  ASSERT_TRUE(store->save(second, submitted(second, 3)).ok());
+  ASSERT_TRUE(store->save(first, submitted(first, 1)).ok());
+  auto running = JobStateMachine::restore(JobState::kRunning, 1, "started", 0);
+  ASSERT_TRUE(running.ok());
+  first.machine = *running;
+  first.start_unix_ms = 5000;
+  coordinator::Metrics metrics;
+  metrics.step = 7;
+  metrics.loss = 0.5;
+  metrics.rank = 1;
+  first.last_metrics = metrics;
+  ASSERT_TRUE(store->upsert_job(first).ok());
+  JobEvent started = submitted(first, 2);
+  started.change = coordinator::JobTransition{JobState::kPlaced, JobState::kRunning, 1, "started"};
+  ASSERT_TRUE(store->append_event(started).ok());
+  ASSERT_TRUE(store->append_metrics("mlp-1", MetricsRecord{10, 1, 123, metrics}).ok());
+  ASSERT_TRUE(store->append_metrics("mlp-1", MetricsRecord{12, 2, 124, metrics}).ok());
+  EXPECT_EQ(store->append_metrics("nope-9", MetricsRecord{13, 1, 125, metrics}).code(),
+            StatusCode::kNotFound);
+  JobEvent metrics_event = started;
+  metrics_event.kind = JobEvent::Kind::kMetrics;
+  EXPECT_EQ(store->append_event(metrics_event).code(), StatusCode::kInvalidArgument);
+
+  // A new store (another coordinator taking over) reads it all back.
+  auto reader = open_store();
+  auto snapshot = reader->load_all();
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status().to_string();
+  ASSERT_EQ(snapshot->jobs.size(), 2u);
+  EXPECT_EQ(snapshot->jobs[0].id, "mlp-1");  // submission order
+  EXPECT_EQ(snapshot->jobs[0].state(), JobState::kRunning);
+  EXPECT_EQ(snapshot->jobs[0].attempt(), 1);
+  EXPECT_EQ(snapshot->jobs[0].owner, "alice");
+  EXPECT_EQ(snapshot->jobs[0].start_unix_ms, 5000);
+  ASSERT_TRUE(snapshot->jobs[0].last_metrics.has_value());
+  EXPECT_EQ(snapshot->jobs[0].last_metrics->step, 7);
+  EXPECT_EQ(snapshot->jobs[0].spec.SerializeAsString(), first.spec.SerializeAsString());
+  ASSERT_EQ(snapshot->jobs[0].placement.nodes.size(), 1u);
+  EXPECT_EQ(snapshot->jobs[0].placement.nodes[0].address, "10.0.0.1:7071");
+  EXPECT_EQ(snapshot->jobs[0].placement.nodes[0].gpus, (std::vector<int>{0, 1}));
+  ASSERT_EQ(snapshot->events.size(), 3u);
+  EXPECT_EQ(snapshot->events[0].seq, 1);  // sequence order across jobs
+  EXPECT_EQ(snapshot->events[1].seq, 2);
+  EXPECT_EQ(snapshot->events[1].change.to, JobState::kRunning);
+  EXPECT_EQ(snapshot->events[2].seq, 3);
+  EXPECT_EQ(snapshot->max_metrics_seq, 12);
+  auto all = reader->load_metrics("mlp-1");
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[1].seq, 12);
+  auto after = reader->load_metrics("mlp-1", 10);
+  ASSERT_TRUE(after.ok());
+  ASSERT_EQ(after->size(), 1u);
+  auto attempt1 = reader->load_metrics("mlp-1", 0, 1);
+  ASSERT_TRUE(attempt1.ok());
+  ASSERT_EQ(attempt1->size(), 1u);
+  EXPECT_EQ((*attempt1)[0].seq, 10);
+}
+
+TEST_F(EtcdJobStoreTest, MetricsHistoryIsBoundedAndDeletionRetiresSeqs) {
+  auto store = open_store();
+  Job job = make_job("mlp-4", 4);
+  ASSERT_TRUE(store->save(job, submitted(job, 40)).ok());
+  coordinator::Metrics metrics;
+  for (int64_t seq = 41; seq <= 52; ++seq) {
+    ASSERT_TRUE(store->append_metrics("mlp-4", MetricsRecord{seq, 1, seq, metrics}, /*max_rows=*/8).ok());
+  }
+  auto kept = store->load_metrics("mlp-4");
+  ASSERT_TRUE(kept.ok());
+  EXPECT_LE(kept->size(), 8u);
+  EXPECT_GE(kept->size(), 4u);
+  EXPECT_EQ(kept->front().seq, 41);  // the first and the newest are kept
+  EXPECT_EQ(kept->back().seq, 52);
+
+  ASSERT_TRUE(store->delete_job("mlp-4").ok());
+  ASSERT_TRUE(store->delete_job("mlp-4").ok());  // unknown: OK
+  auto snapshot = store->load_all();
+  ASSERT_TRUE(snapshot.ok());
+  EXPECT_TRUE(snapshot->jobs.empty());
+  EXPECT_TRUE(snapshot->events.empty());
+  EXPECT_EQ(snapshot->retired_job_seq, 4);
+  EXPECT_EQ(snapshot->retired_event_seq, 52);
+  EXPECT_TRUE(store->load_metrics("mlp-4")->empty());
+}
+
+TEST_F(EtcdJobStoreTest, ADeposedLeadersWriteIsRefusedAndChangesNothing) {
+  const std::string election = prefix_ + "/election";
+  auto lease_old = client_->lease_grant(std::chrono::seconds(10));
+  ASSERT_TRUE(lease_old.ok());
+  auto old_key = client_->campaign(election, *lease_old, "old:1", std::chrono::milliseconds(5000));
+  ASSERT_TRUE(old_key.ok()) << old_key.status().to_string();
+  auto old_leader = open_store();
+  old_leader->set_fence(*old_key);
+  Job job = make_job("mlp-1", 1);
+  ASSERT_TRUE(old_leader->save(job, submitted(job, 1)).ok()) << "the leader's own write";
+
+  // The old leader's lease is gone (it hung past its TTL); a new leader is elected and writes.
+  ASSERT_TRUE(client_->lease_revoke(*lease_old).ok());
+  auto lease_new = client_->lease_grant(std::chrono::seconds(10));
+  ASSERT_TRUE(lease_new.ok());
+  auto new_key = client_->campaign(election, *lease_new, "new:2", std::chrono::milliseconds(5000));
+  ASSERT_TRUE(new_key.ok());
+  auto new_leader = open_store();
+  new_leader->set_fence(*new_key);
+  auto cancelled = JobStateMachine::restore(JobState::kCancelled, 1, "cancelled by the new leader", 0);
+  ASSERT_TRUE(cancelled.ok());
+  Job by_new = job;
+  by_new.machine = *cancelled;
+  ASSERT_TRUE(new_leader->upsert_job(by_new).ok());
+
+  // The old leader wakes up and writes: refused, and the new leader's record stands.
+  auto running = JobStateMachine::restore(JobState::kRunning, 1, "stale", 0);
+  Job by_old = job;
+  by_old.machine = *running;
+  Status stale = old_leader->upsert_job(by_old);
+  EXPECT_EQ(stale.code(), StatusCode::kFailedPrecondition) << stale.to_string();
+  EXPECT_NE(stale.message().find("no longer leads"), std::string::npos) << stale.message();
+  EXPECT_EQ(old_leader->append_event(submitted(job, 9)).code(), StatusCode::kFailedPrecondition);
+  coordinator::Metrics metrics;
+  EXPECT_EQ(old_leader->append_metrics("mlp-1", MetricsRecord{10, 1, 1, metrics}).code(),
+            StatusCode::kFailedPrecondition);
+  auto snapshot = new_leader->load_all();
+  ASSERT_TRUE(snapshot.ok());
+  ASSERT_EQ(snapshot->jobs.size(), 1u);
+  EXPECT_EQ(snapshot->jobs[0].state(), JobState::kCancelled);
+  EXPECT_EQ(snapshot->events.size(), 1u);
+  EXPECT_EQ(snapshot->max_metrics_seq, 0);
+  ASSERT_TRUE(client_->lease_revoke(*lease_new).ok());
+}
+
+// The measurement the README quotes: etcd requests for one job start on a Coordinator whose store
+// is etcd: submit, placement, both nodes started, every rank's rendezvous and a few store
+// operations per rank. The rendezvous and its key-value store stay in the leader's memory; only
+// the job's state changes (with its placement, i.e. the rank assignments) reach etcd.
+TEST_F(EtcdJobStoreTest, EtcdRequestsPerJobStart) {
+  coordinator::FakeClock clock;
+  coordinator::CoordinatorOptions options;
+  EtcdClient* client = client_.get();
+  const std::string prefix = prefix_;
+  options.open_store = [client, prefix]() -> StatusOr<std::unique_ptr<JobStore>> {
+    COHORT_ASSIGN_OR_RETURN(std::unique_ptr<EtcdJobStore> store, EtcdJobStore::open(client, prefix));
+    return std::unique_ptr<JobStore>(std::move(store));
+  };
+  auto opened = coordinator::Coordinator::open(options, &clock);
+  ASSERT_TRUE(opened.ok()) << opened.status().to_string();
+  auto& coordinator = *opened;
+  for (const std::string node : {"node-a", "node-b"}) {
+    coordinator::NodeInfo info;
+    info.node_id = node;
+    info.address = node + ":7071";
+    info.hostname = node;
+    info.slots = 2;
+    ASSERT_TRUE(coordinator->register_node(info).ok());
+  }
+  client_->reset_request_counts();
+  auto id = coordinator->submit(valid_spec("mlp", 2, 2));
+  ASSERT_TRUE(id.ok()) << id.status().to_string();
+  const int64_t after_submit = client_->total_requests();
+  coordinator::AgentOrders orders = coordinator->tick();
+  ASSERT_EQ(orders.launches.size(), 2u);
+  for (const auto& launch : orders.launches) {
+    ASSERT_TRUE(coordinator->report_tasks_started(launch.node.node_id, launch.job_id, launch.attempt).ok());
+  }
+  auto rendezvous = coordinator->rendezvous(*id, 1);
+  ASSERT_TRUE(rendezvous.ok()) << rendezvous.status().to_string();
+  std::vector<std::thread> ranks;
+  for (const std::string node : {"node-a", "node-b"}) {
+    for (int slot = 0; slot < 2; ++slot) {
+      ranks.emplace_back([&, node, slot] {
+        auto assignment = (*rendezvous)->join(node, slot, std::chrono::seconds(10));
+        ASSERT_TRUE(assignment.ok()) << assignment.status().to_string();
+        auto& kv = (*rendezvous)->store();
+        const std::string key = "rank" + std::to_string(assignment->rank);
+        ASSERT_TRUE(kv.set(key, "ucx-address").ok());
+        ASSERT_TRUE(kv.add("joined", 1).ok());
+        ASSERT_TRUE(kv.wait({"rank0", "rank1", "rank2", "rank3"}, std::chrono::seconds(10)).ok());
+        ASSERT_TRUE(kv.get("rank0").ok());
+      });
+    }
+  }
+  for (auto& rank : ranks) rank.join();
+  EXPECT_EQ(coordinator->get_job(*id)->state(), JobState::kRunning);
+  const auto counts = client_->request_counts();
+  const int64_t total = client_->total_requests();
+  std::string by_kind;
+  for (const auto& [rpc, n] : counts) by_kind += " " + rpc + "=" + std::to_string(n);
+  std::printf(
+      "etcd requests per job start (2 nodes x 2 ranks, submit -> RUNNING + rendezvous): %lld (submit "
+      "%lld;%s)\n",
+      static_cast<long long>(total), static_cast<long long>(after_submit), by_kind.c_str());
+  RecordProperty("etcd_requests_per_job_start", static_cast<int>(total));
+  // One transaction per state change (submit, placed, running), nothing per rank or per KV call.
+  EXPECT_LE(total, 4) << by_kind;
+  EXPECT_GE(total, 3) << by_kind;
+  EXPECT_EQ(counts.count("Range"), 0u) << "a read on the hot path:" << by_kind;
+}
+
+}  // namespace
+}  // namespace cohort::etcd

@@ -1,0 +1,259 @@
+#include "daemon/etcd/leader_election.h"
+
+#include <utility>
+
+#include <spdlog/spdlog.h>
+
+namespace cohort::etcd {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// One Campaign call's bound. A candidate still waiting then campaigns again (its key is dropped
+// and written anew, so it goes to the back of the queue, which only reorders standbys).
+constexpr milliseconds kCampaignRoundTimeout{60000};
+// Pause after a failed lease grant or campaign (etcd unreachable) before the next try.
+constexpr milliseconds kRetryPause{500};
+
+}  // namespace
+
+LeaderElection::LeaderElection(EtcdClient* client, LeaderElectionOptions options)
+    : client_(client), options_(std::move(options)) {}
+
+LeaderElection::~LeaderElection() { stop(); }
+
+Status LeaderElection::start() {
+  if (options_.name.empty())
+    return invalid_argument_error("leader election: the election name (key prefix) is empty");
+  if (options_.value.empty()) {
+    return invalid_argument_error(
+        "leader election '{}': this candidate's value (its advertised address) is empty", options_.name);
+  }
+  if (options_.lease_ttl < std::chrono::seconds(2)) {
+    return invalid_argument_error("leader election '{}': lease_ttl {} s is below the minimum of 2 s",
+                                  options_.name, options_.lease_ttl.count());
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (started_) return failed_precondition_error("leader election '{}' already started", options_.name);
+  started_ = true;
+  campaign_thread_ = std::thread([this] { campaign_loop(); });
+  keep_alive_thread_ = std::thread([this] { keep_alive_loop(); });
+  return ok_status();
+}
+
+void LeaderElection::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  campaign_canceller_.cancel();
+  if (campaign_thread_.joinable()) campaign_thread_.join();
+  if (keep_alive_thread_.joinable()) keep_alive_thread_.join();
+}
+
+bool LeaderElection::is_leader() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return leadership_.has_value();
+}
+
+std::optional<LeaderKey> LeaderElection::leadership() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return leadership_;
+}
+
+std::string LeaderElection::leader_address() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return leader_address_;
+}
+
+int LeaderElection::terms() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return terms_;
+}
+
+bool LeaderElection::wait_until_leader(milliseconds timeout) const {
+  std::unique_lock<std::mutex> lock(mutex_);
+  return changed_.wait_for(lock, timeout, [&] { return leadership_.has_value() || stopping_; }) &&
+         leadership_.has_value();
+}
+
+bool LeaderElection::sleep_unless_stopped(milliseconds duration) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait_for(lock, duration, [&] { return stopping_; });
+  return !stopping_;
+}
+
+void LeaderElection::set_leader_address(const std::string& address) {
+  bool changed = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    changed = leader_address_ != address;
+    leader_address_ = address;
+  }
+  if (changed && options_.on_leader_changed) options_.on_leader_changed(address);
+}
+
+void LeaderElection::step_down(const Status& why) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!leadership_) return;
+    leadership_.reset();
+    leader_address_.clear();
+  }
+  changed_.notify_all();
+  spdlog::warn("leader election '{}': {} steps down: {}", options_.name, options_.value, why.to_string());
+  if (options_.on_lost) options_.on_lost(why);
+  if (options_.on_leader_changed) options_.on_leader_changed("");
+}
+
+void LeaderElection::campaign_loop() {
+  const milliseconds interval = std::chrono::duration_cast<milliseconds>(options_.lease_ttl) / 4;
+  // A leader steps down once its lease may be no more than one renewal interval from expiring.
+  const milliseconds step_down_after =
+      std::chrono::duration_cast<milliseconds>(options_.lease_ttl) - interval;
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stopping_) break;
+    }
+    StatusOr<int64_t> lease = client_->lease_grant(options_.lease_ttl);
+    if (!lease.ok()) {
+      spdlog::warn("leader election '{}': cannot get a lease: {}", options_.name, lease.status().to_string());
+      if (!sleep_unless_stopped(kRetryPause)) break;
+      continue;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stopping_) break;
+      lease_ = *lease;
+      last_renewal_ = Clock::now();
+    }
+    campaign_canceller_.reset();
+    std::optional<LeaderKey> won;
+    while (!won) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (stopping_ || lease_ != *lease) break;  // stopping, or the keep-alive lost this lease
+      }
+      StatusOr<LeaderKey> key = client_->campaign(options_.name, *lease, options_.value,
+                                                  kCampaignRoundTimeout, &campaign_canceller_);
+      if (key.ok()) {
+        // etcd's Campaign returns once every older candidate is gone; this candidate's own key
+        // may have expired meanwhile (its lease lost while it waited): check that it still exists.
+        StatusOr<RangeResult> own = client_->range(key->key);
+        if (own.ok() && !own->kvs.empty() && own->kvs.front().create_revision == key->rev) {
+          won = *key;
+        } else {
+          spdlog::warn("leader election '{}': won, but the candidate key {} is gone ({}); campaigning again",
+                       options_.name, key->key, own.status().to_string());
+          break;
+        }
+      } else if (key.status().code() != StatusCode::kDeadlineExceeded) {
+        if (key.status().code() != StatusCode::kCancelled) {
+          spdlog::warn("leader election '{}': campaign failed: {}", options_.name, key.status().to_string());
+        }
+        if (!sleep_unless_stopped(kRetryPause)) break;
+        campaign_canceller_.reset();
+      }
+    }
+    if (won) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!stopping_ && lease_ == *lease) {
+          leadership_ = *won;
+          leader_address_ = options_.value;
+          ++terms_;
+        } else {
+          won.reset();
+        }
+      }
+      if (won) {
+        changed_.notify_all();
+        spdlog::info("leader election '{}': {} leads (key {}, revision {})", options_.name, options_.value,
+                     won->key, won->rev);
+        if (options_.on_elected) options_.on_elected(*won);
+        if (options_.on_leader_changed) options_.on_leader_changed(options_.value);
+        // Lead until stopped, the lease is lost, or it has not been renewed for too long.
+        std::unique_lock<std::mutex> lock(mutex_);
+        while (!stopping_ && leadership_) {
+          changed_.wait_for(lock, interval);
+          if (!leadership_ || stopping_) break;
+          const auto since_renewal = std::chrono::duration_cast<milliseconds>(Clock::now() - last_renewal_);
+          if (lease_ != *lease || since_renewal >= step_down_after) {
+            lock.unlock();
+            step_down(unavailable_error("the etcd lease was not renewed for {} ms (lease TTL {} s)",
+                                        since_renewal.count(), options_.lease_ttl.count()));
+            lock.lock();
+          }
+        }
+        const bool stopping_now = stopping_;
+        lock.unlock();
+        if (stopping_now) {
+          // Resign so the next candidate leads now rather than after the TTL.
+          Status resigned = client_->resign(*won);
+          if (!resigned.ok())
+            spdlog::warn("leader election '{}': resign: {}", options_.name, resigned.to_string());
+          step_down(cancelled_error("leader election stopped"));
+        }
+      }
+    }
+    // This candidacy is over (stopped, lost, or its lease expired): drop its lease.
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (lease_ == *lease) lease_ = 0;
+    }
+    client_->lease_revoke(*lease).ignore_error();  // gone already if it expired
+  }
+}
+
+void LeaderElection::keep_alive_loop() {
+  const milliseconds interval = std::chrono::duration_cast<milliseconds>(options_.lease_ttl) / 4;
+  while (sleep_unless_stopped(interval)) {
+    int64_t lease = 0;
+    bool leading = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      lease = lease_;
+      leading = leadership_.has_value();
+    }
+    if (lease != 0) {
+      StatusOr<std::chrono::seconds> ttl = client_->lease_keep_alive_once(lease);
+      if (ttl.ok()) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (lease_ == lease) last_renewal_ = Clock::now();
+      } else if (ttl.status().code() == StatusCode::kNotFound) {
+        // etcd says the lease is gone: whatever this candidate held under it is gone too.
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          if (lease_ == lease) lease_ = 0;
+        }
+        if (leading) {
+          step_down(ttl.status());
+        } else {
+          campaign_canceller_.cancel();
+        }
+        changed_.notify_all();
+      } else {
+        spdlog::warn("leader election '{}': lease renewal failed: {}", options_.name,
+                     ttl.status().to_string());
+        std::lock_guard<std::mutex> lock(mutex_);
+        // A standby whose lease has surely expired starts over with a new one (the leader's own
+        // loop steps down on the same clock).
+        if (!leading && lease_ == lease && Clock::now() - last_renewal_ >= options_.lease_ttl) {
+          lease_ = 0;
+          campaign_canceller_.cancel();
+        }
+      }
+    }
+    if (!leading) {
+      // Standbys learn who leads, so they can point clients there.
+      StatusOr<std::optional<KeyValue>> current = client_->leader(options_.name);
+      if (current.ok()) set_leader_address(current->has_value() ? (*current)->value : "");
+    }
+  }
+}
+
+}  // namespace cohort::etcd
