@@ -551,6 +551,31 @@ StatusOr<AgentOrders> Coordinator::report_launch_failure(const std::string& node
   return orders;
 }
 
+Status Coordinator::report_launch_skipped(const std::string& node_id, const std::string& job_id,
+                                          int attempt) {
+  std::lock_guard<std::mutex> lock(mu_);
+  COHORT_ASSIGN_OR_RETURN(Job * job, find_job_locked(job_id));
+  COHORT_RETURN_IF_ERROR(check_attempt_locked(*job, attempt));
+  const AttemptKey key{job_id, attempt};
+  if (is_active_locked(key)) {
+    return failed_precondition_error("job {} attempt {} is still active: its launch on node {} must be sent",
+                                     job_id, attempt, node_id);
+  }
+  auto it = attempts_.find(key);
+  if (it == attempts_.end()) return ok_status();  // already drained
+  const NodeAssignment* found = it->second.placement.find_node(node_id);
+  if (found == nullptr) {
+    return invalid_argument_error("job {} attempt {} has no tasks on node {} (its nodes: {})", job_id,
+                                  attempt, node_id, it->second.placement.node_list());
+  }
+  const NodeAssignment node = *found;
+  for (int rank = node.first_rank; rank < node.first_rank + node.num_ranks; ++rank) {
+    rank_exited_locked(key, rank, /*node_is_gone=*/false);
+  }
+  forget_if_drained_locked(key);
+  return ok_status();
+}
+
 void Coordinator::start_draining() {
   std::lock_guard<std::mutex> lock(mu_);
   draining_ = true;

@@ -247,6 +247,12 @@ class Coordinator {
   StatusOr<AgentOrders> report_launch_failure(const std::string& node_id, const std::string& job_id,
                                               int attempt, const std::string& error);
 
+  // The attempt's launch order for `node_id` was never sent because the attempt was over before
+  // its turn came (failed, cancelled or restarted while the order was queued): nothing runs
+  // there, so the node's ranks count as exited and its slots and GPUs are free again (without
+  // this a node that never hears of the attempt keeps them reserved for good). Needs no store
+  // write. FAILED_PRECONDITION while the attempt is still active; NOT_FOUND for an unknown job.
+  Status report_launch_skipped(const std::string& node_id, const std::string& job_id, int attempt);
 
   // Records training progress of the current attempt (older attempts' reports are dropped),
   // appends it to the job's stored metrics history and publishes it to watchers (the job row's

@@ -312,6 +312,33 @@ TEST_F(CoordinatorTest, ALostNodesJobWithRestartsWaitsForCapacityAndRunsElsewher
   EXPECT_EQ(job(id).placement.nodes[0].node_id, "node-c");
 }
 
+// Found by the chaos test (seed 108898): a node lost while an attempt was PLACED fails the attempt
+// before the launch orders for its other nodes went out; the dispatcher skips those, and without
+// report_launch_skipped the nodes that never heard of the attempt kept its slots reserved forever.
+TEST_F(CoordinatorTest, ASkippedLaunchFreesTheSlotsItsNodeHeldForTheAttempt) {
+  add_node("node-a", 1);
+  add_node("node-b", 1);
+  const std::string id = submit(valid_spec("skipped", 2, 1));
+  AgentOrders placed = coordinator_->tick();  // PLACED: the orders are queued, none sent yet
+  ASSERT_EQ(placed.launches.size(), 2u);
+  ASSERT_EQ(free_slots("node-a"), 0);
+  EXPECT_EQ(coordinator_->report_launch_skipped("node-a", id, 1).code(), StatusCode::kFailedPrecondition)
+      << "an active attempt's launch must be sent, not skipped";
+
+  clock_.advance(seconds(10));
+  ASSERT_TRUE(coordinator_->heartbeat("node-a").ok());
+  clock_.advance(seconds(6));
+  coordinator_->tick();  // node-b lost: the attempt fails while its launch on node-a is still queued
+  ASSERT_EQ(job(id).state(), JobState::kFailed);
+  EXPECT_EQ(free_slots("node-a"), 0) << "node-a's stop order would release them once its tasks exit";
+
+  ASSERT_TRUE(coordinator_->report_launch_skipped("node-a", id, 1).ok());
+  EXPECT_EQ(free_slots("node-a"), 1);
+  EXPECT_TRUE(coordinator_->report_launch_skipped("node-a", id, 1).ok()) << "a repeat is harmless";
+  EXPECT_EQ(free_slots("node-a"), 1);
+  EXPECT_EQ(coordinator_->report_launch_skipped("node-a", "no-such-job", 1).code(), StatusCode::kNotFound);
+}
+
 TEST_F(CoordinatorTest, ReRegisteringALiveNodeMeansItsAgentRestartedAndItsTasksAreLost) {
   add_node("node-a", 1);
   add_node("node-b", 1);

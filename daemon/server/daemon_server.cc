@@ -338,6 +338,12 @@ void DaemonServer::dispatch_loop() {
       if (!attempt_is_active(launch.job_id, launch.attempt)) {
         spdlog::info("launch of job {} attempt {} on node {} skipped: the attempt is no longer active",
                      launch.job_id, launch.attempt, launch.node.node_id);
+        // The node never hears of the attempt, so no exit report will free its slots: do it here.
+        Status released = coordinator_->report_launch_skipped(launch.node.node_id, launch.job_id, launch.attempt);
+        if (!released.ok()) {
+          spdlog::warn("job {} attempt {}: the slots of its skipped launch on node {} stay reserved: {}",
+                       launch.job_id, launch.attempt, launch.node.node_id, released.to_string());
+        }
         continue;
       }
       send_launch(launch);
