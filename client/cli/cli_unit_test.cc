@@ -8,11 +8,13 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 #include "client/cli/cli.h"
 #include "client/cli/job_follower.h"
+#include "client/cli/metrics_printer.h"
 #include "client/cli/output.h"
 #include "client/cli/worker_locator.h"
 
@@ -230,6 +232,63 @@ TEST(OutputTest, JsonRecordsBecomeBlockYamlKeepingStringsStrings) {
   EXPECT_NE(yaml.find("name: \"true\""), std::string::npos) << yaml;
   EXPECT_NE(yaml.find("n: \"123\""), std::string::npos) << yaml;
   EXPECT_NE(yaml.find("empty: \"\""), std::string::npos) << yaml;
+}
+
+// Two stored reports as GetMetrics returns them: the second with a communication wait.
+std::vector<MetricsRow> two_reports() {
+  cohort::v1::MetricsPoint first;
+  first.set_seq(11);
+  first.set_attempt(2);
+  first.mutable_time()->set_seconds(1700000000);
+  first.mutable_time()->set_nanos(250000000);
+  first.mutable_metrics()->set_step(10);
+  first.mutable_metrics()->set_loss(0.5);
+  first.mutable_metrics()->set_samples_per_s(100);
+  cohort::v1::MetricsPoint second = first;
+  second.set_seq(14);
+  second.mutable_metrics()->set_step(20);
+  second.mutable_metrics()->set_comm_wait_s(7.5);
+  second.mutable_metrics()->set_comm_wait_ratio(0.25);
+  return {MetricsRow::of(first), MetricsRow::of(second)};
+}
+
+std::string print_reports(OutputFormat format) {
+  std::ostringstream out, err;
+  CommandContext context;
+  context.format = format;
+  context.out = &out;
+  context.err = &err;
+  MetricsPrinter printer(context);
+  for (const MetricsRow& row : two_reports()) printer.print(row);
+  return out.str();
+}
+
+TEST(MetricsPrinterTest, EveryFormatShowsTheCommunicationWait) {
+  std::istringstream csv(print_reports(OutputFormat::kCsv));
+  std::vector<std::string> rows;
+  for (std::string row; std::getline(csv, row);) rows.push_back(row);
+  ASSERT_EQ(rows.size(), 3u);
+  // The older columns keep their places; the communication wait comes last.
+  EXPECT_EQ(rows[0], "seq,attempt,unix_ms,step,epoch,loss,accuracy,samples_per_s,rank,comm_wait_s,comm_wait_ratio");
+  EXPECT_EQ(rows[1], "11,2,1700000000250,10,0,0.5,0,100,0,0,0");
+  EXPECT_EQ(rows[2], "14,2,1700000000250,20,0,0.5,0,100,0,7.5,0.25");
+
+  const std::string json = print_reports(OutputFormat::kJson);
+  const size_t second_line = json.find('\n') + 1;
+  ASSERT_NE(second_line, 0u);
+  EXPECT_NE(json.find("\"comm_wait_s\": 0, \"comm_wait_ratio\": 0}"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"comm_wait_s\": 7.5, \"comm_wait_ratio\": 0.25}\n", second_line), std::string::npos) << json;
+  EXPECT_NE(json.find("{\"seq\": 14, \"attempt\": 2, \"unix_ms\": 1700000000250, \"step\": 20,"), std::string::npos)
+      << json;
+
+  std::istringstream table(print_reports(OutputFormat::kHuman));
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(table, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_NE(lines[0].find("COMM WAIT"), std::string::npos) << lines[0];
+  // Unmeasured is "-", not a wait of zero; measured: cumulative seconds and the share of time.
+  EXPECT_EQ(lines[1].substr(lines[1].size() - 2), " -") << lines[1];
+  EXPECT_EQ(lines[2].substr(lines[2].size() - 9), " 7.5s 25%") << lines[2];
 }
 
 TEST(CliTest, CsvIsForMetricsAndLogsFlagsAreCheckedBeforeAnyCall) {

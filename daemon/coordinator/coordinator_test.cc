@@ -578,7 +578,14 @@ TEST_F(CoordinatorTest, TheMetricsHistorySurvivesARestartAndNewEventsComeAfterIt
   const std::string id = submit(valid_spec("curve", 1, 1));
   tick_and_start();
   for (int64_t step = 10; step <= 30; step += 10) {
-    ASSERT_TRUE(coordinator_->report_metrics(id, 1, Metrics{step, 0, 1.0 / static_cast<double>(step), 0.5, 100, 0}).ok());
+    // Every field the worker sends, the communication wait different in each report.
+    Metrics m{step, 0, 1.0 / static_cast<double>(step), 0.5, 100, 0};
+    m.total_steps = 300;
+    m.total_epochs = 3;
+    m.samples_per_step = 16;
+    m.comm_wait_s = 0.1 * static_cast<double>(step);
+    m.comm_wait_ratio = static_cast<double>(step) / 100.0;
+    ASSERT_TRUE(coordinator_->report_metrics(id, 1, m).ok());
   }
   auto before = coordinator_->metrics_history(id, 0, 0);
   ASSERT_TRUE(before.ok()) << before.status().to_string();
@@ -596,7 +603,16 @@ TEST_F(CoordinatorTest, TheMetricsHistorySurvivesARestartAndNewEventsComeAfterIt
     EXPECT_EQ((*after)[i].attempt, 1);
     EXPECT_EQ((*after)[i].metrics.step, (*before)[i].metrics.step);
     EXPECT_DOUBLE_EQ((*after)[i].metrics.loss, (*before)[i].metrics.loss);
+    EXPECT_DOUBLE_EQ((*after)[i].metrics.comm_wait_s, 0.1 * static_cast<double>((*before)[i].metrics.step));
+    EXPECT_DOUBLE_EQ((*after)[i].metrics.comm_wait_ratio, static_cast<double>((*before)[i].metrics.step) / 100.0);
+    EXPECT_EQ((*after)[i].metrics.total_steps, 300);
+    EXPECT_EQ((*after)[i].metrics.total_epochs, 3);
+    EXPECT_EQ((*after)[i].metrics.samples_per_step, 16);
   }
+  // The job's last metrics keep them too.
+  ASSERT_TRUE(job(id).last_metrics.has_value());
+  EXPECT_DOUBLE_EQ(job(id).last_metrics->comm_wait_s, 3.0);
+  EXPECT_DOUBLE_EQ(job(id).last_metrics->comm_wait_ratio, 0.3);
   // Events after the restart (here: the next submission) never reuse a metrics report's seq.
   const std::string next = submit(valid_spec("next", 1, 1));
   auto events = coordinator_->events(next, 0, Duration(0));

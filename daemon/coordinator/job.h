@@ -22,12 +22,12 @@ struct Metrics {
   double accuracy = 0;       // latest evaluation accuracy in [0, 1]
   double samples_per_s = 0;  // throughput over all ranks
   int rank = 0;              // the reporting rank
-  // What the reporter knows of the whole run, for the CLI's progress bar and ETA (0: unknown). Kept
-  // in memory and in events only: a restarted coordinator has them again at the next report.
+  // What the reporter knows of the whole run, for the CLI's progress bar and ETA (0: unknown).
   int64_t total_steps = 0;       // optimizer steps the run takes
   int total_epochs = 0;          // epochs the run takes
   int64_t samples_per_step = 0;  // samples one step consumes over all ranks
-  // Communication wait of the reporting rank (memory and events only, like the totals).
+  // Communication wait of the reporting rank (0: unknown). Every field is stored with each report
+  // (JobStore::append_metrics) and in the job's last metrics, so the history shows them after a restart.
   double comm_wait_s = 0;      // seconds blocked in collectives this attempt, cumulative
   double comm_wait_ratio = 0;  // share of wall time blocked in collectives since its last report
 };

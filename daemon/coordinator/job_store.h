@@ -39,7 +39,7 @@ class JobStore {
   // The SQLite store's database file inside the data directory.
   static constexpr const char* kDatabaseFile = "coordinator.db";
   // The SQLite schema version this code writes; older databases are migrated on open.
-  static constexpr int kSchemaVersion = 4;
+  static constexpr int kSchemaVersion = 5;
   // Metrics reports kept per job. A job that reports every few seconds for days would otherwise
   // grow the store without bound; when a job has more rows than this, every second row (by seq)
   // is deleted except the first and the newest, halving the resolution of the whole curve while

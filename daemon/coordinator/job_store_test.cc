@@ -63,7 +63,7 @@ TEST(JobStoreTest, ReopeningAfterCloseKeepsEveryJobAndEvent) {
   running.machine = *JobStateMachine::restore(JobState::kRunning, 2, "all 4 rank(s) started", 3);
   running.placement = two_nodes();
   running.start_unix_ms = 4242;
-  running.last_metrics = Metrics{120, 3, 0.25, 0.875, 1500.5, 0};
+  running.last_metrics = Metrics{120, 3, 0.25, 0.875, 1500.5, 0, 400, 5, 64, 12.5, 0.125};
   Job failed = make_job("broken", 3);
   failed.machine =
       *JobStateMachine::restore(JobState::kFailed, 1, "rank 3 on node node-b exited with code 1", 3);
@@ -117,6 +117,11 @@ TEST(JobStoreTest, ReopeningAfterCloseKeepsEveryJobAndEvent) {
   EXPECT_EQ(b.last_metrics->epoch, 3);
   EXPECT_DOUBLE_EQ(b.last_metrics->accuracy, 0.875);
   EXPECT_DOUBLE_EQ(b.last_metrics->samples_per_s, 1500.5);
+  EXPECT_EQ(b.last_metrics->total_steps, 400);
+  EXPECT_EQ(b.last_metrics->total_epochs, 5);
+  EXPECT_EQ(b.last_metrics->samples_per_step, 64);
+  EXPECT_DOUBLE_EQ(b.last_metrics->comm_wait_s, 12.5);
+  EXPECT_DOUBLE_EQ(b.last_metrics->comm_wait_ratio, 0.125);
 
   const Job& c = snapshot->jobs[2];
   EXPECT_EQ(c.state(), JobState::kFailed);
@@ -167,8 +172,32 @@ TEST(JobStoreTest, MetricsEventsAreNotStored) {
   EXPECT_EQ((*store)->append_event(metrics).code(), StatusCode::kInvalidArgument);
 }
 
+// A report with every field set, the communication wait growing with the step (a distinct value
+// per report, so a column read from the wrong row or not stored at all shows).
 MetricsRecord report(int64_t seq, int attempt, int64_t step) {
-  return MetricsRecord{seq, attempt, 7000 + seq, Metrics{step, 1, 1.0 / static_cast<double>(step), 0.5, 250.0, 0}};
+  Metrics m{step, 1, 1.0 / static_cast<double>(step), 0.5, 250.0, 0};
+  m.total_steps = 1000;
+  m.total_epochs = 4;
+  m.samples_per_step = 32;
+  m.comm_wait_s = 0.25 * static_cast<double>(step);
+  m.comm_wait_ratio = 1.0 / static_cast<double>(step + 1);
+  return MetricsRecord{seq, attempt, 7000 + seq, m};
+}
+
+// Turns the database in `dir` back into schema v4 (before the run totals and the communication
+// wait were stored), keeping its rows, as a cohortd of that release left it.
+void downgrade_to_schema_v4(const std::string& dir) {
+  sqlite3* db = nullptr;
+  const std::string path = dir + "/" + JobStore::kDatabaseFile;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  for (const char* column : {"total_steps", "total_epochs", "samples_per_step", "comm_wait_s", "comm_wait_ratio"}) {
+    for (const std::string& sql : {std::string("ALTER TABLE metrics DROP COLUMN ") + column,
+                                   std::string("ALTER TABLE jobs DROP COLUMN metrics_") + column}) {
+      ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sql << ": " << sqlite3_errmsg(db);
+    }
+  }
+  ASSERT_EQ(sqlite3_exec(db, "PRAGMA user_version = 4", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
 }
 
 TEST(JobStoreTest, EveryMetricsReportIsKeptAcrossAReopen) {
@@ -192,6 +221,15 @@ TEST(JobStoreTest, EveryMetricsReportIsKeptAcrossAReopen) {
   EXPECT_EQ((*all)[0].metrics.step, 10);
   EXPECT_DOUBLE_EQ((*all)[0].metrics.loss, 0.1);
   EXPECT_DOUBLE_EQ((*all)[0].metrics.samples_per_s, 250.0);
+  EXPECT_EQ((*all)[0].metrics.total_steps, 1000);
+  EXPECT_EQ((*all)[0].metrics.total_epochs, 4);
+  EXPECT_EQ((*all)[0].metrics.samples_per_step, 32);
+  // Every report keeps its own communication wait.
+  for (const MetricsRecord& record : *all) {
+    EXPECT_DOUBLE_EQ(record.metrics.comm_wait_s, 0.25 * static_cast<double>(record.metrics.step)) << record.seq;
+    EXPECT_DOUBLE_EQ(record.metrics.comm_wait_ratio, 1.0 / static_cast<double>(record.metrics.step + 1))
+        << record.seq;
+  }
   EXPECT_EQ((*all)[5].attempt, 2);
 
   auto after = (*store)->load_metrics(job.id, 13);
@@ -240,7 +278,8 @@ TEST(JobStoreTest, AVersion2DatabaseIsMigratedAndKeepsItsJobs) {
     ASSERT_TRUE((*store)->upsert_job(job).ok());
   }
   // Make it look like a database written by an older release (schema 2: no metrics table, no
-  // retired_seqs).
+  // retired_seqs, no stored communication wait).
+  ASSERT_NO_FATAL_FAILURE(downgrade_to_schema_v4(dir.path()));
   sqlite3* db = nullptr;
   const std::string path = dir.path() + "/" + JobStore::kDatabaseFile;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
@@ -257,6 +296,45 @@ TEST(JobStoreTest, AVersion2DatabaseIsMigratedAndKeepsItsJobs) {
   auto series = (*store)->load_metrics(job.id);
   ASSERT_TRUE(series.ok());
   EXPECT_EQ(series->size(), 1u);
+}
+
+TEST(JobStoreTest, AVersion4DatabaseKeepsItsSeriesAndStoresTheCommWaitFromNowOn) {
+  TempDir dir;
+  Job job = make_job("before", 1);
+  job.last_metrics = report(1, 1, 10).metrics;
+  {
+    auto store = JobStore::open(dir.path());
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE((*store)->upsert_job(job).ok());
+    ASSERT_TRUE((*store)->append_metrics(job.id, report(1, 1, 10)).ok());
+  }
+  ASSERT_NO_FATAL_FAILURE(downgrade_to_schema_v4(dir.path()));
+
+  auto store = JobStore::open(dir.path());
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  auto snapshot = (*store)->load_all();
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status().to_string();
+  ASSERT_EQ(snapshot->jobs.size(), 1u);
+  // What schema v4 kept is intact; what it did not keep reads 0 (unknown).
+  ASSERT_TRUE(snapshot->jobs[0].last_metrics.has_value());
+  EXPECT_EQ(snapshot->jobs[0].last_metrics->step, 10);
+  EXPECT_DOUBLE_EQ(snapshot->jobs[0].last_metrics->comm_wait_s, 0);
+  ASSERT_TRUE((*store)->append_metrics(job.id, report(2, 1, 20)).ok());
+  job.last_metrics = report(2, 1, 20).metrics;
+  ASSERT_TRUE((*store)->upsert_job(job).ok());
+  auto series = (*store)->load_metrics(job.id);
+  ASSERT_TRUE(series.ok()) << series.status().to_string();
+  ASSERT_EQ(series->size(), 2u);
+  EXPECT_EQ((*series)[0].metrics.step, 10);
+  EXPECT_DOUBLE_EQ((*series)[0].metrics.loss, 0.1);
+  EXPECT_DOUBLE_EQ((*series)[0].metrics.comm_wait_s, 0);
+  EXPECT_DOUBLE_EQ((*series)[0].metrics.comm_wait_ratio, 0);
+  EXPECT_DOUBLE_EQ((*series)[1].metrics.comm_wait_s, 5.0);
+  EXPECT_DOUBLE_EQ((*series)[1].metrics.comm_wait_ratio, 1.0 / 21);
+  EXPECT_EQ((*series)[1].metrics.total_steps, 1000);
+  auto reloaded = (*store)->load_all();
+  ASSERT_TRUE(reloaded.ok());
+  EXPECT_DOUBLE_EQ(reloaded->jobs[0].last_metrics->comm_wait_s, 5.0);
 }
 
 TEST(JobStoreTest, AFailedSaveWritesNeitherTheJobNorTheEvent) {

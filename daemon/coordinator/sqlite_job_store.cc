@@ -81,6 +81,21 @@ constexpr const char* kMigrations[] = {
         value INTEGER NOT NULL
       );
     )sql",
+    // v4 → v5: the rest of each report (Metrics): the run totals and the reporting rank's
+    // communication wait, in the history and in the job's last metrics. Rows stored before read 0
+    // (unknown), as a worker that does not measure them reports.
+    R"sql(
+      ALTER TABLE metrics ADD COLUMN total_steps INTEGER NOT NULL DEFAULT 0;
+      ALTER TABLE metrics ADD COLUMN total_epochs INTEGER NOT NULL DEFAULT 0;
+      ALTER TABLE metrics ADD COLUMN samples_per_step INTEGER NOT NULL DEFAULT 0;
+      ALTER TABLE metrics ADD COLUMN comm_wait_s REAL NOT NULL DEFAULT 0;
+      ALTER TABLE metrics ADD COLUMN comm_wait_ratio REAL NOT NULL DEFAULT 0;
+      ALTER TABLE jobs ADD COLUMN metrics_total_steps INTEGER;
+      ALTER TABLE jobs ADD COLUMN metrics_total_epochs INTEGER;
+      ALTER TABLE jobs ADD COLUMN metrics_samples_per_step INTEGER;
+      ALTER TABLE jobs ADD COLUMN metrics_comm_wait_s REAL;
+      ALTER TABLE jobs ADD COLUMN metrics_comm_wait_ratio REAL;
+    )sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == JobStore::kSchemaVersion,
               "one migration per schema version");
@@ -157,8 +172,8 @@ Status SqliteJobStore::write_job(const Job& job) {
     return internal_error("job '{}': cannot serialize its spec", job.id);
   }
   // Metrics columns are NULL until the first report.
-  std::optional<int64_t> step, epoch, rank;
-  std::optional<double> loss, accuracy, samples_per_s;
+  std::optional<int64_t> step, epoch, rank, total_steps, total_epochs, samples_per_step;
+  std::optional<double> loss, accuracy, samples_per_s, comm_wait_s, comm_wait_ratio;
   if (job.last_metrics) {
     const Metrics& m = *job.last_metrics;
     step = m.step;
@@ -167,23 +182,35 @@ Status SqliteJobStore::write_job(const Job& job) {
     loss = m.loss;
     accuracy = m.accuracy;
     samples_per_s = m.samples_per_s;
+    total_steps = m.total_steps;
+    total_epochs = m.total_epochs;
+    samples_per_step = m.samples_per_step;
+    comm_wait_s = m.comm_wait_s;
+    comm_wait_ratio = m.comm_wait_ratio;
   }
   COHORT_ASSIGN_OR_RETURN(SqliteStatement upsert, db_->prepare(R"sql(
       INSERT INTO jobs (id, seq, spec, state, reason, attempt, submit_unix_ms, start_unix_ms, end_unix_ms,
                         metrics_step, metrics_epoch, metrics_loss, metrics_accuracy, metrics_samples_per_s,
-                        metrics_rank, owner)
-      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
+                        metrics_rank, owner, metrics_total_steps, metrics_total_epochs,
+                        metrics_samples_per_step, metrics_comm_wait_s, metrics_comm_wait_ratio)
+      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)
       ON CONFLICT (id) DO UPDATE SET
         spec = excluded.spec, state = excluded.state, reason = excluded.reason,
         attempt = excluded.attempt, start_unix_ms = excluded.start_unix_ms,
         end_unix_ms = excluded.end_unix_ms, metrics_step = excluded.metrics_step,
         metrics_epoch = excluded.metrics_epoch, metrics_loss = excluded.metrics_loss,
         metrics_accuracy = excluded.metrics_accuracy,
-        metrics_samples_per_s = excluded.metrics_samples_per_s, metrics_rank = excluded.metrics_rank)sql"));
+        metrics_samples_per_s = excluded.metrics_samples_per_s, metrics_rank = excluded.metrics_rank,
+        metrics_total_steps = excluded.metrics_total_steps,
+        metrics_total_epochs = excluded.metrics_total_epochs,
+        metrics_samples_per_step = excluded.metrics_samples_per_step,
+        metrics_comm_wait_s = excluded.metrics_comm_wait_s,
+        metrics_comm_wait_ratio = excluded.metrics_comm_wait_ratio)sql"));
   COHORT_RETURN_IF_ERROR(upsert.bind(job.id, job.seq, SqliteBlob{spec_bytes},
                                      std::string(job_state_name(job.state())), job.machine.reason(),
                                      job.attempt(), job.submit_unix_ms, job.start_unix_ms, job.end_unix_ms,
-                                     step, epoch, loss, accuracy, samples_per_s, rank, job.owner));
+                                     step, epoch, loss, accuracy, samples_per_s, rank, job.owner, total_steps,
+                                     total_epochs, samples_per_step, comm_wait_s, comm_wait_ratio));
   COHORT_RETURN_IF_ERROR(upsert.run());
 
   // The placement is replaced whole: a restarted attempt may run on different nodes.
@@ -234,11 +261,13 @@ Status SqliteJobStore::save(const Job& job, const JobEvent& event) {
 Status SqliteJobStore::append_metrics(const std::string& job_id, const MetricsRecord& record, int64_t max_rows) {
   return db_->transaction([&]() -> Status {
     COHORT_ASSIGN_OR_RETURN(SqliteStatement insert, db_->prepare(R"sql(
-        INSERT INTO metrics (job_id, seq, attempt, unix_ms, step, epoch, loss, accuracy, samples_per_s, rank)
-        VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10))sql"));
+        INSERT INTO metrics (job_id, seq, attempt, unix_ms, step, epoch, loss, accuracy, samples_per_s, rank,
+                             total_steps, total_epochs, samples_per_step, comm_wait_s, comm_wait_ratio)
+        VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15))sql"));
     const Metrics& m = record.metrics;
     COHORT_RETURN_IF_ERROR(insert.bind(job_id, record.seq, record.attempt, record.unix_ms, m.step, m.epoch,
-                                       m.loss, m.accuracy, m.samples_per_s, m.rank));
+                                       m.loss, m.accuracy, m.samples_per_s, m.rank, m.total_steps,
+                                       m.total_epochs, m.samples_per_step, m.comm_wait_s, m.comm_wait_ratio));
     COHORT_RETURN_IF_ERROR(insert.run());
     COHORT_ASSIGN_OR_RETURN(SqliteStatement count,
                             db_->prepare("SELECT COUNT(*) FROM metrics WHERE job_id = ?1"));
@@ -258,7 +287,8 @@ Status SqliteJobStore::append_metrics(const std::string& job_id, const MetricsRe
 StatusOr<std::vector<MetricsRecord>> SqliteJobStore::load_metrics(const std::string& job_id, int64_t after_seq,
                                                             int attempt) const {
   COHORT_ASSIGN_OR_RETURN(SqliteStatement select, db_->prepare(R"sql(
-      SELECT seq, attempt, unix_ms, step, epoch, loss, accuracy, samples_per_s, rank
+      SELECT seq, attempt, unix_ms, step, epoch, loss, accuracy, samples_per_s, rank,
+             total_steps, total_epochs, samples_per_step, comm_wait_s, comm_wait_ratio
       FROM metrics WHERE job_id = ?1 AND seq > ?2 AND (?3 = 0 OR attempt = ?3) ORDER BY seq)sql"));
   COHORT_RETURN_IF_ERROR(select.bind(job_id, after_seq, attempt));
   std::vector<MetricsRecord> out;
@@ -275,6 +305,11 @@ StatusOr<std::vector<MetricsRecord>> SqliteJobStore::load_metrics(const std::str
     record.metrics.accuracy = select.column_double(6);
     record.metrics.samples_per_s = select.column_double(7);
     record.metrics.rank = static_cast<int>(select.column_int64(8));
+    record.metrics.total_steps = select.column_int64(9);
+    record.metrics.total_epochs = static_cast<int>(select.column_int64(10));
+    record.metrics.samples_per_step = select.column_int64(11);
+    record.metrics.comm_wait_s = select.column_double(12);
+    record.metrics.comm_wait_ratio = select.column_double(13);
     out.push_back(record);
   }
   return out;
@@ -306,7 +341,8 @@ StatusOr<JobStore::Snapshot> SqliteJobStore::load_all() const {
   COHORT_ASSIGN_OR_RETURN(SqliteStatement jobs, db_->prepare(R"sql(
       SELECT id, seq, spec, state, reason, attempt, submit_unix_ms, start_unix_ms, end_unix_ms,
              metrics_step, metrics_epoch, metrics_loss, metrics_accuracy, metrics_samples_per_s, metrics_rank,
-             owner
+             owner, metrics_total_steps, metrics_total_epochs, metrics_samples_per_step, metrics_comm_wait_s,
+             metrics_comm_wait_ratio
       FROM jobs ORDER BY seq)sql"));
   while (true) {
     COHORT_ASSIGN_OR_RETURN(bool row, jobs.step());
@@ -335,6 +371,12 @@ StatusOr<JobStore::Snapshot> SqliteJobStore::load_all() const {
       m.accuracy = jobs.column_double(12);
       m.samples_per_s = jobs.column_double(13);
       m.rank = static_cast<int>(jobs.column_int64(14));
+      // NULL in a job whose last report was stored before schema v5: column_* reads 0 (unknown).
+      m.total_steps = jobs.column_int64(16);
+      m.total_epochs = static_cast<int>(jobs.column_int64(17));
+      m.samples_per_step = jobs.column_int64(18);
+      m.comm_wait_s = jobs.column_double(19);
+      m.comm_wait_ratio = jobs.column_double(20);
       job.last_metrics = m;
     }
     COHORT_ASSIGN_OR_RETURN(job.placement, load_placement(job.id));

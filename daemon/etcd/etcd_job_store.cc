@@ -26,6 +26,11 @@ etcdstore::StoredMetrics to_stored(const Metrics& m) {
   out.set_accuracy(m.accuracy);
   out.set_samples_per_s(m.samples_per_s);
   out.set_rank(m.rank);
+  out.set_total_steps(m.total_steps);
+  out.set_total_epochs(m.total_epochs);
+  out.set_samples_per_step(m.samples_per_step);
+  out.set_comm_wait_s(m.comm_wait_s);
+  out.set_comm_wait_ratio(m.comm_wait_ratio);
   return out;
 }
 
@@ -37,6 +42,11 @@ Metrics from_stored(const etcdstore::StoredMetrics& m) {
   out.accuracy = m.accuracy();
   out.samples_per_s = m.samples_per_s();
   out.rank = m.rank();
+  out.total_steps = m.total_steps();
+  out.total_epochs = m.total_epochs();
+  out.samples_per_step = m.samples_per_step();
+  out.comm_wait_s = m.comm_wait_s();
+  out.comm_wait_ratio = m.comm_wait_ratio();
   return out;
 }
 

@@ -86,13 +86,21 @@ TEST_F(EtcdJobStoreTest, RoundTripsJobsEventsAndMetrics) {
   metrics.step = 7;
   metrics.loss = 0.5;
   metrics.rank = 1;
+  metrics.total_steps = 90;
+  metrics.total_epochs = 3;
+  metrics.samples_per_step = 64;
+  metrics.comm_wait_s = 2.5;
+  metrics.comm_wait_ratio = 0.25;
   first.last_metrics = metrics;
   ASSERT_TRUE(store->upsert_job(first).ok());
   JobEvent started = submitted(first, 2);
   started.change = coordinator::JobTransition{JobState::kPlaced, JobState::kRunning, 1, "started"};
   ASSERT_TRUE(store->append_event(started).ok());
   ASSERT_TRUE(store->append_metrics("mlp-1", MetricsRecord{10, 1, 123, metrics}).ok());
-  ASSERT_TRUE(store->append_metrics("mlp-1", MetricsRecord{12, 2, 124, metrics}).ok());
+  coordinator::Metrics later = metrics;
+  later.comm_wait_s = 4.0;  // each report keeps its own communication wait
+  later.comm_wait_ratio = 0.5;
+  ASSERT_TRUE(store->append_metrics("mlp-1", MetricsRecord{12, 2, 124, later}).ok());
   EXPECT_EQ(store->append_metrics("nope-9", MetricsRecord{13, 1, 125, metrics}).code(),
             StatusCode::kNotFound);
   JobEvent metrics_event = started;
@@ -111,6 +119,11 @@ TEST_F(EtcdJobStoreTest, RoundTripsJobsEventsAndMetrics) {
   EXPECT_EQ(snapshot->jobs[0].start_unix_ms, 5000);
   ASSERT_TRUE(snapshot->jobs[0].last_metrics.has_value());
   EXPECT_EQ(snapshot->jobs[0].last_metrics->step, 7);
+  EXPECT_EQ(snapshot->jobs[0].last_metrics->total_steps, 90);
+  EXPECT_EQ(snapshot->jobs[0].last_metrics->total_epochs, 3);
+  EXPECT_EQ(snapshot->jobs[0].last_metrics->samples_per_step, 64);
+  EXPECT_DOUBLE_EQ(snapshot->jobs[0].last_metrics->comm_wait_s, 2.5);
+  EXPECT_DOUBLE_EQ(snapshot->jobs[0].last_metrics->comm_wait_ratio, 0.25);
   EXPECT_EQ(snapshot->jobs[0].spec.SerializeAsString(), first.spec.SerializeAsString());
   ASSERT_EQ(snapshot->jobs[0].placement.nodes.size(), 1u);
   EXPECT_EQ(snapshot->jobs[0].placement.nodes[0].address, "10.0.0.1:7071");
@@ -125,6 +138,11 @@ TEST_F(EtcdJobStoreTest, RoundTripsJobsEventsAndMetrics) {
   ASSERT_TRUE(all.ok());
   ASSERT_EQ(all->size(), 2u);
   EXPECT_EQ((*all)[1].seq, 12);
+  EXPECT_DOUBLE_EQ((*all)[0].metrics.comm_wait_s, 2.5);
+  EXPECT_DOUBLE_EQ((*all)[0].metrics.comm_wait_ratio, 0.25);
+  EXPECT_DOUBLE_EQ((*all)[1].metrics.comm_wait_s, 4.0);
+  EXPECT_DOUBLE_EQ((*all)[1].metrics.comm_wait_ratio, 0.5);
+  EXPECT_EQ((*all)[1].metrics.total_steps, 90);
   auto after = reader->load_metrics("mlp-1", 10);
   ASSERT_TRUE(after.ok());
   ASSERT_EQ(after->size(), 1u);

@@ -198,7 +198,8 @@ TEST_F(DashboardTest, MetricsComeAfterASeqAndLogsPerRank) {
   for (int step = 1; step <= 3; ++step) {
     clock_.advance(coordinator::Duration(1000));
     ASSERT_TRUE(
-        coordinator_->report_metrics(id, 1, coordinator::Metrics{step * 10, 0, 1.0 / step, 0.5, 100, 0})
+        coordinator_->report_metrics(id, 1, coordinator::Metrics{step * 10, 0, 1.0 / step, 0.5, 100, 0, 0, 0, 0,
+                                                                 1.5 * step, 0.125 * step})
             .ok());
   }
   httplib::Result all = get("/api/metrics?id=" + id, kAliceToken);
@@ -206,6 +207,9 @@ TEST_F(DashboardTest, MetricsComeAfterASeqAndLogsPerRank) {
   ASSERT_EQ(all->status, 200);
   EXPECT_TRUE(contains(all->body, "\"more\":false")) << all->body;
   EXPECT_TRUE(contains(all->body, "\"step\":\"30\"")) << all->body;
+  // The communication wait rides along in every point (the job page plots comm_wait_ratio).
+  EXPECT_TRUE(contains(all->body, "\"comm_wait_s\":4.5")) << all->body;
+  EXPECT_TRUE(contains(all->body, "\"comm_wait_ratio\":0.375")) << all->body;
   size_t points = 0;
   for (size_t at = all->body.find("\"seq\""); at != std::string::npos; at = all->body.find("\"seq\"", at + 1))
     ++points;

@@ -157,7 +157,7 @@ TEST_F(HistoryAndLogsTest, TheMetricsSeriesIsStoredAndSurvivesACoordinatorRestar
   std::vector<std::string> rows;
   for (std::string row; std::getline(csv, row);) rows.push_back(row);
   ASSERT_EQ(rows.size(), before.size() + 1);
-  EXPECT_EQ(rows[0], "seq,attempt,unix_ms,step,epoch,loss,accuracy,samples_per_s,rank");
+  EXPECT_EQ(rows[0], "seq,attempt,unix_ms,step,epoch,loss,accuracy,samples_per_s,rank,comm_wait_s,comm_wait_ratio");
   EXPECT_EQ(rows[1].rfind(std::to_string(before[0].seq()) + ",1,", 0), 0u) << rows[1];
   const std::string json = cohort({"metrics", id, "-o", "json", "-f"});  // -f ends: the job is over
   size_t objects = 0;

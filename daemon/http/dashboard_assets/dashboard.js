@@ -194,6 +194,7 @@ function jobView() {
     loss: el('canvas', { id: 'chart-loss' }),
     accuracy: el('canvas', { id: 'chart-accuracy' }),
     throughput: el('canvas', { id: 'chart-throughput' }),
+    commWait: el('canvas', { id: 'chart-comm-wait' }),
   };
   for (const canvas of Object.values(canvases)) charts.append(el('div', { class: 'chart' }, canvas));
   const placement = el('div');
@@ -216,6 +217,9 @@ function jobView() {
     loss: lineChart(canvases.loss, 'loss', '#c62828'),
     accuracy: lineChart(canvases.accuracy, 'accuracy', '#2e7d32'),
     throughput: lineChart(canvases.throughput, 'samples/s', '#1565c0'),
+    // The reporting rank's share of wall time blocked in collectives since its previous report:
+    // a rising curve is a slow peer or the network holding training back.
+    commWait: lineChart(canvases.commWait, 'communication wait %', '#6a1b9a'),
   };
   let points = 0;
   let afterSeq = 0;
@@ -232,6 +236,7 @@ function jobView() {
       if (series.loss) series.loss.data.datasets[0].data.push({ x, y: Number(m.loss || 0) });
       if (series.accuracy) series.accuracy.data.datasets[0].data.push({ x, y: Number(m.accuracy || 0) });
       if (series.throughput) series.throughput.data.datasets[0].data.push({ x, y: Number(m.samples_per_s || 0) });
+      if (series.commWait) series.commWait.data.datasets[0].data.push({ x, y: 100 * Number(m.comm_wait_ratio || 0) });
       afterSeq = Math.max(afterSeq, Number(point.seq));
       points += 1;
     }
