@@ -1,17 +1,38 @@
 #!/bin/bash
-# A bounded chaos test (issue 16) on three simulated hosts (tests/cluster/lib.sh; host-1 runs the
-# coordinator and an agent, host-2 and host-3 an agent each, 2 slots per host). For DURATION seconds
+# A bounded chaos test (issue 16) on three simulated hosts (tests/cluster/lib.sh, 2 slots per host).
+#
+# Two setups:
+#   --ha (the default): the highly available coordinator (README "High availability"). A 3-member
+#     etcd cluster, one member per host on the host's own address, TLS with client certificates
+#     made by the test; coordinators on host-1 and host-2 (--coordinators 3: host-3 too) electing
+#     their leader in etcd (leader_lease_ms 3000) and keeping the jobs there; an agent on every host
+#     and the admin's CLI, all given the coordinators' list.
+#   --single: host-1 runs the single SQLite coordinator and an agent (--role all), host-2 and
+#     host-3 an agent each.
+# For DURATION seconds
 # a stream of small jobs runs (command jobs of 1-3 nodes that beat their heartbeat, some that fail on
 # purpose or hang, a few real cohort-worker graph jobs; max_restarts 0-2; some cancelled) while a
 # seeded fault injector picks, one fault at a time, among:
 #   worker_kill        SIGKILL a rank
 #   worker_stop        SIGSTOP a rank and leave it (the agent must kill it: stopped_task_limit)
 #   worker_stop_brief  SIGSTOP a rank, SIGCONT it before the limit (it must be forgiven)
-#   agent_kill         SIGKILL host-2's or host-3's cohortd, restart it 0.5-3 s later
-#   agent_stop         SIGSTOP host-2's or host-3's cohortd for 1-6 s (the lease is 4 s)
+#   agent_kill         SIGKILL an agent's cohortd, restart it 0.5-3 s later (--single: host-2's or
+#                      host-3's; host-1's is the coordinator)
+#   agent_stop         SIGSTOP an agent's cohortd for 1 s to the node lease + 2 s
+#   partition          take a host's link down for 1 s to the node lease + 3 s, then heal it (--ha:
+#                      its etcd member and coordinator are cut off too; the leader's host included)
+# --ha only (the leader is found by asking every coordinator's gRPC health: SERVING on the leader,
+# NOT_SERVING on a standby):
+#   leader_kill        SIGKILL the leading coordinator's cohortd, restart it 0.5-3 s later (as a
+#                      standby); another must lead within the etcd lease
+#   leader_stop        SIGSTOP the leading coordinator for 1-8 s, then SIGCONT: if a standby took
+#                      over meanwhile, the old leader must step down (cohortd exits 1, and the test
+#                      restarts it as systemd's Restart=on-failure would), never lead beside it
+# --single only:
 #   coordinator_kill   SIGKILL host-1's cohortd (coordinator + agent), restart it on its port 0.5-2 s
 #                      later; it recovers its jobs from SQLite and reconciles with the agents
-#   partition          take a host's link down for 1-7 s, then heal it
+# A coordinator that exits on its own is restarted at once (--ha: exit 1 after "lost its
+# leadership" is the designed step-down; any other exit fails the test).
 # Then faults stop, everything is healed and resumed, and the test asserts:
 #   - every submitted job ends SUCCEEDED, FAILED or CANCELLED within a deadline (the stuck ones are
 #     named), FAILED and CANCELLED ones with a reason, and the coordinator knows every id (lost 0);
@@ -20,35 +41,43 @@
 #     namespaces or anywhere: /proc is scanned for the run's marker variable), and after cleanup no
 #     namespace or cohortd of the run;
 #   - no slot leaked: every node's free slots equal its slots;
-#   - a faulted rank is noticed within WORKER_DETECT_BOUND_S.
+#   - a faulted rank is noticed within WORKER_DETECT_BOUND_S;
+#   - --ha: after every leader_kill and leader_stop longer than the lease, a coordinator leads again
+#     within FAILOVER_BOUND_S; two coordinators never both report SERVING for longer than
+#     SPLIT_BRAIN_BOUND_MS (the probes are not atomic: a resumed leader may answer one probe before
+#     its election thread notices the lost lease); a stopped leader that was replaced steps down
+#     within STEPDOWN_BOUND_S of its SIGCONT; the slot check asks the leader.
 # and prints its figures: jobs by final state and kind, faults by kind, restarts, detection latency
-# (fault -> the coordinator's state change of the job's attempt, from its log; median and max), lost.
+# (fault -> the coordinator's state change of the job's attempt, from its log; median and max),
+# failover time (leader fault -> "leads the cluster now" in a coordinator's log), lost.
 #
-# TODO(issue 16, HA): the coordinator here is the single SQLite one. Standby coordinators and the
-# etcd job store exist, but cohortd's leader election (an --election etcd://... setting) has not
-# landed yet; once it has: run an etcd in the hub namespace and a coordinator on two or three hosts,
-# make coordinator_kill SIGKILL the current leader (and SIGSTOP it, and cut it off), and check that
-# a standby takes over within the etcd lease and that the end checks still hold.
-#
-#   tests/cluster/chaos_test.sh                       # 60 s of faults (~1.5 min in all)
+#   tests/cluster/chaos_test.sh                       # --ha, 60 s of faults (~2 min in all)
 #   tests/cluster/chaos_test.sh --duration 600 --seed 4242
+#   tests/cluster/chaos_test.sh --single --seed 7     # the single SQLite coordinator
 #   COHORT_CHAOS_DURATION_S=600 COHORT_CHAOS_SEED=4242 bazel test //tests/cluster:chaos_test
+# Outside Bazel the binaries come from bazel-bin (build //daemon:cohortd //client:cohort
+# //worker/runner:cohort-worker first) or $COHORTD, $COHORT_CLI, $COHORT_WORKER; run as root.
 set -u
 
 usage() {
   cat << 'EOF'
-usage: chaos_test.sh [--duration SECONDS] [--seed N]
+usage: chaos_test.sh [--duration SECONDS] [--seed N] [--ha [--coordinators 2|3] | --single]
 
   --duration SECONDS  how long faults are injected and jobs submitted (default 60; env
                       COHORT_CHAOS_DURATION_S); draining and checks take up to ~2 min more
   --seed N            the fault injector's and job stream's seed (default: from the clock; env
                       COHORT_CHAOS_SEED). The same seed replays the same sequence of choices; what
                       each fault hits still depends on timing.
+  --ha                highly available coordinators over a 3-member etcd cluster (the default;
+                      env COHORT_CHAOS_HA=1); --coordinators N: 2 (default) or 3 of them
+  --single            one SQLite coordinator on host-1 (env COHORT_CHAOS_HA=0)
 Needs root (network namespaces); prints SKIP without it.
 EOF
 }
 
 DURATION_S="${COHORT_CHAOS_DURATION_S:-60}"
+HA="${COHORT_CHAOS_HA:-1}"
+COORDINATORS="${COHORT_CHAOS_COORDINATORS:-2}"
 SEED="${COHORT_CHAOS_SEED:-$(($(date +%s%N) / 1000 % 1000000))}"
 while (($# > 0)); do
   case "$1" in
@@ -56,6 +85,10 @@ while (($# > 0)); do
     --duration=*) DURATION_S="${1#*=}"; shift ;;
     --seed) SEED="${2:-}"; shift 2 || { usage; exit 2; } ;;
     --seed=*) SEED="${1#*=}"; shift ;;
+    --ha) HA=1; shift ;;
+    --single) HA=0; shift ;;
+    --coordinators) COORDINATORS="${2:-}"; shift 2 || { usage; exit 2; } ;;
+    --coordinators=*) COORDINATORS="${1#*=}"; shift ;;
     -h | --help) usage; exit 0 ;;
     *) echo "chaos_test: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
   esac
@@ -65,8 +98,13 @@ if ! [[ "${DURATION_S}" =~ ^[0-9]+$ ]] || ((DURATION_S < 5 || DURATION_S > 86400
   exit 2
 fi
 [[ "${SEED}" =~ ^[0-9]+$ ]] || { echo "chaos_test: --seed '${SEED}' must be a whole number" >&2; exit 2; }
+[[ "${HA}" == 0 || "${HA}" == 1 ]] || { echo "chaos_test: COHORT_CHAOS_HA '${HA}' must be 0 or 1" >&2; exit 2; }
+[[ "${COORDINATORS}" == 2 || "${COORDINATORS}" == 3 ]] ||
+  { echo "chaos_test: --coordinators '${COORDINATORS}' must be 2 or 3" >&2; exit 2; }
 
 source "$(dirname "$0")/lib.sh"
+# shellcheck disable=SC2034  # read by cluster_init: the HA setup's etcd certificates and probes
+((HA)) && CLUSTER_NEEDS_TOOLS="curl openssl od"
 cluster_init || exit 0
 
 failed=0
@@ -79,7 +117,15 @@ readonly HOSTS=3
 readonly SLOTS=2
 # Jobs not yet final at once (each 1-3 ranks): bounds the processes on the 2-core machine.
 readonly MAX_ACTIVE=4
-readonly LEASE_MS=4000
+# The node lease. With HA it must outlast a failover (the etcd lease, 3 s, plus the new leader's
+# start and the agents' next heartbeat), or every leader fault would fence every running task.
+if ((HA)); then readonly LEASE_MS=6000; else readonly LEASE_MS=4000; fi
+readonly LEADER_LEASE_MS=3000
+# HA: a coordinator leads again this long after the leader was killed or replaced (the etcd lease,
+# the election and the store's load, with slack for a loaded machine).
+readonly FAILOVER_BOUND_S=15
+readonly SPLIT_BRAIN_BOUND_MS=2000
+readonly STEPDOWN_BOUND_S=5
 # Hang detection, short for the test (daemon config keys, see configs/cohortd.yaml).
 readonly STOPPED_LIMIT_MS=1500
 readonly HEARTBEAT_TIMEOUT_MS=3000
@@ -95,18 +141,35 @@ readonly LOOP_SLEEP_S=0.3
 RUN_MARK="chaos-${CLUSTER_ID}"
 
 RANDOM="${SEED}"
-echo "chaos: seed ${SEED}, duration ${DURATION_S} s (replay: tests/cluster/chaos_test.sh --seed ${SEED} --duration ${DURATION_S})"
+MODE="$( ((HA)) && echo "ha, ${COORDINATORS} coordinators" || echo single)"
+REPLAY="tests/cluster/chaos_test.sh --seed ${SEED} --duration ${DURATION_S} $( ((HA)) && echo "--ha --coordinators ${COORDINATORS}" || echo --single)"
+echo "chaos: seed ${SEED}, duration ${DURATION_S} s, ${MODE} (replay: ${REPLAY})"
 
-# shellcheck disable=SC2034  # read by cluster_start
-CLUSTER_COORDINATOR_FLAGS="--node-lease-ms ${LEASE_MS} --tick-interval-ms 100"
-# shellcheck disable=SC2034  # read by cluster_start
+# shellcheck disable=SC2034  # read by cluster_start / cluster_start_ha
 CLUSTER_DAEMON_FLAGS="--peer-rpc-timeout-ms 1000 --stop-grace-ms 1000 --stopped-task-limit-ms ${STOPPED_LIMIT_MS}
   --task-heartbeat-timeout-ms ${HEARTBEAT_TIMEOUT_MS} --task-heartbeat-interval-ms ${HEARTBEAT_INTERVAL_MS}"
-cluster_start "${HOSTS}" "${SLOTS}" || { cluster_dump_logs; exit 1; }
+if ((HA)); then
+  # shellcheck disable=SC2034  # read by cluster_start_ha
+  CLUSTER_COORDINATOR_FLAGS="--node-lease-ms ${LEASE_MS} --tick-interval-ms 100 --peer-rpc-timeout-ms 1000"
+  # shellcheck disable=SC2034  # read by cluster_start_ha
+  CLUSTER_LEADER_LEASE_MS="${LEADER_LEASE_MS}"
+  cluster_start_ha "${HOSTS}" "${SLOTS}" "${COORDINATORS}" || { cluster_dump_logs; exit 1; }
+  # The agents: daemons 1..HOSTS; the coordinators: CLUSTER_HA_DAEMONS (11, 12, ...).
+  FIRST_AGENT=1
+else
+  # shellcheck disable=SC2034  # read by cluster_start
+  CLUSTER_COORDINATOR_FLAGS="--node-lease-ms ${LEASE_MS} --tick-interval-ms 100"
+  cluster_start "${HOSTS}" "${SLOTS}" || { cluster_dump_logs; exit 1; }
+  FIRST_AGENT=2 # host-1's cohortd is the coordinator (and an agent)
+fi
 
-# The admin's CLI from the hub namespace, bounded: a partitioned coordinator must not hang the test.
+# The admin's CLI from the hub namespace, bounded: a partitioned coordinator must not hang the
+# test. With HA it is given every coordinator (cluster_cli does that too).
+declare -a CCLI_WHERE=()
+((HA)) && CCLI_WHERE=(--coordinator "${CLUSTER_COORDINATORS}")
 ccli() {
-  timeout "${CLI_TIMEOUT_S}" ip netns exec "$(cluster_hub_ns)" "${COHORT_CLI}" --credentials "${CLUSTER_CREDENTIALS}" "$@"
+  timeout "${CLI_TIMEOUT_S}" ip netns exec "$(cluster_hub_ns)" "${COHORT_CLI}" --credentials "${CLUSTER_CREDENTIALS}" \
+    "${CCLI_WHERE[@]}" "$@"
 }
 
 NOW_MS=0
@@ -218,18 +281,78 @@ submit_one() {
 # --- faults
 declare -A FAULT_COUNT=()
 declare -a FAULT_KIND=() FAULT_T0=() FAULT_JOBS=() FAULT_WHAT=()
+# HA: the leader a fault hit (daemon index; leader faults and partitions of the leader's host),
+# and when a stopped leader got its SIGCONT (ms).
+declare -a FAULT_LEADER=() FAULT_CONT_MS=()
 AGENT_RESTARTS=0
 COORDINATOR_RESTARTS=0
+STEPDOWN_RESTARTS=0 # HA: coordinators that exited after losing their leadership, restarted
 PENDING_DUE=0     # when the current fault's end action is due (ms); 0: none
-PENDING_ACTION="" # e.g. "cont_pid 123", "restart 2", "cont_daemon 3", "heal 1"
+PENDING_ACTION="" # e.g. "cont_pid 123", "restart 2", "cont_daemon 3", "heal 1", "cont_leader 11"
 
-record_fault() { # kind jobs what
+record_fault() { # kind jobs what [leader]
   FAULT_KIND+=("$1")
   FAULT_T0+=("${NOW_MS}")
   FAULT_JOBS+=("$2")
   FAULT_WHAT+=("$3")
+  FAULT_LEADER+=("${4:-}")
+  FAULT_CONT_MS+=("")
   FAULT_COUNT["$1"]=$((${FAULT_COUNT["$1"]:-0} + 1))
   cluster_log "fault $1: $3${2:+ (jobs: $2)}"
+}
+
+# --- HA: the leader, split brain, coordinators that exit
+# The daemon indices reporting SERVING (LEADERS), from every coordinator's health.
+declare -a LEADERS=()
+probe_leaders() { mapfile -t LEADERS < <(cluster_leaders 0.5); }
+DUAL_SINCE_MS=0  # when two coordinators first reported SERVING together (0: not now)
+DUAL_MAX_MS=0    # the longest such stretch seen
+DUAL_ROUNDS=0    # probe rounds that saw more than one SERVING
+SPLIT_BRAIN_FAILED=0
+# Restarts an HA coordinator that exited on its own, as systemd's Restart=on-failure would: exit 1
+# after "lost its leadership" is the designed step-down; anything else is a failure. Then checks
+# that at most one coordinator serves as the leader (for SPLIT_BRAIN_BOUND_MS at most).
+watch_coordinators() {
+  ((HA)) || return 0
+  local i rc log since why
+  for i in "${CLUSTER_HA_DAEMONS[@]}"; do
+    [[ "${PENDING_ACTION}" == "restart ${i}" ]] && continue # killed by the test; restarted when due
+    cluster_daemon_alive "${i}" && continue
+    wait "${CLUSTER_DAEMON_PIDS[i]}" 2> /dev/null
+    rc=$?
+    # What this run of it logged (the log is appended across restarts).
+    log="${CLUSTER_TMP}/cohortd-${i}.log"
+    since="$(awk '/^listening on /{ n = NR } END { print n + 0 }' "${log}")"
+    why="$(tail -n "+$((since + 1))" "${log}" | grep -E 'lost its leadership|was elected but cannot lead' | head -n 1)"
+    if ((rc == 1)) && [[ -n "${why}" ]]; then
+      STEPDOWN_RESTARTS=$((STEPDOWN_RESTARTS + 1))
+      cluster_log "coordinator ${i} stepped down and exited 1; restarting it (${why##*] })"
+    else
+      why="$(tail -n "+$((since + 1))" "${log}" | grep -E '\[(error|critical)\]|^cohortd: ' | tail -n 1)"
+      fail "coordinator ${i} (host-$(_cluster_daemon_host "${i}")) exited with status ${rc} on its own: ${why:-$(tail -n 1 "${log}")}"
+    fi
+    cluster_restart_daemon "${i}" || fail "coordinator ${i} does not start again after it exited"
+  done
+  probe_leaders
+  tick_now
+  if ((${#LEADERS[@]} > 1)); then
+    DUAL_ROUNDS=$((DUAL_ROUNDS + 1))
+    ((DUAL_SINCE_MS == 0)) && DUAL_SINCE_MS="${NOW_MS}"
+    ((NOW_MS - DUAL_SINCE_MS > DUAL_MAX_MS)) && DUAL_MAX_MS=$((NOW_MS - DUAL_SINCE_MS))
+    cluster_log "coordinators ${LEADERS[*]} all report SERVING (for ${DUAL_MAX_MS} ms so far)"
+    if ((NOW_MS - DUAL_SINCE_MS > SPLIT_BRAIN_BOUND_MS && !SPLIT_BRAIN_FAILED)); then
+      SPLIT_BRAIN_FAILED=1
+      fail "split brain: coordinators ${LEADERS[*]} all lead for more than ${SPLIT_BRAIN_BOUND_MS} ms"
+    fi
+  else
+    DUAL_SINCE_MS=0
+  fi
+}
+# The daemon index of the one coordinator that leads now; returns 1 when none or several do.
+current_leader() {
+  probe_leaders
+  ((${#LEADERS[@]} == 1)) || return 1
+  echo "${LEADERS[0]}"
 }
 
 # Prints "pid job host" of every running rank (a process group leader carrying the run's marker in
@@ -253,13 +376,21 @@ running_ranks() {
 }
 
 inject_fault() {
-  local roll kind pid job host delay
+  local roll kind pid job host delay leader
   local -a ranks
   roll=$((RANDOM % 100))
-  if ((roll < 20)); then kind=worker_kill; elif ((roll < 38)); then kind=worker_stop
-  elif ((roll < 46)); then kind=worker_stop_brief; elif ((roll < 60)); then kind=agent_kill
-  elif ((roll < 72)); then kind=agent_stop; elif ((roll < 84)); then kind=coordinator_kill
-  else kind=partition; fi
+  if ((HA)); then
+    if ((roll < 18)); then kind=worker_kill; elif ((roll < 32)); then kind=worker_stop
+    elif ((roll < 38)); then kind=worker_stop_brief; elif ((roll < 50)); then kind=agent_kill
+    elif ((roll < 60)); then kind=agent_stop; elif ((roll < 74)); then kind=leader_kill
+    elif ((roll < 86)); then kind=leader_stop
+    else kind=partition; fi
+  else
+    if ((roll < 20)); then kind=worker_kill; elif ((roll < 38)); then kind=worker_stop
+    elif ((roll < 46)); then kind=worker_stop_brief; elif ((roll < 60)); then kind=agent_kill
+    elif ((roll < 72)); then kind=agent_stop; elif ((roll < 84)); then kind=coordinator_kill
+    else kind=partition; fi
+  fi
   tick_now
   case "${kind}" in
     worker_kill | worker_stop | worker_stop_brief)
@@ -278,7 +409,7 @@ inject_fault() {
       fi
       ;;
     agent_kill)
-      rand 2 "${HOSTS}"; host="${R}"
+      rand "${FIRST_AGENT}" "${HOSTS}"; host="${R}"
       rand 500 3000; delay="${R}"
       refresh_list
       tick_now
@@ -288,8 +419,8 @@ inject_fault() {
       PENDING_ACTION="restart ${host}"
       ;;
     agent_stop)
-      rand 2 "${HOSTS}"; host="${R}"
-      rand 1000 6000; delay="${R}"
+      rand "${FIRST_AGENT}" "${HOSTS}"; host="${R}"
+      rand 1000 $((LEASE_MS + 2000)); delay="${R}"
       refresh_list
       tick_now
       cluster_signal_daemon "${host}" STOP
@@ -306,15 +437,44 @@ inject_fault() {
       PENDING_DUE=$((NOW_MS + delay))
       PENDING_ACTION="restart 1"
       ;;
+    leader_kill | leader_stop)
+      # Asked, not guessed: the coordinator whose health is SERVING (none during an election).
+      leader="$(current_leader)" || return 1
+      if [[ "${kind}" == leader_kill ]]; then rand 500 3000; else rand 1000 8000; fi
+      delay="${R}"
+      tick_now
+      if [[ "${kind}" == leader_kill ]]; then
+        cluster_signal_daemon "${leader}" KILL
+        record_fault leader_kill "" "the leader, coordinator ${leader} on host-$(_cluster_daemon_host "${leader}"), restart in ${delay} ms" "${leader}"
+        PENDING_ACTION="restart ${leader}"
+      else
+        cluster_signal_daemon "${leader}" STOP
+        record_fault leader_stop "" "the leader, coordinator ${leader} on host-$(_cluster_daemon_host "${leader}"), for ${delay} ms (etcd lease ${LEADER_LEASE_MS} ms)" "${leader}"
+        PENDING_ACTION="cont_leader ${leader}"
+      fi
+      PENDING_DUE=$((NOW_MS + delay))
+      ;;
     partition)
       rand 1 "${HOSTS}"; host="${R}"
-      rand 1000 7000; delay="${R}"
+      rand 1000 $((LEASE_MS + 3000)); delay="${R}"
       refresh_list
+      leader=""
+      ((HA)) && leader="$(current_leader)"
       tick_now
       cluster_partition "${host}"
-      # Host 1 holds the coordinator: cutting it off cuts every other node off.
-      record_fault partition "$(jobs_on_host "$([[ ${host} == 1 ]] && echo all || echo "${host}")")" \
-        "host-${host}'s link down for ${delay} ms (lease ${LEASE_MS} ms)"
+      if ((HA)); then
+        # The host's agent, etcd member and coordinator (the leader, maybe) are cut off; the other
+        # two etcd members keep the quorum.
+        if [[ -n "${leader}" && "$(_cluster_daemon_host "${leader}")" == "${host}" ]]; then
+          record_fault partition "$(jobs_on_host "${host}")" "host-${host}'s link down for ${delay} ms (node lease ${LEASE_MS} ms; the leader, coordinator ${leader}, is there)" "${leader}"
+        else
+          record_fault partition "$(jobs_on_host "${host}")" "host-${host}'s link down for ${delay} ms (node lease ${LEASE_MS} ms)"
+        fi
+      else
+        # Host 1 holds the coordinator: cutting it off cuts every other node off.
+        record_fault partition "$(jobs_on_host "$([[ ${host} == 1 ]] && echo all || echo "${host}")")" \
+          "host-${host}'s link down for ${delay} ms (lease ${LEASE_MS} ms)"
+      fi
       PENDING_DUE=$((NOW_MS + delay))
       PENDING_ACTION="heal ${host}"
       ;;
@@ -329,12 +489,17 @@ end_fault() {
   case "${action}" in
     cont_pid) kill -CONT "${target}" 2> /dev/null ;;
     cont_daemon) cluster_signal_daemon "${target}" CONT ;;
+    cont_leader)
+      tick_now
+      FAULT_CONT_MS[${#FAULT_CONT_MS[@]} - 1]="${NOW_MS}"
+      cluster_signal_daemon "${target}" CONT
+      ;;
     heal) cluster_heal "${target}" ;;
     restart)
       if cluster_restart_daemon "${target}"; then
-        if ((target == 1)); then COORDINATOR_RESTARTS=$((COORDINATOR_RESTARTS + 1)); else AGENT_RESTARTS=$((AGENT_RESTARTS + 1)); fi
+        if ((target == 1 && !HA || target > 10)); then COORDINATOR_RESTARTS=$((COORDINATOR_RESTARTS + 1)); else AGENT_RESTARTS=$((AGENT_RESTARTS + 1)); fi
       else
-        fail "host-${target}'s cohortd did not start again after its SIGKILL"
+        fail "cohortd ${target} (host-$(_cluster_daemon_host "${target}")) did not start again after its SIGKILL"
       fi
       ;;
   esac
@@ -349,6 +514,7 @@ END_MS=$((NOW_MS + DURATION_S * 1000))
 rand 2000 4000
 next_fault=$((NOW_MS + R))
 while tick_now && ((NOW_MS < END_MS)); do
+  watch_coordinators
   refresh_list
   mapfile -t active < <(active_jobs)
   [[ -n "${GRAPH_ACTIVE_ID}" && " ${active[*]} " != *" ${GRAPH_ACTIVE_ID} "* ]] && GRAPH_ACTIVE_ID=""
@@ -386,6 +552,17 @@ for ((host = 1; host <= HOSTS; host++)); do
     cluster_restart_daemon "${host}" || fail "host-${host}'s cohortd does not start again"
   fi
 done
+if ((HA)); then
+  for i in "${CLUSTER_HA_DAEMONS[@]}"; do cluster_signal_daemon "${i}" CONT 2> /dev/null; done
+  # A leader stopped or cut off at the end steps down now: give it the time, restart it.
+  sleep $((LEADER_LEASE_MS / 1000))
+  watch_coordinators
+  if leader_at_end="$(cluster_wait_leader 30)"; then
+    cluster_log "coordinator ${leader_at_end} leads after the chaos"
+  else
+    fail "no coordinator leads 30 s after the faults ended"
+  fi
+fi
 cluster_wait_nodes "${HOSTS}" 60 || fail "not every node is live again 60 s after the faults ended"
 
 # --- drain: every job final within the deadline
@@ -393,6 +570,7 @@ tick_now
 drain_start="${NOW_MS}"
 deadline=$((SECONDS + DRAIN_TIMEOUT_S))
 while ((SECONDS < deadline)); do
+  watch_coordinators
   refresh_list
   mapfile -t active < <(active_jobs)
   ((${#active[@]} == 0)) && break
@@ -467,15 +645,18 @@ if [[ -n "${leak_report}" ]]; then
   fail "slots leaked after every job ended: ${leak_report//$'\n'/; }"
 fi
 
-# --- no orphaned process: in the hosts' namespaces only cohortd is left, and nowhere on the machine
-# a process carries the run's marker.
+# --- no orphaned process: in the hosts' namespaces only the cluster's daemons are left (cohortd;
+# with HA the coordinators and etcd members too), and nowhere on the machine a process carries the
+# run's marker.
+declare -A DAEMON_PID=()
+for pid in "${CLUSTER_DAEMON_PIDS[@]}" "${CLUSTER_ETCD_PIDS[@]}"; do DAEMON_PID["${pid}"]=1; done
 orphans=""
 deadline=$((SECONDS + 10))
 while ((SECONDS < deadline)); do
   orphans=""
   for ((host = 1; host <= HOSTS; host++)); do
     for pid in $(ip netns pids "$(cluster_host_ns "${host}")" 2> /dev/null); do
-      [[ "${pid}" == "${CLUSTER_DAEMON_PIDS[host]}" ]] && continue
+      [[ -n "${DAEMON_PID[${pid}]:-}" ]] && continue
       orphans+="host-${host} pid ${pid} ($(tr '\0' ' ' 2> /dev/null < "/proc/${pid}/cmdline")); "
     done
   done
@@ -498,14 +679,27 @@ fi
 # --- detection latency: fault -> the coordinator's state change of an affected job's attempt away
 # from RUNNING/PLACED (not to SUCCEEDED), from its log (appended across restarts).
 changes="${CLUSTER_TMP}/changes.txt"
-sed -nE 's/^\[([0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:.]+)\].*coordinator: job ([^ ]+) attempt ([0-9]+): (RUNNING|PLACED) -> (PENDING|FAILED|PLACED): .*/\1|\2|\5/p' \
-  "${CLUSTER_TMP}/cohortd-1.log" > "${changes}.raw"
-paste -d '|' <(cut -d '|' -f 1 "${changes}.raw" | date -f - +%s%3N 2> /dev/null) <(cut -d '|' -f 2- "${changes}.raw") > "${changes}"
+# With HA every coordinator's log, in time order (each led for a while).
+if ((HA)); then
+  COORDINATOR_LOGS=()
+  for i in "${CLUSTER_HA_DAEMONS[@]}"; do COORDINATOR_LOGS+=("${CLUSTER_TMP}/cohortd-${i}.log"); done
+else
+  COORDINATOR_LOGS=("${CLUSTER_TMP}/cohortd-1.log")
+fi
+# Lines "MS|rest" of the coordinators' logs matching a sed -E substitution that prints "TIME|rest".
+log_times() {
+  local raw
+  raw="$(sed -nE "$1" "${COORDINATOR_LOGS[@]}")"
+  [[ -n "${raw}" ]] || return 0
+  paste -d '|' <(cut -d '|' -f 1 <<< "${raw}" | date -f - +%s%3N 2> /dev/null) <(cut -d '|' -f 2- <<< "${raw}") | sort -t '|' -k 1,1n
+}
+log_times 's/^\[([0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:.]+)\].*coordinator: job ([^ ]+) attempt ([0-9]+): (RUNNING|PLACED) -> (PENDING|FAILED|PLACED): .*/\1|\2|\5/p' > "${changes}"
 declare -a WORKER_LATENCIES=() NODE_LATENCIES=()
 not_noticed=0
 for ((f = 0; f < ${#FAULT_KIND[@]}; f++)); do
   kind="${FAULT_KIND[f]}"
   [[ "${kind}" == worker_stop_brief ]] && continue # must not be noticed
+  [[ "${kind}" == leader_* ]] && continue          # no job is meant to notice: failover below
   best=""
   for job in ${FAULT_JOBS[f]}; do
     t="$(awk -F '|' -v job="${job}" -v t0="${FAULT_T0[f]}" '$2 == job && $1 >= t0 { print $1; exit }' "${changes}")"
@@ -527,6 +721,47 @@ for ((f = 0; f < ${#FAULT_KIND[@]}; f++)); do
     *) NODE_LATENCIES+=("${latency}") ;;
   esac
 done
+# --- HA: failover time (a leader fault -> the first "leads the cluster now" of a coordinator after
+# it, before the next fault), and the step-down of a stopped leader that was replaced.
+declare -a FAILOVER_MS=() STEPDOWN_MS=()
+no_failover=0
+if ((HA)); then
+  leads="${CLUSTER_TMP}/leads.txt"
+  log_times 's/^\[([0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:.]+)\].*cohortd at ([^ ]+) leads the cluster now.*/\1|\2/p' > "${leads}"
+  for ((f = 0; f < ${#FAULT_KIND[@]}; f++)); do
+    [[ -n "${FAULT_LEADER[f]}" ]] || continue
+    kind="${FAULT_KIND[f]}"
+    t0="${FAULT_T0[f]}"
+    t_next="$( ((f + 1 < ${#FAULT_KIND[@]})) && echo "${FAULT_T0[f + 1]}" || echo 99999999999999)"
+    t="$(awk -F '|' -v t0="${t0}" -v t1="${t_next}" '$1 >= t0 && $1 < t1 { print $1; exit }' "${leads}")"
+    if [[ -z "${t}" ]]; then
+      # The old leader kept leading: only a stop or cut shorter than the etcd lease may do that.
+      if [[ "${kind}" == leader_kill ]]; then
+        fail "nobody led again after ${kind} (${FAULT_WHAT[f]}) before the next fault"
+      fi
+      no_failover=$((no_failover + 1))
+      continue
+    fi
+    FAILOVER_MS+=($((t - t0)))
+    ((t - t0 <= FAILOVER_BOUND_S * 1000)) || fail "${kind} (${FAULT_WHAT[f]}): a coordinator led again only after $((t - t0)) ms (bound ${FAILOVER_BOUND_S} s)"
+    if [[ "${kind}" == leader_stop && -n "${FAULT_CONT_MS[f]}" ]]; then
+      # Replaced while stopped: after its SIGCONT it must say it lost the leadership (and exit).
+      if ((t < FAULT_CONT_MS[f])); then
+        down="$(sed -nE 's/^\[([0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:.]+)\].* lost its leadership.*/\1/p' \
+          "${CLUSTER_TMP}/cohortd-${FAULT_LEADER[f]}.log" | date -f - +%s%3N 2> /dev/null |
+          awk -v c="${FAULT_CONT_MS[f]}" '$1 >= c { print $1; exit }')"
+        if [[ -z "${down}" ]]; then
+          fail "leader_stop (${FAULT_WHAT[f]}): replaced while stopped, it never logged that it lost its leadership after its SIGCONT"
+        else
+          STEPDOWN_MS+=($((down - FAULT_CONT_MS[f])))
+          ((down - FAULT_CONT_MS[f] <= STEPDOWN_BOUND_S * 1000)) ||
+            fail "leader_stop (${FAULT_WHAT[f]}): it stepped down only $((down - FAULT_CONT_MS[f])) ms after its SIGCONT (bound ${STEPDOWN_BOUND_S} s)"
+        fi
+      fi
+    fi
+  done
+fi
+
 stats() { # "n N, median M ms, max X ms" of the arguments
   (($# == 0)) && { echo "n 0"; return; }
   printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "n %d, median %d ms, max %d ms", NR, m, v[NR] }'
@@ -539,7 +774,11 @@ stats() { # "n N, median M ms, max X ms" of the arguments
 if ((failed != 0)); then
   cluster_dump_logs
   # Under bazel test, keep the daemons' whole logs (bazel-testlogs/.../test.outputs/).
-  [[ -n "${TEST_UNDECLARED_OUTPUTS_DIR:-}" ]] && cp "${CLUSTER_TMP}"/cohortd-*.log "${TEST_UNDECLARED_OUTPUTS_DIR}/" 2> /dev/null
+  [[ -n "${TEST_UNDECLARED_OUTPUTS_DIR:-}" ]] && cp "${CLUSTER_TMP}"/cohortd-*.log "${CLUSTER_TMP}"/etcd-*.log "${TEST_UNDECLARED_OUTPUTS_DIR}/" 2> /dev/null
+fi
+# COHORT_CHAOS_LOG_DIR=DIR keeps every daemon's log there, pass or fail.
+if [[ -n "${COHORT_CHAOS_LOG_DIR:-}" ]]; then
+  mkdir -p "${COHORT_CHAOS_LOG_DIR}" && cp "${CLUSTER_TMP}"/cohortd-*.log "${CLUSTER_TMP}"/etcd-*.log "${COHORT_CHAOS_LOG_DIR}/" 2> /dev/null
 fi
 cluster_cleanup
 CLUSTER_ID_DONE="${CLUSTER_ID}"
@@ -559,22 +798,32 @@ done
 # --- figures
 tick_now
 faults_line=""
-for kind in worker_kill worker_stop worker_stop_brief agent_kill agent_stop coordinator_kill partition; do
+if ((HA)); then fault_kinds="worker_kill worker_stop worker_stop_brief agent_kill agent_stop leader_kill leader_stop partition"
+else fault_kinds="worker_kill worker_stop worker_stop_brief agent_kill agent_stop coordinator_kill partition"; fi
+for kind in ${fault_kinds}; do
   faults_line+=" ${kind} ${FAULT_COUNT[${kind}]:-0},"
 done
 declare -A BY_KIND=()
 for id in "${JOB_IDS[@]}"; do BY_KIND["${JOB_KIND[${id}]}"]=$((${BY_KIND["${JOB_KIND[${id}]}"]:-0} + 1)); done
 cat << FIGURES
-chaos figures (seed ${SEED}, ${DURATION_S} s of faults, ${HOSTS} hosts x ${SLOTS} slots, lease ${LEASE_MS} ms, stopped_task_limit ${STOPPED_LIMIT_MS} ms, heartbeat ${HEARTBEAT_INTERVAL_MS}/${HEARTBEAT_TIMEOUT_MS} ms):
+chaos figures (seed ${SEED}, ${DURATION_S} s of faults, ${MODE}, ${HOSTS} hosts x ${SLOTS} slots, node lease ${LEASE_MS} ms,$( ((HA)) && echo " etcd leader lease ${LEADER_LEASE_MS} ms,") stopped_task_limit ${STOPPED_LIMIT_MS} ms, heartbeat ${HEARTBEAT_INTERVAL_MS}/${HEARTBEAT_TIMEOUT_MS} ms):
   jobs run: ${#JOB_IDS[@]} (ok ${BY_KIND[ok]:-0}, fail-on-purpose ${BY_KIND[fail]:-0}, hang ${BY_KIND[hang]:-0}, graph ${BY_KIND[graph]:-0}); final: SUCCEEDED ${BY_STATE[SUCCEEDED]:-0}, FAILED ${BY_STATE[FAILED]:-0}, CANCELLED ${BY_STATE[CANCELLED]:-0}; cancelled by the client ${CANCELS}; submits refused while the coordinator was down ${SUBMIT_FAILURES}; jobs the coordinator has beyond those ${unknown_ids}
   FAILED jobs by what ended them:$(for why in "${!BY_REASON[@]}"; do printf ' %s %d,' "${why}" "${BY_REASON[${why}]}"; done | sed 's/,$//')${OTHER_REASON:+ (other, e.g.: ${OTHER_REASON})}
   faults injected: ${#FAULT_KIND[@]} (${faults_line%,} )
-  restarts: job attempts restarted ${job_restarts}; cohortd restarted: agents ${AGENT_RESTARTS}, coordinator ${COORDINATOR_RESTARTS}
+  restarts: job attempts restarted ${job_restarts}; cohortd restarted: agents ${AGENT_RESTARTS}, coordinator ${COORDINATOR_RESTARTS}$( ((HA)) && echo " (killed leaders), ${STEPDOWN_RESTARTS} coordinators that stepped down and exited 1")
+FIGURES
+if ((HA)); then
+  cat << FIGURES
+  failover (leader killed, stopped or cut off -> another coordinator leads, from its log): $(stats "${FAILOVER_MS[@]}"); leader faults with no failover (stopped or cut off shorter than the etcd lease) ${no_failover}
+  step-down of a replaced stopped leader after its SIGCONT: $(stats "${STEPDOWN_MS[@]}"); probe rounds with two coordinators SERVING ${DUAL_ROUNDS} (longest ${DUAL_MAX_MS} ms, bound ${SPLIT_BRAIN_BOUND_MS} ms)
+FIGURES
+fi
+cat << FIGURES
   detection latency, rank faults (kill; stop left stopped): $(stats "${WORKER_LATENCIES[@]}")
-  detection latency, node faults (agent kill/stop, coordinator kill, partition; the lease or a restart is what notices): $(stats "${NODE_LATENCIES[@]}")
+  detection latency, node faults (agent kill/stop, $( ((HA)) || echo "coordinator kill, ")partition; the lease or a restart is what notices): $(stats "${NODE_LATENCIES[@]}")
   faults that changed no job (brief stops, a stop or cut shorter than the lease, nothing running there): $((not_noticed + ${FAULT_COUNT[worker_stop_brief]:-0}))
   drain after the faults: ${drain_s} s; stuck ${#stuck[@]}; lost ${lost}; leaked slots ${leaked_slots}; orphaned processes ${orphan_count}
   wall time: $(((NOW_MS - START_MS) / 1000)) s after the cluster was up
 FIGURES
-((failed == 0)) || echo "chaos: FAILED (seed ${SEED}; replay with --seed ${SEED} --duration ${DURATION_S})"
+((failed == 0)) || echo "chaos: FAILED (seed ${SEED}; replay: ${REPLAY})"
 exit "${failed}"

@@ -57,6 +57,22 @@ declare -a CLUSTER_DAEMON_PIDS=()
 # quoted) and the address it listens on.
 declare -a CLUSTER_DAEMON_ARGS=()
 declare -a CLUSTER_DAEMON_ADDRESSES=()
+# The host daemon i runs on: i itself, except the coordinators of cluster_start_ha, which are
+# daemons 11, 12, ... on hosts 1, 2, ... (each host also runs its agent, daemon i).
+declare -a CLUSTER_DAEMON_HOST=()
+# High availability (cluster_start_ha): the coordinators' HOST:PORT list that agents and the CLI
+# are given, their daemon indices, the etcd cluster's etcd://... URL, its members' pids (by host)
+# and the PEM files a client of it needs.
+CLUSTER_COORDINATORS=""
+declare -a CLUSTER_HA_DAEMONS=()
+CLUSTER_ETCD_URL=""
+# shellcheck disable=SC2034  # for tests
+declare -a CLUSTER_ETCD_PIDS=()
+CLUSTER_ETCD_PKI=""
+# Every HA coordinator listens on this port of its host's address (each host has its own network).
+readonly CLUSTER_HA_PORT=7070
+readonly CLUSTER_ETCD_CLIENT_PORT=2379
+readonly CLUSTER_ETCD_PEER_PORT=2380
 
 cluster_log() { echo "[cluster $(date +%T.%3N)] $*" >&2; }
 
@@ -151,7 +167,7 @@ cluster_cleanup() {
 # Prints the last lines of every daemon's log (call on failure).
 cluster_dump_logs() {
   local log
-  for log in "${CLUSTER_TMP}"/cohortd-*.log; do
+  for log in "${CLUSTER_TMP}"/cohortd-*.log "${CLUSTER_TMP}"/etcd-*.log; do
     [[ -e "${log}" ]] || continue
     echo "----- ${log} (last 40 lines)"
     tail -n 40 "${log}"
@@ -173,7 +189,7 @@ _cluster_skip() {
 # printing "SKIP: ..." where this machine cannot make namespaces (not root, no CAP_SYS_ADMIN).
 cluster_init() {
   local tool
-  for tool in ip unshare nsenter jq; do
+  for tool in ip unshare nsenter jq ${CLUSTER_NEEDS_TOOLS:-}; do
     if ! command -v "${tool}" > /dev/null; then
       _cluster_skip "${tool} is not installed (deploy/install-deps.sh installs it)"
       return 1
@@ -266,15 +282,23 @@ cluster_ps() {
   for pid in $(ip netns pids "$(cluster_host_ns "$1")"); do cat "/proc/${pid}/comm" 2> /dev/null; done
 }
 
-# The cohort CLI as the cluster's admin, from the hub namespace.
-cluster_cli() { ip netns exec "$(cluster_hub_ns)" "${COHORT_CLI}" --credentials "${CLUSTER_CREDENTIALS}" "$@"; }
+# The cohort CLI as the cluster's admin, from the hub namespace; given every coordinator's address
+# under high availability (the credentials file names the first one only).
+cluster_cli() {
+  local -a where=()
+  [[ -z "${CLUSTER_COORDINATORS}" ]] || where=(--coordinator "${CLUSTER_COORDINATORS}")
+  ip netns exec "$(cluster_hub_ns)" "${COHORT_CLI}" --credentials "${CLUSTER_CREDENTIALS}" "${where[@]}" "$@"
+}
+
+_cluster_daemon_host() { echo "${CLUSTER_DAEMON_HOST[$1]:-$1}"; }
 
 # Starts cohortd on host i with the given flags (--data-dir and --listen are set here); waits for
 # "listening on HOST:PORT" and sets CLUSTER_LAST_ADDRESS to HOST:PORT. Not in $(...): the daemon's
 # pid must be recorded in this shell.
 cluster_start_daemon() {
-  local i="$1" log deadline address lines_before
+  local i="$1" log deadline address lines_before host
   shift
+  host="$(_cluster_daemon_host "${i}")"
   log="${CLUSTER_TMP}/cohortd-${i}.log"
   : >> "${log}"
   # A restarted daemon appends to the same log: only lines after this count.
@@ -287,9 +311,9 @@ cluster_start_daemon() {
   # their namespace's interface (inherited from cohortd's environment; a job's env still wins).
   # exec all the way down (ip netns exec, nsenter and env exec too), so that $! is cohortd itself:
   # a function or a subshell in between would take the signals meant for the daemon.
-  (exec ip netns exec "$(cluster_host_ns "${i}")" nsenter --uts="$(_cluster_uts "${i}")" -- \
+  (exec ip netns exec "$(cluster_host_ns "${host}")" nsenter --uts="$(_cluster_uts "${host}")" -- \
     env UCX_TLS="${CLUSTER_UCX_TLS}" UCX_NET_DEVICES="${CLUSTER_UCX_NET_DEVICES}" \
-    "${COHORTD}" --listen "$(cluster_host_addr "${i}"):${_CLUSTER_LISTEN_PORT:-0}" \
+    "${COHORTD}" --listen "$(cluster_host_addr "${host}"):${_CLUSTER_LISTEN_PORT:-0}" \
     --data-dir "${CLUSTER_TMP}/data-${i}" "$@" >> "${log}" 2>&1) &
   CLUSTER_DAEMON_PIDS[i]=$!
   deadline=$((SECONDS + CLUSTER_START_TIMEOUT_S))
@@ -303,7 +327,7 @@ cluster_start_daemon() {
     kill -0 "${CLUSTER_DAEMON_PIDS[i]}" 2> /dev/null || break
     sleep "${CLUSTER_POLL_S}"
   done
-  echo "FAIL: cohortd on host ${i} did not start; its log:" >&2
+  echo "FAIL: cohortd ${i} on host ${host} did not start; its log:" >&2
   tail -n 30 "${log}" >&2
   return 1
 }
@@ -401,3 +425,214 @@ cluster_wait_job() {
 # Partitions host i from every other host (its link to the bridge goes down), and heals it.
 cluster_partition() { ip -n "$(cluster_hub_ns)" link set "h$1" down; }
 cluster_heal() { ip -n "$(cluster_hub_ns)" link set "h$1" up; }
+
+# --- High availability (issue 16): a 3-member etcd cluster, one member per host on the host's own
+# address, TLS with client certificates (as tests/etcd makes them), and coordinators on several
+# hosts electing their leader in it and keeping the jobs there.
+
+# A CA, one certificate for every member (server and peer; SANs: every host's address) and one
+# client certificate (for the coordinators, and the test's health probes), in CLUSTER_ETCD_PKI.
+_cluster_etcd_certificates() {
+  local count="$1" dir i san="IP:127.0.0.1"
+  local -a ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+  dir="${CLUSTER_TMP}/etcd-pki"
+  mkdir -m 0700 "${dir}" || return 1
+  for ((i = 1; i <= count; i++)); do san+=",IP:$(cluster_host_addr "${i}")"; done
+  printf 'subjectAltName=%s\nextendedKeyUsage=serverAuth,clientAuth\nkeyUsage=digitalSignature,keyEncipherment\n' \
+    "${san}" > "${dir}/member.ext"
+  printf 'extendedKeyUsage=clientAuth\nkeyUsage=digitalSignature,keyEncipherment\n' > "${dir}/client.ext"
+  if ! {
+    openssl req -x509 "${ec[@]}" -days 2 -subj /CN=cohort-cluster-test-etcd-ca -keyout "${dir}/ca-key.pem" \
+      -out "${dir}/ca.pem" &&
+      openssl req -new "${ec[@]}" -subj /CN=etcd-member -keyout "${dir}/member-key.pem" -out "${dir}/member.csr" &&
+      openssl x509 -req -in "${dir}/member.csr" -CA "${dir}/ca.pem" -CAkey "${dir}/ca-key.pem" -CAcreateserial \
+        -days 2 -extfile "${dir}/member.ext" -out "${dir}/member.pem" &&
+      openssl req -new "${ec[@]}" -subj /CN=cohort-coordinator -keyout "${dir}/client-key.pem" -out "${dir}/client.csr" &&
+      openssl x509 -req -in "${dir}/client.csr" -CA "${dir}/ca.pem" -CAkey "${dir}/ca-key.pem" -CAcreateserial \
+        -days 2 -extfile "${dir}/client.ext" -out "${dir}/client.pem"
+  } > "${dir}/openssl.log" 2>&1; then
+    echo "FAIL: making the etcd certificates failed:" >&2
+    cat "${dir}/openssl.log" >&2
+    return 1
+  fi
+  chmod 0600 "${dir}"/*-key.pem
+  CLUSTER_ETCD_PKI="${dir}"
+}
+
+# An HTTPS GET of etcd member i's client URL from the hub namespace, with the client certificate.
+cluster_etcd_get() {
+  ip netns exec "$(cluster_hub_ns)" curl -s --max-time 2 --cacert "${CLUSTER_ETCD_PKI}/ca.pem" \
+    --cert "${CLUSTER_ETCD_PKI}/client.pem" --key "${CLUSTER_ETCD_PKI}/client-key.pem" \
+    "https://$(cluster_host_addr "$1"):${CLUSTER_ETCD_CLIENT_PORT}$2"
+}
+
+# Starts etcd member i on host i (a new cluster's member, or a killed one's restart: its data
+# directory decides). Not in $(...): the pid is recorded in this shell.
+_cluster_etcd_launch() {
+  local i="$1" count="$2" j initial="" addr state=new
+  addr="$(cluster_host_addr "${i}")"
+  for ((j = 1; j <= count; j++)); do
+    initial+="${initial:+,}etcd-${j}=https://$(cluster_host_addr "${j}"):${CLUSTER_ETCD_PEER_PORT}"
+  done
+  [[ -d "${CLUSTER_TMP}/etcd-${i}/member" ]] && state=existing
+  mkdir -p "${CLUSTER_TMP}/etcd-${i}"
+  chmod 0700 "${CLUSTER_TMP}/etcd-${i}"
+  # Heartbeat and election timeout: etcd's defaults are 100/1000 ms; kept (a busy 2-core machine
+  # runs the members, and a member's election timeout must not fire because it waited for a core).
+  # --pre-vote (etcd 3.5's default, off in 3.4): a member that was cut off campaigns with ever higher
+  # terms; without pre-vote its return deposes the healthy leader, and the whole cluster has no
+  # leader for seconds (seen: 3.5 s, longer than a coordinator's lease) after every partition.
+  (exec ip netns exec "$(cluster_host_ns "${i}")" nsenter --uts="$(_cluster_uts "${i}")" -- \
+    /usr/bin/etcd --name "etcd-${i}" --data-dir "${CLUSTER_TMP}/etcd-${i}" \
+    --listen-client-urls "https://${addr}:${CLUSTER_ETCD_CLIENT_PORT}" \
+    --advertise-client-urls "https://${addr}:${CLUSTER_ETCD_CLIENT_PORT}" \
+    --listen-peer-urls "https://${addr}:${CLUSTER_ETCD_PEER_PORT}" \
+    --initial-advertise-peer-urls "https://${addr}:${CLUSTER_ETCD_PEER_PORT}" \
+    --initial-cluster "${initial}" --initial-cluster-state "${state}" \
+    --initial-cluster-token "cohort-cluster-${CLUSTER_ID}" \
+    --cert-file "${CLUSTER_ETCD_PKI}/member.pem" --key-file "${CLUSTER_ETCD_PKI}/member-key.pem" \
+    --trusted-ca-file "${CLUSTER_ETCD_PKI}/ca.pem" --client-cert-auth \
+    --peer-cert-file "${CLUSTER_ETCD_PKI}/member.pem" --peer-key-file "${CLUSTER_ETCD_PKI}/member-key.pem" \
+    --peer-trusted-ca-file "${CLUSTER_ETCD_PKI}/ca.pem" --peer-client-cert-auth \
+    --pre-vote --logger zap --log-outputs stderr --log-level warn >> "${CLUSTER_TMP}/etcd-${i}.log" 2>&1) &
+  # shellcheck disable=SC2034  # for tests
+  CLUSTER_ETCD_PIDS[i]=$!
+}
+
+# Makes the certificates and starts one etcd member on each of hosts 1..count; waits until every
+# member reports itself healthy over TLS with the client certificate. Sets CLUSTER_ETCD_URL.
+cluster_start_etcd() {
+  local count="$1" i deadline healthy
+  command -v /usr/bin/etcd > /dev/null || { echo "FAIL: /usr/bin/etcd is not installed (apt-get install etcd-server)" >&2; return 1; }
+  _cluster_etcd_certificates "${count}" || return 1
+  local endpoints=""
+  for ((i = 1; i <= count; i++)); do
+    _cluster_etcd_launch "${i}" "${count}"
+    endpoints+="${endpoints:+,}$(cluster_host_addr "${i}"):${CLUSTER_ETCD_CLIENT_PORT}"
+  done
+  CLUSTER_ETCD_URL="etcd://${endpoints}"
+  deadline=$((SECONDS + CLUSTER_START_TIMEOUT_S))
+  while ((SECONDS < deadline)); do
+    healthy=0
+    for ((i = 1; i <= count; i++)); do
+      [[ "$(cluster_etcd_get "${i}" /health 2> /dev/null | jq -r .health 2> /dev/null)" == true ]] && healthy=$((healthy + 1))
+    done
+    if ((healthy == count)); then
+      cluster_log "etcd up: ${CLUSTER_ETCD_URL} (TLS, client certificates)"
+      return 0
+    fi
+    sleep "${CLUSTER_POLL_S}"
+  done
+  echo "FAIL: the etcd cluster was not healthy within ${CLUSTER_START_TIMEOUT_S} s (${healthy} of ${count} members)" >&2
+  for ((i = 1; i <= count; i++)); do tail -n 20 "${CLUSTER_TMP}/etcd-${i}.log" >&2; done
+  return 1
+}
+
+# The gRPC health of cohort.v1.Coordinator at HA coordinator daemon i (11, 12, ...), asked over
+# TLS (the cluster CA) with curl's HTTP/2 from the hub namespace: SERVING on the leader only,
+# NOT_SERVING on a standby, DOWN when no answer came within `timeout` seconds (default 1; stopped,
+# killed or cut off). Health is public: no credentials are sent.
+cluster_coordinator_health() {
+  local i="$1" timeout="${2:-1}" body
+  body="$(ip netns exec "$(cluster_hub_ns)" curl -s --http2 --max-time "${timeout}" \
+    --cacert "${CLUSTER_TMP}/data-11/ca/ca.crt" -H 'content-type: application/grpc' -H 'te: trailers' \
+    --data-binary "@${CLUSTER_TMP}/health-request.bin" \
+    "https://${CLUSTER_DAEMON_ADDRESSES[i]:-not-started.invalid:1}/grpc.health.v1.Health/Check" 2> /dev/null | od -An -tx1 | tr -d ' \n')"
+  # One gRPC message: flag 0, length 2, field 1 (status) = 1 SERVING or 2 NOT_SERVING.
+  case "${body}" in
+    00000000020801) echo SERVING ;;
+    00000000020802) echo NOT_SERVING ;;
+    *) echo DOWN ;;
+  esac
+}
+
+# The daemon indices of the HA coordinators that report SERVING (normally one: the leader), one a
+# line.
+cluster_leaders() {
+  local i
+  for i in "${CLUSTER_HA_DAEMONS[@]}"; do
+    [[ "$(cluster_coordinator_health "${i}" "${1:-1}")" == SERVING ]] && echo "${i}"
+  done
+}
+
+# Waits until exactly one coordinator leads and prints its daemon index; returns 1 after `timeout`
+# seconds.
+cluster_wait_leader() {
+  local timeout="${1:-${CLUSTER_START_TIMEOUT_S}}" deadline
+  local -a leaders=()
+  deadline=$((SECONDS + timeout))
+  while ((SECONDS < deadline)); do
+    mapfile -t leaders < <(cluster_leaders 1)
+    if ((${#leaders[@]} == 1)); then
+      echo "${leaders[0]}"
+      return 0
+    fi
+    sleep "${CLUSTER_POLL_S}"
+  done
+  echo "FAIL: no single coordinator leads after ${timeout} s (leading: ${leaders[*]:-none})" >&2
+  return 1
+}
+
+# Makes `count` hosts and a highly available cluster on them (README "High availability"): an etcd
+# member on every host; `coordinators` coordinators (daemons 11, 12, ... on hosts 1, 2, ...,
+# port CLUSTER_HA_PORT) electing their leader in etcd and keeping jobs there
+# (leader_lease_ms CLUSTER_LEADER_LEASE_MS, default 3000); an agent on every host (daemon i, role
+# agent, `slots` slots) given every coordinator's address. The first coordinator starts alone, makes
+# the cluster CA and the admin, the agents join it, then it is stopped and its ca/ and identity.db
+# seed the other coordinators' data directories, and all start. Flags: CLUSTER_COORDINATOR_FLAGS
+# for the coordinators, CLUSTER_DAEMON_FLAGS for the agents.
+cluster_start_ha() {
+  local count="$1" slots="$2" coordinators="$3" h i token leader
+  if ((coordinators < 2 || coordinators > count)); then
+    echo "FAIL: cluster_start_ha: ${coordinators} coordinators on ${count} hosts (2..${count})" >&2
+    return 1
+  fi
+  # shellcheck disable=SC2206,SC2086  # word lists, split on purpose
+  local -a common=(--slots "${slots}" --worker "${COHORT_WORKER}" ${CLUSTER_DAEMON_FLAGS:-})
+  cluster_create_hosts "${count}" || return 1
+  cluster_start_etcd "${count}" || return 1
+  local list=""
+  CLUSTER_HA_DAEMONS=()
+  for ((h = 1; h <= coordinators; h++)); do
+    CLUSTER_DAEMON_HOST[10 + h]="${h}"
+    CLUSTER_HA_DAEMONS+=($((10 + h)))
+    list+="${list:+,}$(cluster_host_addr "${h}"):${CLUSTER_HA_PORT}"
+  done
+  printf '\x00\x00\x00\x00\x17\x0a\x15cohort.v1.Coordinator' > "${CLUSTER_TMP}/health-request.bin"
+  # shellcheck disable=SC2206,SC2086
+  local -a ha=(--role coordinator --election "${CLUSTER_ETCD_URL}" --job-store "${CLUSTER_ETCD_URL}"
+    --etcd-ca "${CLUSTER_ETCD_PKI}/ca.pem" --etcd-cert "${CLUSTER_ETCD_PKI}/client.pem"
+    --etcd-key "${CLUSTER_ETCD_PKI}/client-key.pem" --leader-lease-ms "${CLUSTER_LEADER_LEASE_MS:-3000}"
+    ${CLUSTER_COORDINATOR_FLAGS:-})
+  # 1. The first coordinator alone: it makes the cluster CA and the admin, and leads.
+  _CLUSTER_LISTEN_PORT="${CLUSTER_HA_PORT}" cluster_start_daemon 11 "${ha[@]}" || return 1
+  CLUSTER_CREDENTIALS="${CLUSTER_TMP}/data-11/admin.credentials"
+  CLUSTER_COORDINATOR="${CLUSTER_LAST_ADDRESS}"
+  cluster_wait_leader "${CLUSTER_START_TIMEOUT_S}" > /dev/null || return 1
+  # 2. Every host's agent joins it, given every coordinator's address.
+  CLUSTER_COORDINATORS="${CLUSTER_COORDINATOR}"
+  for ((i = 1; i <= count; i++)); do
+    token="$(cluster_cli node token)" || { echo "FAIL: cohort node token failed" >&2; return 1; }
+    cluster_start_daemon "${i}" --role agent --coordinator "${list}" --join-token "${token}" "${common[@]}" || return 1
+  done
+  cluster_wait_nodes "${count}" || return 1
+  # 3. Seed the standbys with its CA and identities (stopped, so identity.db is whole), start it
+  # again, then them.
+  cluster_stop_daemon 11
+  for ((h = 2; h <= coordinators; h++)); do
+    mkdir -p "${CLUSTER_TMP}/data-$((10 + h))"
+    cp -a "${CLUSTER_TMP}/data-11/ca" "${CLUSTER_TMP}/data-$((10 + h))/ca" || return 1
+    for i in identity.db identity.db-wal; do
+      [[ ! -e "${CLUSTER_TMP}/data-11/${i}" ]] || cp -a "${CLUSTER_TMP}/data-11/${i}" "${CLUSTER_TMP}/data-$((10 + h))/" || return 1
+    done
+  done
+  cluster_restart_daemon 11 || return 1
+  cluster_wait_leader "${CLUSTER_START_TIMEOUT_S}" > /dev/null || return 1
+  for ((h = 2; h <= coordinators; h++)); do
+    _CLUSTER_LISTEN_PORT="${CLUSTER_HA_PORT}" cluster_start_daemon $((10 + h)) "${ha[@]}" || return 1
+  done
+  CLUSTER_COORDINATORS="${list}"
+  leader="$(cluster_wait_leader "${CLUSTER_START_TIMEOUT_S}")" || return 1
+  cluster_wait_nodes "${count}" || return 1
+  cluster_log "HA cluster up: coordinators ${list} (leader: daemon ${leader}), etcd ${CLUSTER_ETCD_URL}, nodes $(cluster_node_ids | tr '\n' ' ')"
+}
