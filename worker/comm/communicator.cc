@@ -12,6 +12,7 @@
 #include "worker/comm/algorithms/algorithm_selector.h"
 #include "worker/comm/algorithms/collectives.h"
 #include "worker/comm/communicator_factory.h"
+#include "worker/comm/flight_recorder_registry.h"
 #include "worker/comm/reduce/reduce_kernels.h"
 #include "worker/comm/shm/shared_memory_engine.h"
 #include "worker/comm/transport/nccl/device_memory.h"
@@ -142,34 +143,142 @@ class StagedTransferWork final : public TransportWork {
   std::optional<Status> result_;
 };
 
+// COHORT_DEBUG=detail on point to point: what a send announces just ahead of its payload, on the
+// same wire tag (the transports match FIFO per peer and tag, so it meets the receive's header).
+struct P2PSignature {
+  static constexpr uint32_t kMagic = 0x43503250;  // "P2PC"
+  uint32_t magic = kMagic;
+  int32_t rank = -1;   // the sender's rank in the communicator
+  int32_t dtype = -1;  // a DataType value
+  uint32_t tag = 0;
+  uint64_t count = 0;  // elements
+
+  std::string describe() const {
+    const DataType type = static_cast<DataType>(dtype);
+    return fmt::format("{} x {} ({} bytes, tag {})", data_type_name(type), count, count * element_size(type), tag);
+  }
+};
+
+// The header transfer of a checked send or receive, and what this side posted.
+struct P2PCheck {
+  std::shared_ptr<TransportWork> header;
+  std::unique_ptr<P2PSignature> buffer;  // the send's signature, or where the receive's lands
+  P2PSignature posted;                   // this side's own signature
+  bool is_send = false;
+  std::string description;               // the communicator's, for messages
+};
+
 // A point-to-point transfer bounded by its deadline: waiting past it cancels the transfer and
-// names the peer, tag and time waited.
+// names the peer, tag and time waited. It records its end in the flight recorder once, and with a
+// check (COHORT_DEBUG=detail) compares a receive's posted signature with the sender's.
 class P2PWork final : public Work {
  public:
-  P2PWork(std::shared_ptr<TransportWork> inner, Deadline deadline, std::string what)
-      : inner_(std::move(inner)), deadline_(deadline), what_(std::move(what)) {}
+  P2PWork(std::shared_ptr<TransportWork> inner, Deadline deadline, std::string what,
+          std::shared_ptr<FlightRecorder> recorder, uint64_t record, std::unique_ptr<P2PCheck> check)
+      : inner_(std::move(inner)),
+        deadline_(deadline),
+        what_(std::move(what)),
+        recorder_(std::move(recorder)),
+        record_(record),
+        check_(std::move(check)) {}
+  ~P2PWork() override {
+    if (check_ && !check_->header->is_completed()) check_->header->cancel(cancelled_error("{} dropped", what_));
+  }
 
   Status wait(Duration timeout) override {
-    bool bounded_by_deadline = timeout >= deadline_.remaining();
-    Status status = inner_->wait(std::min(timeout, deadline_.remaining()));
-    if (status.code() == StatusCode::kDeadlineExceeded && bounded_by_deadline) {
-      inner_->cancel(status);
-      return deadline_exceeded_error(
-          "{}: timed out after {}; is the peer alive and issuing the matching call?", what_,
-          format_duration(deadline_.budget()));
+    const bool bounded_by_deadline = timeout >= deadline_.remaining();
+    const Deadline wait_deadline = Deadline::after(std::min(timeout, deadline_.remaining()));
+    Status status = ok_status();
+    if (check_) {
+      status = check_->header->wait(wait_deadline.remaining());
+      if (status.ok()) status = compare();
     }
-    return status.ok() ? status : status.with_context(what_);
+    if (status.ok() || status.code() == StatusCode::kInvalidArgument) {
+      // A mismatch still drains the payload, so the sender completes instead of timing out.
+      Status payload = inner_->wait(wait_deadline.remaining());
+      if (status.ok()) {
+        status = payload;
+      } else if (!inner_->is_completed()) {
+        inner_->cancel(status);  // the mismatch is the answer; stop draining
+      }
+    }
+    if (status.code() == StatusCode::kDeadlineExceeded) {
+      if (!bounded_by_deadline) return status;  // the caller's shorter wait; still running
+      inner_->cancel(status);
+      if (check_) check_->header->cancel(status);
+      status = deadline_exceeded_error("{}: timed out after {}; is the peer alive and issuing the matching call?",
+                                       what_, format_duration(deadline_.budget()));
+      return finish(status);
+    }
+    return finish(status.ok() || status.code() == StatusCode::kInvalidArgument ? status : status.with_context(what_));
   }
-  bool is_completed() override { return inner_->is_completed(); }
+  bool is_completed() override {
+    if (check_ && !check_->header->is_completed()) return false;
+    if (!inner_->is_completed()) return false;
+    finish(final_status()).ignore_error();
+    return true;
+  }
   Status error() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (result_) return *result_;
+    }
+    if (check_ && !check_->header->is_completed()) {
+      Status status = check_->header->error();
+      return status.ok() ? status : status.with_context(what_);
+    }
+    if (check_ && check_->header->is_completed() && !compare().ok()) return compare();
     Status status = inner_->error();
     return status.ok() ? status : status.with_context(what_);
   }
 
  private:
-  std::shared_ptr<TransportWork> inner_;
-  Deadline deadline_;
-  std::string what_;
+  // Both transfers completed: the outcome.
+  Status final_status() {
+    if (check_) {
+      Status header = check_->header->error();
+      if (!header.ok()) return header.with_context(what_);
+      COHORT_RETURN_IF_ERROR(compare());
+    }
+    Status status = inner_->error();
+    return status.ok() ? status : status.with_context(what_);
+  }
+
+  // A received header against what this receive posted (OK for sends and matching receives).
+  Status compare() const {
+    if (!check_ || check_->is_send) return ok_status();
+    const P2PSignature& mine = check_->posted;
+    const P2PSignature& theirs = *check_->buffer;
+    if (check_->header->received_bytes() != sizeof(P2PSignature) || theirs.magic != P2PSignature::kMagic) {
+      return invalid_argument_error(
+          "point-to-point check (COHORT_DEBUG=detail) on {}: the message from rank {} (tag {}) carried no "
+          "signature; set COHORT_DEBUG=detail on every rank, or on none",
+          check_->description, theirs.rank >= 0 ? theirs.rank : -1, mine.tag);
+    }
+    if (theirs.dtype == mine.dtype && theirs.count == mine.count) return ok_status();
+    return invalid_argument_error(
+        "point-to-point mismatch on {}: rank {} posted recv of {} from rank {}, but rank {}'s send is {}; "
+        "a send and its receive must agree on dtype and size",
+        check_->description, mine.rank, mine.describe(), theirs.rank, theirs.rank, theirs.describe());
+  }
+
+  Status finish(Status status) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!result_) {
+      result_ = status;
+      recorder_->finish(record_, status);
+    }
+    return *result_;
+  }
+
+  const std::shared_ptr<TransportWork> inner_;
+  const Deadline deadline_;
+  const std::string what_;
+  const std::shared_ptr<FlightRecorder> recorder_;
+  const uint64_t record_;
+  const std::unique_ptr<P2PCheck> check_;
+  std::mutex mutex_;
+  std::optional<Status> result_;
 };
 
 }  // namespace
@@ -184,7 +293,7 @@ Communicator::Communicator(std::string kind, std::shared_ptr<CommWorld> world, s
       options_(options),
       algorithm_(options.algorithm),
       debug_checks_(options.debug_checks || env_debug_detail()),
-      recorder_(options.flight_recorder_size) {
+      recorder_(std::make_shared<FlightRecorder>(options.flight_recorder_size)) {
   cuda_device_ = options.cuda_device >= 0 ? options.cuda_device : default_cuda_device();
   description_ =
       fmt::format("{} communicator (context {}, rank {} of {})", kind_, context_id_, rank_, size());
@@ -212,6 +321,8 @@ Communicator::Communicator(std::string kind, std::shared_ptr<CommWorld> world, s
   } else if (algorithm_ == Algorithm::kAuto && is_path_choice(environment_algorithm_)) {
     path_choice_ = environment_algorithm_;
   }
+  register_flight_recorder(recorder_, global_ranks_[rank_], context_id_, description_);
+  install_flight_recorder_signal_from_environment();
 }
 
 Communicator::~Communicator() { stop_executor(); }
@@ -364,17 +475,17 @@ void Communicator::executor_loop() {
 template <typename Body>
 Status Communicator::run_recorded(uint64_t sequence_hint, const OpInfo& info, Deadline deadline,
                                   const Body& body) {
-  uint64_t id = recorder_.start(sequence_hint, info);
+  uint64_t id = recorder_->start(sequence_hint, info);
   Status status;
   if (debug_checks_) status = cross_check(info.signature(), deadline);
   if (status.ok()) status = body(deadline);
-  recorder_.finish(id, status);
+  recorder_->finish(id, status);
   if (status.ok()) return status;
   std::string suffix = failed_peers();
   if (status.code() == StatusCode::kDeadlineExceeded) {
     // A timeout explains itself: the error carries the flight recorder (also logged, for
     // operators who never see the exception).
-    std::string dump = recorder_.dump();
+    std::string dump = recorder_->dump();
     spdlog::error("{} #{} on {} timed out; last operations of this communicator:\n{}", info.op, sequence_hint,
                   description(), dump);
     suffix += "\nlast operations of this communicator:\n" + dump;
@@ -826,6 +937,32 @@ std::shared_ptr<Work> Communicator::p2p(bool is_send, void* buf, size_t count, D
   size_t bytes = count * element_size(dtype);
   uint64_t wire_tag = p2p_tag(context_id_, tag);
   int global_peer = global_ranks_[peer];
+  OpInfo info;
+  info.op = is_send ? "send" : "recv";
+  info.dtype = static_cast<int>(dtype);
+  info.count = count;
+  info.peer = peer;
+  info.tag = static_cast<int>(tag);
+  const uint64_t record = recorder_->start(p2p_sequence_.fetch_add(1, std::memory_order_relaxed), info);
+  std::unique_ptr<P2PCheck> check;
+  // A checked transfer posts its header and payload back to back: another thread's transfer to
+  // the same peer and tag must not slip in between.
+  std::unique_lock<std::mutex> post_lock(p2p_post_mutex_, std::defer_lock);
+  if (debug_checks_) {
+    post_lock.lock();
+    // The header goes first on the same tag, so it is matched before the payload.
+    check = std::make_unique<P2PCheck>();
+    check->is_send = is_send;
+    check->description = description_;
+    check->posted.rank = rank_;
+    check->posted.dtype = static_cast<int32_t>(dtype);
+    check->posted.tag = tag;
+    check->posted.count = count;
+    check->buffer = std::make_unique<P2PSignature>(check->posted);
+    if (!is_send) check->buffer->magic = 0;  // overwritten by a real header
+    check->header = is_send ? world_->transport->isend(global_peer, wire_tag, check->buffer.get(), sizeof(P2PSignature))
+                            : world_->transport->irecv(global_peer, wire_tag, check->buffer.get(), sizeof(P2PSignature));
+  }
   std::shared_ptr<TransportWork> inner;
   if (bytes > 0 && any_device(buf, nullptr)) {
     inner = device_transfer(is_send, peer, wire_tag, buf, bytes);
@@ -835,7 +972,8 @@ std::shared_ptr<Work> Communicator::p2p(bool is_send, void* buf, size_t count, D
   }
   return std::make_shared<P2PWork>(
       std::move(inner), deadline_for(call),
-      fmt::format("{} rank {} ({}, tag {}) on {}", verb, peer, describe(dtype, count), tag, description()));
+      fmt::format("{} rank {} ({}, tag {}) on {}", verb, peer, describe(dtype, count), tag, description()),
+      recorder_, record, std::move(check));
 }
 
 std::shared_ptr<Work> Communicator::isend(const void* buf, size_t count, DataType dtype, int peer,

@@ -184,6 +184,11 @@ class Communicator {
   std::shared_ptr<Work> barrier(const CallOptions& call = {});
 
   // ---- Point to point (not queued behind collectives; `tag` < 2^29) ----
+  // Each transfer is in the flight recorder until its Work completes. With COHORT_DEBUG=detail
+  // (options.debug_checks), a send carries its signature (rank, dtype, count) just ahead of the
+  // payload, and the receive fails with INVALID_ARGUMENT naming both sides when the dtype or size
+  // it posted differs (the payload is still drained, so the sender is not left hanging). Every
+  // rank must then run with the check on, as for collectives.
   std::shared_ptr<Work> isend(const void* buf, size_t count, DataType dtype, int peer, uint32_t tag = 0,
                               const CallOptions& call = {});
   std::shared_ptr<Work> irecv(void* buf, size_t count, DataType dtype, int peer, uint32_t tag = 0,
@@ -211,7 +216,7 @@ class Communicator {
   StatusOr<std::unique_ptr<Communicator>> split_as(int color, int key, const std::string& kind);
 
   // The last operations, one per line (also logged when an operation times out).
-  std::string flight_recorder_dump() const { return recorder_.dump(); }
+  std::string flight_recorder_dump() const { return recorder_->dump(); }
 
  protected:
   // The synchronous bodies, run on the executor (or the blocking caller). Kinds override
@@ -313,7 +318,11 @@ class Communicator {
   enum class ShmState { kUndecided, kReady, kUnavailable };
   ShmState shm_state_ = ShmState::kUndecided;
   std::unique_ptr<SharedMemoryEngine> shm_;
-  FlightRecorder recorder_;
+  // Shared with point-to-point Works (they record their end, and may outlive this) and with the
+  // process's dump registry (flight_recorder_registry.h).
+  const std::shared_ptr<FlightRecorder> recorder_;
+  std::atomic<uint64_t> p2p_sequence_{0};  // point-to-point operations issued, for the recorder
+  std::mutex p2p_post_mutex_;              // COHORT_DEBUG=detail: header and payload posted together
   // blocked_time(), in nanoseconds; shared with the Works it hands out, which may outlive it.
   const std::shared_ptr<std::atomic<int64_t>> blocked_ns_ = std::make_shared<std::atomic<int64_t>>(0);
 

@@ -1,5 +1,8 @@
 #include "worker/comm/flight_recorder.h"
 
+#include <algorithm>
+#include <chrono>
+
 namespace cohort::comm {
 
 std::string OpInfo::detail() const {
@@ -9,7 +12,26 @@ std::string OpInfo::detail() const {
   }
   if (reduce_op >= 0) out += fmt::format(", {}", reduce_op_name(static_cast<ReduceOp>(reduce_op)));
   if (root >= 0) out += fmt::format(", root {}", root);
+  if (peer >= 0) out += fmt::format(", peer {}, tag {}", peer, tag);
   return out;
+}
+
+std::string json_string(std::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20)
+          out += fmt::format("\\u{:04x}", static_cast<unsigned char>(c));
+        else
+          out += c;
+    }
+  }
+  return out + "\"";
 }
 
 uint64_t FlightRecorder::start(uint64_t sequence, const OpInfo& info) {
@@ -42,6 +64,35 @@ std::string FlightRecorder::dump() const {
     out += fmt::format("  #{} {} {}: {}\n", r.sequence, r.info.op, r.info.detail(), outcome);
   }
   return out;
+}
+
+}  // namespace cohort::comm
+
+namespace cohort::comm {
+
+void FlightRecorder::append_chrome_trace_events(int pid, int64_t tid, std::string* out) const {
+  // Steady-clock records onto the wall clock: one offset for the whole dump.
+  const auto steady_now = Clock::now();
+  const auto wall_now = std::chrono::system_clock::now();
+  auto wall_us = [&](Clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::microseconds>(
+               (wall_now - std::chrono::duration_cast<std::chrono::system_clock::duration>(steady_now - t))
+                   .time_since_epoch())
+        .count();
+  };
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const Entry& entry : entries_) {
+    const FlightRecord& r = entry.record;
+    const int64_t start = wall_us(r.start);
+    const int64_t duration = std::max<int64_t>(wall_us(r.end.value_or(steady_now)) - start, 0);
+    const bool p2p = r.info.is_point_to_point();
+    const std::string state = !r.end ? "running" : (r.status.ok() ? "ok" : r.status.to_string());
+    *out += fmt::format(
+        "{{\"name\":{},\"cat\":\"{}\",\"ph\":\"X\",\"ts\":{},\"dur\":{},\"pid\":{},\"tid\":{},"
+        "\"args\":{{\"sequence\":{},\"detail\":{},\"state\":{}}}}},\n",
+        json_string(r.info.op), p2p ? "p2p" : "collective", start, duration, pid, p2p ? tid + 1 : tid,
+        r.sequence, json_string(r.info.detail()), json_string(state));
+  }
 }
 
 }  // namespace cohort::comm

@@ -1,14 +1,17 @@
 #pragma once
 
 // FlightRecorder: the last N operations of a communicator (sequence, op, sizes, root/peer,
-// algorithm, start/end, outcome), so a timeout or mismatch explains itself. Dumped to the log when
-// an operation times out; tests and tools read it with dump().
+// algorithm, start/end, outcome), point-to-point transfers included, so a timeout or mismatch
+// explains itself. Dumped to the log when an operation times out; tests and tools read it with
+// dump(); flight_recorder_registry.h dumps every live recorder of the process as a Chrome trace on
+// demand (a signal or a call).
 
 #include <cstdint>
 #include <deque>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "worker/base/status.h"
 #include "worker/comm/deadline.h"
@@ -27,12 +30,18 @@ struct OpInfo {
   const char* count_label = "";  // "" | " total" | " sent": what `count` counts
   int reduce_op = -1;            // a ReduceOp value, or -1
   int root = -1;                 // or -1
+  int peer = -1;                 // point to point: the other rank; -1 for collectives
+  int tag = -1;                  // point to point: the user's tag
 
-  // "f32 x 1024, sum, root 0" (empty for a barrier).
+  bool is_point_to_point() const { return peer >= 0; }
+  // "f32 x 1024, sum, root 0", "f32 x 8, peer 1, tag 0" (empty for a barrier).
   std::string detail() const;
   // "allreduce(f32 x 1024, sum)".
   std::string signature() const { return std::string(op) + "(" + detail() + ")"; }
 };
+
+// `text` as a JSON string literal, quotes included (for trace dumps).
+std::string json_string(std::string_view text);
 
 struct FlightRecord {
   uint64_t sequence = 0;
@@ -54,6 +63,12 @@ class FlightRecorder {
   // One line per recorded operation, oldest first:
   // "#12 allreduce f32 x 1024, sum: OK after 1.2 ms" / "... RUNNING for 30.0 s".
   std::string dump() const;
+
+  // The recorded operations as Chrome Trace Event Format objects ("ph":"X" complete events, ts
+  // and dur in microseconds of the wall clock, so dumps of several ranks line up), each followed
+  // by a comma, appended to `out`: collectives on thread `tid`, point to point on `tid + 1` (they
+  // overlap collectives and each other). Running operations end at the dump. Thread-safe.
+  void append_chrome_trace_events(int pid, int64_t tid, std::string* out) const;
 
  private:
   struct Entry {

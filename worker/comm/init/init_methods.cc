@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "worker/comm/init/agent_store_connector.h"
+#include "worker/comm/init/file_rendezvous.h"
 #include "worker/comm/init/launcher_environment.h"
 #include "worker/comm/store/file_store.h"
 #include "worker/comm/store/tcp_store.h"
@@ -155,11 +156,12 @@ Status check_query(const InitUrl& url) {
       }
       continue;
     }
+    if (name == "group_name" && url.scheme == "file") continue;
     if (name != "rank" && name != "world_size" && name != "local_rank" && name != "local_world_size") {
       return invalid_argument_error(
           "init URL {:?}: unknown query parameter {:?}; {}:// takes rank, world_size, local_rank, "
-          "local_world_size",
-          url.text, name, url.scheme);
+          "local_world_size{}",
+          url.text, name, url.scheme, url.scheme == "file" ? ", group_name" : "");
     }
   }
   return ok_status();
@@ -176,13 +178,15 @@ struct ExplicitRanks {
 // tcp:// and file:// take the ranks from InitOptions or the URL query, else from the launcher's
 // variables (RANK, OMPI_COMM_WORLD_*, SLURM_*: mpirun has no MASTER_ADDR for env://, so its
 // ranks meet through a store named in the URL; see launcher_environment.h). MASTER_ADDR and
-// MASTER_PORT are never read: the URL names the store.
-StatusOr<ExplicitRanks> explicit_ranks(const InitUrl& url, const InitOptions& options) {
+// MASTER_PORT are never read: the URL names the store. With `rank_optional` (file://) a missing
+// rank stays -1: the store assigns it in arrival order.
+StatusOr<ExplicitRanks> explicit_ranks(const InitUrl& url, const InitOptions& options,
+                                       bool rank_optional = false) {
   const std::string context = fmt::format("{}:// init {:?}", url.scheme, url.text);
   const EnvLookup env = options.env ? options.env : process_environment();
   ExplicitRanks out;
   COHORT_ASSIGN_OR_RETURN(out.rank, read_field(env, kRankField, options.rank));
-  if (out.rank.value < 0) {
+  if (out.rank.value < 0 && !rank_optional) {
     return invalid_argument_error(
         "{}: the rank is not set; add ?rank=R to the URL or set InitOptions::rank, or start it under a "
         "launcher that sets one of {}",
@@ -192,16 +196,43 @@ StatusOr<ExplicitRanks> explicit_ranks(const InitUrl& url, const InitOptions& op
   if (out.world_size.value < 1) {
     return invalid_argument_error(
         "{}: the world size is not set; add &world_size=N to the URL or set InitOptions::world_size, or "
-        "start it under a launcher that sets one of {}",
-        context, fmt::join(kWorldSizeField.variables, ", "));
+        "start it under a launcher that sets one of {}{}",
+        context, fmt::join(kWorldSizeField.variables, ", "),
+        out.rank.value < 0 ? " (file:// assigns missing ranks in arrival order, but needs the world size)" : "");
   }
-  COHORT_RETURN_IF_ERROR(check_rank(context, out.rank, out.world_size));
+  if (out.rank.value >= 0) COHORT_RETURN_IF_ERROR(check_rank(context, out.rank, out.world_size));
   COHORT_ASSIGN_OR_RETURN(Sourced local_rank, read_field(env, kLocalRankField, options.local_rank));
   COHORT_ASSIGN_OR_RETURN(Sourced local_world_size,
                           read_field(env, kLocalWorldSizeField, options.local_world_size));
   out.local_rank = local_rank.value;
   out.local_world_size = local_world_size.value;
   return out;
+}
+
+// file://'s group: InitOptions::group_name or ?group_name= (torch.distributed's group_name), one
+// of them, or the same in both.
+StatusOr<std::string> file_group_name(const InitUrl& url, const InitOptions& options) {
+  std::string name = options.group_name;
+  auto it = url.query.find("group_name");
+  if (it != url.query.end()) {
+    if (!name.empty() && name != it->second) {
+      return invalid_argument_error(
+          "init URL {:?}: group_name is {:?} in InitOptions but {:?} in the URL; give it once", url.text, name,
+          it->second);
+    }
+    name = it->second;
+  }
+  return name;
+}
+
+// group_name namespaces a file:// store; the other built-in schemes have no use for it, and
+// silently ignoring it would let two groups meet.
+Status check_no_group_name(const InitUrl& url, const InitOptions& options) {
+  if (options.group_name.empty()) return ok_status();
+  return invalid_argument_error(
+      "init URL {:?}: InitOptions::group_name {:?} applies to file:// only; {}:// jobs are separated by "
+      "their master address and port",
+      url.text, options.group_name, url.scheme);
 }
 
 // True when a standalone server (cohort-store) serves the store: the URL's store=external, or
@@ -255,6 +286,7 @@ StatusOr<EnvRendezvous> read_env_rendezvous(const InitOptions& options) {
 
 StatusOr<Bootstrap> env_init_method(const InitUrl& url, const InitOptions& options) {
   COHORT_RETURN_IF_ERROR(check_query(url));
+  COHORT_RETURN_IF_ERROR(check_no_group_name(url, options));
   COHORT_ASSIGN_OR_RETURN(EnvRendezvous env, read_env_rendezvous(options));
   Bootstrap boot;
   if (agent_store_requested(options.env)) {
@@ -277,6 +309,7 @@ StatusOr<Bootstrap> env_init_method(const InitUrl& url, const InitOptions& optio
 
 StatusOr<Bootstrap> tcp_init_method(const InitUrl& url, const InitOptions& options) {
   COHORT_RETURN_IF_ERROR(check_query(url));
+  COHORT_RETURN_IF_ERROR(check_no_group_name(url, options));
   if (!url.path.empty() && url.path != "/") {
     return invalid_argument_error("tcp:// init {:?}: unexpected path {:?}; write tcp://host:port", url.text,
                                   url.path);
@@ -303,14 +336,27 @@ StatusOr<Bootstrap> file_init_method(const InitUrl& url, const InitOptions& opti
         "file:///shared/job42/store",
         url.text);
   }
-  COHORT_ASSIGN_OR_RETURN(auto ranks, explicit_ranks(url, options));
+  COHORT_ASSIGN_OR_RETURN(auto ranks, explicit_ranks(url, options, /*rank_optional=*/true));
+  COHORT_ASSIGN_OR_RETURN(std::unique_ptr<FileStore> file, FileStore::open(url.path));
+  // The job's keys live in a fresh generation of the file (file_rendezvous.h), so a file left by
+  // an earlier job never hands its keys to this one; a missing rank is assigned on arrival.
+  FileRendezvousOptions join;
+  join.path = url.path;
+  COHORT_ASSIGN_OR_RETURN(join.group_name, file_group_name(url, options));
+  join.rank = ranks.rank.value;
+  join.world_size = ranks.world_size.value;
+  join.join_window = options.timeout;
+  COHORT_ASSIGN_OR_RETURN(FileRendezvous joined,
+                          join_file_rendezvous(std::shared_ptr<Store>(std::move(file)), join));
   Bootstrap boot;
-  COHORT_ASSIGN_OR_RETURN(std::unique_ptr<FileStore> store, FileStore::open(url.path));
-  boot.store = std::move(store);
-  boot.rank = ranks.rank.value;
+  boot.store = std::move(joined.store);
+  boot.rank = joined.rank;
   boot.world_size = ranks.world_size.value;
-  boot.local_rank = ranks.local_rank;
-  boot.local_world_size = ranks.local_world_size;
+  // An assigned rank has nothing to do with the launcher's LOCAL_RANK: derive local ranks through
+  // the store unless InitOptions or the URL gave them.
+  const bool assigned = ranks.rank.value < 0;
+  boot.local_rank = assigned ? options.local_rank : ranks.local_rank;
+  boot.local_world_size = assigned ? options.local_world_size : ranks.local_world_size;
   return boot;
 }
 

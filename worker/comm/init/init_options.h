@@ -32,11 +32,13 @@ namespace cohort::comm {
 
 struct InitOptions {
   std::string url = "env://";  // env://, tcp://host:port[?rank=R&world_size=N], file:///path[?...]
+                               // (file:// assigns ranks in arrival order when none is given)
   int rank = -1;               // this process's rank; -1: from the URL query or the environment
   int world_size = -1;         // number of ranks; -1: from the URL query or the environment
   int local_rank = -1;         // rank among this node's ranks; -1: URL, environment, else derived
   int local_world_size = -1;   // ranks on this node; -1: URL, environment, else derived
   std::string node_id;         // groups ranks into nodes; "": COHORT_NODE_ID, else the host name
+  std::string group_name;      // file:// only: a namespace in the file (also ?group_name=); "": default
   Duration timeout = kDefaultStoreTimeout;  // limit for reaching the store and for the init exchange
   EnvLookup env;  // environment variables; empty: the process's (tests inject a map)
 

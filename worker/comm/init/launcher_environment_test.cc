@@ -210,8 +210,10 @@ TEST(FileInitUnderMpirunTest, TheUrlQueryWinsAndMissingRanksListTheLaunchers) {
   ASSERT_TRUE(boot.ok()) << boot.status().to_string();
   EXPECT_EQ(boot->rank, 0);
   EXPECT_EQ(boot->world_size, 1);
+  // No rank is fine (file:// assigns one in arrival order); no world size is not.
   expect_message(resolve_init(options_for(fmt::format("file://{}", dir.file("other")), {})).status(),
-                 {"add ?rank=R to the URL", "RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID"});
+                 {"the world size is not set", "WORLD_SIZE, OMPI_COMM_WORLD_SIZE, SLURM_NTASKS",
+                  "assigns missing ranks in arrival order"});
   expect_message(
       resolve_init(options_for(fmt::format("file://{}", dir.file("other")), {{"RANK", "0"}})).status(),
       {"add &world_size=N to the URL", "WORLD_SIZE, OMPI_COMM_WORLD_SIZE, SLURM_NTASKS"});

@@ -9,8 +9,9 @@
 // the records appended since this object last looked into an in-memory KeyValueTable, applies
 // itself, appends its own records and unlocks. Waits poll with a short backoff.
 //
-// The file is never removed or compacted by the store: use a fresh path per job (a leftover file
-// would hand its old keys to the next job).
+// The file is never removed or compacted by the store. A FileStore used directly on a leftover
+// file sees its old keys; the file:// init method does not: each job joins a fresh generation of
+// the file (worker/comm/init/file_rendezvous.h).
 //
 // Thread-safe. fcntl locks belong to a process, not a thread or a descriptor (and closing any
 // descriptor of the file drops them), so every FileStore in a process also serialises its file

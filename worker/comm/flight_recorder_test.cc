@@ -1,0 +1,245 @@
+// Point-to-point operations in the flight recorder and in the COHORT_DEBUG=detail check, and the
+// recorders dumped as a Chrome trace on demand (a call; a signal, in a forked process), parsed
+// back with python3's json module. Ranks are threads over the loopback transport.
+
+#include "worker/comm/flight_recorder_registry.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "worker/comm/communicator_factory.h"
+#include "worker/comm/store/store_test_util.h"
+#include "worker/comm/testing/loopback_world.h"
+#include "worker/comm/testing/rank_threads.h"
+
+namespace cohort::comm {
+namespace {
+
+using testing::failures;
+using testing::loopback_worlds;
+using testing::run_ranks;
+
+Status expect_contains(const std::string& text, const std::string& part, const char* what) {
+  if (text.find(part) != std::string::npos) return ok_status();
+  return internal_error("{} lacks {:?}:\n{}", what, part, text);
+}
+
+// Runs python3 on `script` with `path`; its stdout, or the failure.
+StatusOr<std::string> run_python(const std::string& script, const std::string& path) {
+  testing::TempDir dir;
+  const std::string script_path = dir.file("check.py");
+  std::ofstream(script_path) << script;
+  FILE* pipe = ::popen(fmt::format("python3 {} {} 2>&1", script_path, path).c_str(), "r");
+  if (pipe == nullptr) return internal_error("popen python3 failed");
+  std::string out;
+  char buffer[4096];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, n);
+  int rc = ::pclose(pipe);
+  if (rc != 0) return internal_error("python3 check failed ({}):\n{}", rc, out);
+  return out;
+}
+
+// Parses a dump as JSON and checks the Trace Event Format's shape; prints one line per distinct
+// complete event "pid name cat state" and per thread name "thread pid tid name".
+constexpr const char* kTraceCheck = R"(
+import json, sys
+doc = json.load(open(sys.argv[1]))
+events = doc["traceEvents"]
+lines = set()
+for e in events:
+    assert e["ph"] in ("X", "M"), e
+    assert isinstance(e["pid"], int) and isinstance(e["tid"], int), e
+    if e["ph"] == "X":
+        assert isinstance(e["ts"], int) and e["ts"] > 1500000000000000, e   # wall clock, microseconds
+        assert isinstance(e["dur"], int) and e["dur"] >= 0, e
+        lines.add("%d %s %s %s" % (e["pid"], e["name"], e["cat"], e["args"]["state"]))
+    elif e["name"] == "thread_name":
+        lines.add("thread %d %d %s" % (e["pid"], e["tid"], e["args"]["name"]))
+for line in sorted(lines):
+    print(line)
+)";
+
+TEST(FlightRecorderTest, PointToPointOperationsAreRecorded) {
+  auto worlds = loopback_worlds(2);
+  auto statuses = run_ranks(2, [&](int rank) -> Status {
+    COHORT_ASSIGN_OR_RETURN(auto comm, create_communicator("flat", worlds[rank]));
+    std::vector<float> x(8, 1.0f);
+    if (rank == 0) {
+      COHORT_RETURN_IF_ERROR(comm->send(x.data(), x.size(), DataType::kFloat32, 1, 3));
+    } else {
+      COHORT_RETURN_IF_ERROR(comm->recv(x.data(), x.size(), DataType::kFloat32, 0, 3));
+    }
+    COHORT_RETURN_IF_ERROR(comm->barrier({std::nullopt, true})->wait());
+    const std::string dump = comm->flight_recorder_dump();
+    COHORT_RETURN_IF_ERROR(expect_contains(
+        dump, rank == 0 ? "#0 send f32 x 8, peer 1, tag 3: OK" : "#0 recv f32 x 8, peer 0, tag 3: OK", "dump"));
+    return expect_contains(dump, "#0 barrier", "dump");
+  });
+  EXPECT_EQ(failures(statuses), "");
+}
+
+// A send and a receive that disagree, under COHORT_DEBUG=detail (options.debug_checks).
+Status mismatch(int rank, Communicator& comm, DataType send_type, size_t send_count, DataType recv_type,
+                size_t recv_count, const std::vector<std::string>& expected) {
+  std::vector<uint8_t> buffer(64, 0);
+  if (rank == 0) {
+    // The sender completes, not left to time out: the receiver drains its payload. (A longer send
+    // than the receive may fail here too, as the transport's truncation.)
+    Status sent = comm.send(buffer.data(), send_count, send_type, 1, 5);
+    if (sent.code() == StatusCode::kDeadlineExceeded) return sent;
+    return ok_status();
+  }
+  Status status = comm.recv(buffer.data(), recv_count, recv_type, 0, 5);
+  if (status.code() != StatusCode::kInvalidArgument) {
+    return internal_error("expected INVALID_ARGUMENT, got {}", status.to_string());
+  }
+  for (const std::string& part : expected) COHORT_RETURN_IF_ERROR(expect_contains(status.message(), part, "error"));
+  return expect_contains(comm.flight_recorder_dump(), "recv " + std::string(data_type_name(recv_type)),
+                         "dump");
+}
+
+TEST(FlightRecorderTest, DebugDetailNamesBothSidesOfAPointToPointMismatch) {
+  auto worlds = loopback_worlds(2);
+  CommunicatorOptions options;
+  options.debug_checks = true;
+  options.timeout = std::chrono::seconds(20);
+  auto statuses = run_ranks(2, [&](int rank) -> Status {
+    COHORT_ASSIGN_OR_RETURN(auto comm, create_communicator("flat", worlds[rank], options));
+    // Sizes differ (a longer send than the receive posted).
+    COHORT_RETURN_IF_ERROR(mismatch(rank, *comm, DataType::kInt64, 4, DataType::kFloat32, 2,
+                                    {"rank 1 posted recv of f32 x 2 (8 bytes, tag 5) from rank 0",
+                                     "rank 0's send is i64 x 4 (32 bytes, tag 5)"}));
+    // Same bytes, different dtype.
+    COHORT_RETURN_IF_ERROR(mismatch(rank, *comm, DataType::kInt32, 2, DataType::kFloat32, 2,
+                                    {"recv of f32 x 2", "send is i32 x 2"}));
+    // A shorter send than the receive.
+    COHORT_RETURN_IF_ERROR(
+        mismatch(rank, *comm, DataType::kFloat32, 1, DataType::kFloat32, 3, {"recv of f32 x 3", "send is f32 x 1"}));
+    // A matching pair still moves its data.
+    std::vector<double> x(5, rank == 0 ? 2.5 : 0.0);
+    if (rank == 0) return comm->send(x.data(), x.size(), DataType::kFloat64, 1, 6);
+    auto work = comm->irecv(x.data(), x.size(), DataType::kFloat64, 0, 6);
+    COHORT_RETURN_IF_ERROR(work->wait());
+    if (x != std::vector<double>(5, 2.5)) return internal_error("received {}", fmt::join(x, ","));
+    return ok_status();
+  });
+  EXPECT_EQ(failures(statuses), "");
+}
+
+TEST(FlightRecorderTest, WithoutDebugChecksNoSignatureTravels) {
+  // The same shape of mismatch with the check off is the transport's business (truncation), not
+  // a signature comparison: the check really is what names both sides above.
+  auto worlds = loopback_worlds(2);
+  auto statuses = run_ranks(2, [&](int rank) -> Status {
+    CommunicatorOptions options;
+    options.timeout = std::chrono::seconds(20);
+    COHORT_ASSIGN_OR_RETURN(auto comm, create_communicator("flat", worlds[rank], options));
+    std::vector<int32_t> x(2, 7);
+    if (rank == 0) return comm->send(x.data(), 2, DataType::kInt32, 1, 1);
+    Status status = comm->recv(x.data(), 2, DataType::kFloat32, 0, 1);
+    if (!status.ok()) return internal_error("same bytes must pass without the check: {}", status.to_string());
+    return ok_status();
+  });
+  EXPECT_EQ(failures(statuses), "");
+}
+
+TEST(FlightRecorderTest, DumpOnCallIsAValidChromeTraceWithRunningOperations) {
+  testing::TempDir dir;
+  const std::string path = dir.file("trace.json");
+  auto worlds = loopback_worlds(2);
+  auto statuses = run_ranks(2, [&](int rank) -> Status {
+    COHORT_ASSIGN_OR_RETURN(auto comm, create_communicator("flat", worlds[rank]));
+    std::vector<float> x(16, 1.0f), late(4, 0.0f);
+    COHORT_RETURN_IF_ERROR(
+        comm->allreduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum)->wait());
+    if (rank == 0) COHORT_RETURN_IF_ERROR(comm->send(x.data(), 4, DataType::kFloat32, 1, 2));
+    if (rank == 1) COHORT_RETURN_IF_ERROR(comm->recv(x.data(), 4, DataType::kFloat32, 0, 2));
+    // A receive still pending at the dump.
+    std::shared_ptr<Work> pending;
+    if (rank == 1) pending = comm->irecv(late.data(), late.size(), DataType::kFloat32, 0, 9);
+    COHORT_RETURN_IF_ERROR(comm->barrier()->wait());
+    if (rank == 0) {
+      StatusOr<std::string> written = dump_flight_recorders(path);
+      if (!written.ok()) return written.status();
+      if (*written != path) return internal_error("wrote {}, asked for {}", *written, path);
+    }
+    COHORT_RETURN_IF_ERROR(comm->barrier()->wait());
+    if (rank == 0) return comm->send(late.data(), late.size(), DataType::kFloat32, 1, 9);
+    return pending->wait();
+  });
+  ASSERT_EQ(failures(statuses), "");
+  StatusOr<std::string> summary = run_python(kTraceCheck, path);
+  ASSERT_TRUE(summary.ok()) << summary.status().to_string();
+  for (const char* line : {"0 allreduce collective ok", "1 allreduce collective ok", "0 send p2p ok",
+                           "1 recv p2p ok", "1 recv p2p running", "0 barrier collective ok",
+                           "thread 0 0 flat communicator (context 0, rank 0 of 2) collectives",
+                           "thread 1 1 flat communicator (context 0, rank 1 of 2) point-to-point"}) {
+    EXPECT_NE(summary->find(line), std::string::npos) << line << " in\n" << *summary;
+  }
+}
+
+TEST(FlightRecorderTest, SignalNamesParse) {
+  EXPECT_EQ(parse_flight_recorder_signal(nullptr).value(), SIGUSR1);
+  EXPECT_EQ(parse_flight_recorder_signal("SIGUSR2").value(), SIGUSR2);
+  EXPECT_EQ(parse_flight_recorder_signal("usr1").value(), SIGUSR1);
+  EXPECT_EQ(parse_flight_recorder_signal("off").value(), 0);
+  EXPECT_EQ(parse_flight_recorder_signal("10").value(), 10);
+  Status bad = parse_flight_recorder_signal("HUPP").status();
+  EXPECT_NE(bad.message().find("COHORT_FLIGHT_RECORDER_SIGNAL=\"HUPP\""), std::string::npos) << bad.message();
+  EXPECT_EQ(install_flight_recorder_signal_handler(SIGKILL).code(), StatusCode::kInvalidArgument);
+}
+
+// A process: communicators made with COHORT_FLIGHT_RECORDER_DIR set install the default SIGUSR1
+// handler; the signal makes a dump file appear there, which parses.
+TEST(FlightRecorderTest, SigusrOneDumpsIntoTheDirectoryInAChildProcess) {
+  testing::TempDir dir;
+  std::vector<std::string> child_failures = testing::run_children(1, [&](int) {
+    ::setenv(kFlightRecorderDirEnv, dir.path().c_str(), 1);
+    ::unsetenv(kFlightRecorderSignalEnv);
+    auto worlds = loopback_worlds(2);
+    auto statuses = run_ranks(2, [&](int rank) -> Status {
+      COHORT_ASSIGN_OR_RETURN(auto comm, create_communicator("flat", worlds[rank]));
+      std::vector<float> x(4, 1.0f);
+      COHORT_RETURN_IF_ERROR(comm->allreduce(x.data(), x.data(), 4, DataType::kFloat32, ReduceOp::kMax)->wait());
+      COHORT_RETURN_IF_ERROR(comm->barrier()->wait());
+      if (rank == 0) ::kill(::getpid(), SIGUSR1);
+      // Keep the communicators alive until the dump thread has written.
+      for (int i = 0; i < 200; ++i) {
+        std::ifstream probe(fmt::format("{}/cohort-flight-recorder-rank0-pid{}-0.json", dir.path(), ::getpid()));
+        if (probe.good()) return ok_status();
+        std::this_thread::sleep_for(std::chrono::milliseconds(25));
+      }
+      return deadline_exceeded_error("no dump file after SIGUSR1");
+    });
+    return failures(statuses).empty() ? 0 : 1;
+  });
+  ASSERT_TRUE(child_failures.empty()) << fmt::format("{}", fmt::join(child_failures, "; "));
+  // The child's pid is in the name; find the file.
+  FILE* ls = ::popen(fmt::format("ls {}/cohort-flight-recorder-rank0-pid*-0.json", dir.path()).c_str(), "r");
+  ASSERT_NE(ls, nullptr);
+  char name[4096] = {};
+  ASSERT_NE(std::fgets(name, sizeof(name), ls), nullptr);
+  ::pclose(ls);
+  std::string file(name);
+  file.erase(file.find_last_not_of('\n') + 1);
+  StatusOr<std::string> summary = run_python(kTraceCheck, file);
+  ASSERT_TRUE(summary.ok()) << summary.status().to_string();
+  EXPECT_NE(summary->find("0 allreduce collective ok"), std::string::npos) << *summary;
+  // Rank 1's barrier may still be finishing when rank 0 raises the signal.
+  EXPECT_NE(summary->find("1 barrier collective "), std::string::npos) << *summary;
+}
+
+}  // namespace
+}  // namespace cohort::comm
