@@ -21,7 +21,9 @@
 
 #include "worker/autograd/testing/test_tensors.h"
 
+#include "daemon/agent/free_port.h"
 #include "tests/comm/process_ranks.h"
+#include "worker/autograd/comm_world.h"
 #include "worker/autograd/collective_functions.h"
 #include "worker/autograd/point_to_point_functions.h"
 #include "worker/autograd/wait_handle.h"
@@ -218,8 +220,34 @@ TEST_F(AutogradProcessTest, AllreduceMaxRoutesToTheExtremeAndSplitsTies) {
 
 TEST_F(AutogradProcessTest, Allgather) {
   expect_all_sizes(GradCase{[](int rank, int) { return data(rank, {3}); },
-                            [](Communicator& comm, const at::Tensor& x) { return allgather(comm, x); },
+                            [](Communicator& comm, const at::Tensor& x) { return allgather_stacked(comm, x); },
                             [](const Tensors& xs) { return same_for_all(at::stack(xs), xs.size()); }});
+}
+
+// ChainerMN's functions.allgather across processes: one tensor per rank with that rank's shape
+// (rank r: r+1 rows), and rank r's gradient is the sum of every rank's upstream of result[r].
+TEST_F(AutogradProcessTest, AllgatherWithShapesThatDifferPerRank) {
+  for (int size : kSizes) {
+    EXPECT_EQ(run_ranks(size,
+                        [](Communicator& comm) -> Status {
+                          const int rank = comm.rank(), size = comm.size();
+                          at::Tensor x = data(rank, {rank + 1, 3}).set_requires_grad(true);
+                          std::vector<at::Tensor> ys = allgather(comm, x);
+                          if (static_cast<int>(ys.size()) != size) return internal_error("{} results", ys.size());
+                          at::Tensor loss = at::zeros({}, at::kDouble);
+                          for (int r = 0; r < size; ++r) {
+                            COHORT_RETURN_IF_ERROR(expect_close(ys[r], data(r, {r + 1, 3}),
+                                                                fmt::format("rank {} result {}", rank, r)));
+                            loss = loss + ys[r].mul(upstream(rank * 5 + r, {r + 1, 3})).sum();
+                          }
+                          loss.backward();
+                          at::Tensor want = at::zeros({rank + 1, 3}, at::kDouble);
+                          for (int q = 0; q < size; ++q) want = want + upstream(q * 5 + rank, {rank + 1, 3});
+                          return expect_close(x.grad(), want, fmt::format("rank {} grad", rank));
+                        }),
+              "")
+        << "size " << size;
+  }
 }
 
 TEST_F(AutogradProcessTest, BcastFromFirstAndLastRank) {
@@ -388,6 +416,65 @@ TEST_F(AutogradProcessTest, RingIsendRecvWaitGivesGradTwoWithJoinDummies) {
                         }),
               "")
         << "size " << size;
+  }
+}
+
+// mpi4torch's documented JoinDummiesHandle ring (see worker/autograd/wait_handle_test.cc), with
+// ChainerMN's recv that takes its shape and dtype from the sender: the Wait follows the Recv, so
+// in backward each rank posts its gradient receive before sending the Recv's gradient.
+TEST_F(AutogradProcessTest, Mpi4torchRingWithJoinDummiesHandleAndShapelessRecv) {
+  for (int size : kSizes) {
+    EXPECT_EQ(run_ranks(size,
+                        [](Communicator& comm) -> Status {
+                          const int rank = comm.rank(), size = comm.size();
+                          const int64_t n = 9;
+                          at::Tensor a = data(rank, {n}).set_requires_grad(true);
+                          WaitHandle handle = isend(comm, a, (rank + 1) % size, 3);
+                          at::Tensor b = recv(comm, (rank + size - 1) % size, 3, handle.dummy());
+                          at::Tensor wait_ret = wait(join_dummies_handle(handle, {b}));
+                          at::Tensor res = join_dummies(a + b, {wait_ret});
+                          COHORT_RETURN_IF_ERROR(expect_close(b, data((rank + size - 1) % size, {n}), "recv"));
+                          res.mul(upstream(rank, {n})).sum().backward();
+                          return expect_close(a.grad(), upstream(rank, {n}) + upstream((rank + 1) % size, {n}),
+                                              "ring grad");
+                        }),
+              "")
+        << "size " << size;
+  }
+}
+
+// mpi4torch's COMM_WORLD: each process gets torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR,
+// MASTER_PORT) and nothing else; autograd::comm_world() builds the communicator from them, and
+// the differentiable allreduce runs over it (mpi4torch's first example: res = comm.Allreduce(x,
+// MPI.SUM), x.grad == size with loss sum(res)).
+TEST_F(AutogradProcessTest, CommWorldFromTheEnvironment) {
+  for (int size : {2, 3}) {
+    StatusOr<int> port = agent::pick_free_port("127.0.0.1");
+    ASSERT_TRUE(port.ok()) << port.status().to_string();
+    ProcessRanks ranks(dir_.path());
+    ranks.fork_ranks(size, [&](int rank) -> Status {
+      at::set_num_threads(1);
+      setenv("RANK", std::to_string(rank).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(size).c_str(), 1);
+      setenv("MASTER_ADDR", "127.0.0.1", 1);
+      setenv("MASTER_PORT", std::to_string(*port).c_str(), 1);
+      return guarded([&]() -> Status {
+        Communicator& comm = comm_world();
+        if (&comm != &comm_world()) return internal_error("comm_world() built a second communicator");
+        if (comm.rank() != rank || comm.size() != size || comm.kind() != "hierarchical") {
+          return internal_error("rank {} of {} ({}), expected {} of {} (hierarchical)", comm.rank(), comm.size(),
+                                comm.kind(), rank, size);
+        }
+        at::Tensor x = data(rank, {4}).set_requires_grad(true);
+        at::Tensor res = allreduce(comm, x, comm::ReduceOp::kSum);
+        at::Tensor want = data(0, {4});
+        for (int r = 1; r < size; ++r) want = want + data(r, {4});
+        COHORT_RETURN_IF_ERROR(expect_close(res, want, "allreduce over comm_world"));
+        res.sum().backward();
+        return expect_close(x.grad(), at::full({4}, double(size), at::kDouble), "grad");
+      });
+    });
+    EXPECT_EQ(failed_ranks(ranks.wait_all(kTestDeadline)), "") << "size " << size;
   }
 }
 

@@ -148,7 +148,7 @@ TEST(TorchCudaAutograd, AllgatherForwardAndBackward) {
   expect_cuda_matches_cpu(
       [](int rank, comm::Communicator& comm, at::Device device) -> std::vector<at::Tensor> {
         at::Tensor x = input(rank, {2, 5}, device);
-        at::Tensor y = autograd::allgather(comm, x);
+        at::Tensor y = autograd::allgather_stacked(comm, x);
         y.mul(upstream(rank, {kRanks, 2, 5}, device)).sum().backward();
         return {y, x.grad()};
       },

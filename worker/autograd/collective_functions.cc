@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <c10/core/GradMode.h>
+#include <c10/util/accumulate.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "worker/autograd/tensor_comm.h"
@@ -284,6 +285,62 @@ struct AllgatherFunction : torch::autograd::Function<AllgatherFunction> {
   }
 };
 
+// ChainerMN's allgather: every rank's x, each with its own shape. `shapes` (every rank's, in rank
+// order) were exchanged before; the forward is one allgatherv into a flat buffer, and each output
+// is its own copy (not a view of a shared buffer, so outputs may be modified in place).
+struct AllgatherListFunction : torch::autograd::Function<AllgatherListFunction> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, Communicator* comm,
+                               std::vector<std::vector<int64_t>> shapes) {
+    save_communicator(ctx, comm);
+    at::Tensor xc = contiguous_for_comm(x, "allgather");
+    std::vector<size_t> counts;
+    std::vector<int64_t> numels;
+    for (const auto& shape : shapes) {
+      numels.push_back(c10::multiply_integers(shape));
+      counts.push_back(static_cast<size_t>(numels.back()));
+    }
+    int64_t total = 0;
+    for (int64_t n : numels) total += n;
+    at::Tensor flat = at::empty({total}, xc.options());
+    sync_before_comm(xc);
+    wait_or_throw(comm->allgatherv(xc.data_ptr(), flat.data_ptr(), counts, to_data_type(xc.scalar_type())),
+                  fmt::format("allgather of {} elements", xc.numel()));
+    ctx->saved_data["numels"] = numels;
+    variable_list out;
+    int64_t offset = 0;
+    for (size_t r = 0; r < shapes.size(); ++r) {
+      out.push_back(flat.narrow(0, offset, numels[r]).view(shapes[r]).clone());
+      offset += numels[r];
+    }
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    Communicator& comm = load_communicator(ctx);
+    std::vector<int64_t> numels = ctx->saved_data["numels"].toIntVector();
+    // A result the loss never used has an undefined gradient: zero. The options come from a
+    // defined one (there is at least one: backward runs because some result was used).
+    at::TensorOptions options;
+    for (const at::Tensor& g : grad_outputs) {
+      if (g.defined()) options = g.options();
+    }
+    std::vector<at::Tensor> flat_grads;
+    std::vector<size_t> counts;
+    for (size_t r = 0; r < numels.size(); ++r) {
+      const at::Tensor& g = grad_outputs[r];
+      flat_grads.push_back(g.defined() ? g.reshape({-1}) : at::zeros({numels[r]}, options));
+      counts.push_back(static_cast<size_t>(numels[r]));
+    }
+    at::Tensor all = contiguous_for_comm(at::cat(flat_grads), "allgather backward");
+    at::Tensor mine = at::empty({numels[comm.rank()]}, all.options());
+    sync_before_comm(all);
+    wait_or_throw(comm.reduce_scatterv(all.data_ptr(), mine.data_ptr(), counts, to_data_type(all.scalar_type()),
+                                       ReduceOp::kSum),
+                  "allgather backward: reduce_scatterv");
+    return grads({mine});  // the input was flattened: the reshape's backward restores x's shape
+  }
+};
+
 struct ReduceScatterFunction : torch::autograd::Function<ReduceScatterFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& xs, Communicator* comm) {
     save_communicator(ctx, comm);
@@ -388,7 +445,32 @@ at::Tensor scatter(Communicator& comm, const at::Tensor& xs, int root, std::opti
   return ScatterFunction::apply(input, &comm, static_cast<int64_t>(root), shape, type, on);
 }
 
-at::Tensor allgather(Communicator& comm, const at::Tensor& x) {
+std::vector<at::Tensor> allgather(Communicator& comm, const at::Tensor& x) {
+  check_gradient_dtype(x, "allgather");
+  if (!x.defined()) throw std::runtime_error("cohort autograd: allgather: the tensor is undefined");
+  // Every rank's dtype and shape (ChainerMN exchanges the shapes the same way).
+  auto metas = comm.allgather_obj(encode_meta(x.scalar_type(), x.sizes()));
+  throw_if_error(metas.status(), "allgather: shape exchange");
+  std::vector<std::vector<int64_t>> shapes(metas->size());
+  std::string types;
+  bool same_type = true;
+  for (size_t r = 0; r < metas->size(); ++r) {
+    at::ScalarType type;
+    decode_meta((*metas)[r], &type, &shapes[r]);
+    same_type = same_type && type == x.scalar_type();
+    types += fmt::format("{}rank {}: {}", r == 0 ? "" : ", ", r, c10::toString(type));
+  }
+  if (!same_type) {
+    throw std::runtime_error(fmt::format(
+        "cohort autograd: allgather over {}: ranks passed different dtypes ({}); cast to one dtype first",
+        comm.description(), types));
+  }
+  // The gradient comes back flat: the input is flattened first, so the custom function's gradient
+  // needs no reshape (a view keeps x's graph edge).
+  return AllgatherListFunction::apply(x.reshape({-1}), &comm, shapes);
+}
+
+at::Tensor allgather_stacked(Communicator& comm, const at::Tensor& x) {
   check_gradient_dtype(x, "allgather");
   return AllgatherFunction::apply(x, &comm);
 }

@@ -9,6 +9,7 @@
 //
 //   auto y = autograd::allreduce(*comm, x, comm::ReduceOp::kAvg);   // same y on every rank
 //   y.mul(w).sum().backward();                                       // x.grad = allreduce(w)/size
+//   std::vector<at::Tensor> ys = autograd::allgather(*comm, h);      // ys[r]: rank r's h
 //
 // Tensors: CPU or CUDA, any layout (made contiguous), dtypes Half/BFloat16/Float/Double
 // (differentiable) and Char/Byte/Int/Long (communicated without gradients). Results, delegates
@@ -19,6 +20,7 @@
 // must outlive the graphs built over it.
 
 #include <optional>
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -52,8 +54,17 @@ at::Tensor gather(comm::Communicator& comm, const at::Tensor& x, int root);
 at::Tensor scatter(comm::Communicator& comm, const at::Tensor& xs, int root,
                    std::optional<at::Device> device = std::nullopt);
 
-// [size, *x.shape] on every rank. Backward: reduce_scatter SUM of the gradient.
-at::Tensor allgather(comm::Communicator& comm, const at::Tensor& x);
+// ChainerMN's functions.allgather: one tensor per rank, in rank order (its tuple) — result[r] is
+// rank r's x, with rank r's shape: shapes may differ per rank (even in their number of dims),
+// dtypes must agree (else every rank throws naming them). Each result is its own tensor. One
+// allgather of every rank's dtype and shape, then one allgatherv. Backward: every rank's gradient
+// of result[r] goes to rank r, which sums them (one reduce_scatterv); unused results count as
+// zero gradients.
+std::vector<at::Tensor> allgather(comm::Communicator& comm, const at::Tensor& x);
+
+// The stacked form: [size, *x.shape] on every rank, for an x of the same shape everywhere (one
+// allgather, no shape exchange). Backward: reduce_scatter SUM of the gradient.
+at::Tensor allgather_stacked(comm::Communicator& comm, const at::Tensor& x);
 
 // xs: [size, ...]; returns SUM over ranks of xs[rank]. Backward: allgather of the gradient.
 at::Tensor reduce_scatter(comm::Communicator& comm, const at::Tensor& xs);

@@ -170,11 +170,67 @@ TEST(CollectiveFunctionsTest, Scatter) {
   }
 }
 
-TEST(CollectiveFunctionsTest, Allgather) {
+TEST(CollectiveFunctionsTest, AllgatherStacked) {
   GradCase c{[](int rank, int) { return data(rank, {3}); },
-             [](comm::Communicator& comm, const at::Tensor& x) { return allgather(comm, x); },
+             [](comm::Communicator& comm, const at::Tensor& x) { return allgather_stacked(comm, x); },
              [](const Tensors& xs) { return same_for_all(stacked(xs), xs.size()); }};
   for (int size : kSizes) check_gradients(size, c);
+}
+
+// The shape of rank r's input: r+1 rows, and a 1-dim tensor on rank 2 (dims may differ too).
+std::vector<int64_t> ragged_shape(int rank) {
+  if (rank == 2) return {4};
+  return {rank + 1, 2};
+}
+
+// ChainerMN's functions.allgather: one tensor per rank, rank r's with rank r's shape. The loss of
+// rank q is Σ_r sum(ys[r] · u_{q,r}), so rank r's gradient is Σ_q u_{q,r}: every rank's
+// upstream of its result[r], summed at rank r. Rank 1 leaves result[0] out of its loss (an
+// undefined gradient, counted as zero).
+TEST(CollectiveFunctionsTest, AllgatherReturnsOneTensorPerRankWithItsOwnShape) {
+  auto weight = [](int q, int r, at::IntArrayRef shape) { return upstream(q * 7 + r, shape); };
+  for (int size : {1, 2, 3, 4, 5}) {
+    std::string failures = run_autograd_ranks(size, [&](int rank, comm::Communicator& comm) {
+      at::Tensor x = data(rank, ragged_shape(rank)).set_requires_grad(true);
+      std::vector<at::Tensor> ys = allgather(comm, x);
+      ASSERT_EQ(static_cast<int>(ys.size()), size);
+      at::Tensor loss = at::zeros({}, at::kDouble);
+      for (int r = 0; r < size; ++r) {
+        EXPECT_EQ(ys[r].sizes(), at::IntArrayRef(ragged_shape(r))) << "rank " << rank << " result " << r;
+        EXPECT_TRUE(at::equal(ys[r], data(r, ragged_shape(r)))) << "rank " << rank << " result " << r;
+        EXPECT_TRUE(ys[r].requires_grad());
+        if (rank == 1 && r == 0) continue;
+        loss = loss + ys[r].mul(weight(rank, r, ys[r].sizes())).sum();
+      }
+      loss.backward();
+      at::Tensor want = at::zeros(ragged_shape(rank), at::kDouble);
+      for (int q = 0; q < size; ++q) {
+        if (q == 1 && rank == 0) continue;
+        want = want + weight(q, rank, want.sizes());
+      }
+      ASSERT_TRUE(x.grad().defined());
+      EXPECT_TRUE(at::allclose(x.grad(), want)) << "rank " << rank << " grad\n" << x.grad() << "\nexpected\n" << want;
+      // Each result is its own tensor: modifying one in place leaves the others alone.
+      std::vector<at::Tensor> again = allgather(comm, x.detach());
+      again[0].add_(1);
+      if (size > 1) {
+        EXPECT_TRUE(at::equal(again[1], data(1, ragged_shape(1))));
+      }
+    });
+    EXPECT_EQ(failures, "") << "size " << size;
+  }
+}
+
+TEST(CollectiveFunctionsTest, AllgatherOfDifferentDtypesFailsOnEveryRank) {
+  std::string failures = run_autograd_ranks(3, [&](int rank, comm::Communicator& comm) {
+    try {
+      allgather(comm, at::ones({2}, rank == 1 ? at::kFloat : at::kDouble));
+      ADD_FAILURE() << "rank " << rank << ": expected an error";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("rank 1: Float"), std::string::npos) << e.what();
+    }
+  });
+  EXPECT_EQ(failures, "");
 }
 
 TEST(CollectiveFunctionsTest, ReduceScatter) {
@@ -225,8 +281,12 @@ TEST(CollectiveFunctionsTest, IntegerTensorsCommunicateWithoutGradients) {
       at::Tensor y = allreduce(comm, x, comm::ReduceOp::kSum);
       EXPECT_FALSE(y.requires_grad());
       EXPECT_TRUE(at::equal(y, at::full({3}, size * (size + 1) / 2, at::kLong)));
-      at::Tensor all = allgather(comm, x);
+      at::Tensor all = allgather_stacked(comm, x);
       EXPECT_EQ(all.size(0), size);
+      std::vector<at::Tensor> each = allgather(comm, x);
+      EXPECT_EQ(static_cast<int>(each.size()), size);
+      EXPECT_FALSE(each.back().requires_grad());
+      EXPECT_TRUE(at::equal(each.back(), at::full({3}, size, at::kLong)));
       at::Tensor from_root = bcast(comm, rank == 0 ? at::arange(5, at::kInt) : at::Tensor(), 0);
       EXPECT_TRUE(at::equal(from_root, at::arange(5, at::kInt)));
       at::Tensor part = scatter(comm, rank == 0 ? at::arange(2 * size, at::kLong).reshape({size, 2}) : at::Tensor(), 0);
@@ -295,7 +355,7 @@ TEST(CollectiveFunctionsTest, AveragingEnsembleTrains) {
       at::Tensor w = data(rank + 10, {4}).set_requires_grad(true);
       double first = 0, last = 0;
       for (int step = 0; step < 30; ++step) {
-        at::Tensor mean = allgather(comm, inputs.matmul(w)).mean(0);
+        at::Tensor mean = at::stack(allgather(comm, inputs.matmul(w))).mean(0);
         at::Tensor loss = mean.sub(target).pow(2).mean();
         loss.backward();
         {

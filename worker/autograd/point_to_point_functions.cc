@@ -1,11 +1,14 @@
 #include "worker/autograd/point_to_point_functions.h"
 
+#include <stdexcept>
 #include <string>
 
 #include <c10/core/GradMode.h>
+#include <c10/util/accumulate.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "worker/autograd/tensor_comm.h"
+#include "worker/autograd/tensor_header.h"
 
 namespace cohort::autograd {
 namespace {
@@ -22,10 +25,18 @@ struct SendFunction : torch::autograd::Function<SendFunction> {
     ctx->saved_data["tag"] = tag;
     ctx->saved_data["shape"] = x.sizes().vec();
     at::Tensor xc = contiguous_for_comm(x, "send");
+    comm::DataType dtype = to_data_type(xc.scalar_type());  // refuses what cannot travel, before the header
+    const std::string what = fmt::format("send to rank {} (tag {})", peer, tag);
+    StatusOr<TensorHeader> header = make_tensor_header(xc.scalar_type(), xc.sizes());
+    throw_if_error(header.status(), what);
+    // The receiver takes the header first, then the data: two blocking sends in that order.
+    throw_if_error(comm->send(header->data(), kHeaderWords, comm::DataType::kInt64, static_cast<int>(peer),
+                              static_cast<uint32_t>(tag) | kHeaderTagBit),
+                   what + ": header");
     sync_before_comm(xc);
-    throw_if_error(comm->send(xc.data_ptr(), static_cast<size_t>(xc.numel()), to_data_type(xc.scalar_type()),
-                              static_cast<int>(peer), static_cast<uint32_t>(tag)),
-                   fmt::format("send to rank {} (tag {})", peer, tag));
+    throw_if_error(comm->send(xc.data_ptr(), static_cast<size_t>(xc.numel()), dtype, static_cast<int>(peer),
+                              static_cast<uint32_t>(tag)),
+                   what);
     return at::zeros({}, xc.options());  // the delegate
   }
 
@@ -98,11 +109,46 @@ at::Tensor send(Communicator& comm, const at::Tensor& x, int peer, uint32_t tag)
 }
 
 at::Tensor recv(Communicator& comm, int peer, uint32_t tag, const at::Tensor& delegate,
-                const std::optional<std::vector<int64_t>>& shape, at::ScalarType dtype, at::Device device) {
+                const std::optional<std::vector<int64_t>>& shape, std::optional<at::ScalarType> dtype,
+                at::Device device) {
   check_peer(comm, peer, tag, "recv");
-  at::Tensor anchor = recv_anchor(delegate, shape, dtype, device, peer, tag, "recv");
-  return RecvFunction::apply(anchor, &comm, static_cast<int64_t>(peer), static_cast<int64_t>(tag), *shape,
-                             dtype, device);
+  // With the dtype given, a delegate it cannot carry is refused before anything is received.
+  at::Tensor anchor;
+  if (dtype.has_value()) anchor = recv_anchor(delegate, *dtype, device, peer, tag, "recv");
+  const std::string what = fmt::format("recv from rank {} (tag {})", peer, tag);
+  TensorHeader header;
+  header.fill(0);
+  throw_if_error(comm.recv(header.data(), kHeaderWords, comm::DataType::kInt64, peer, tag | kHeaderTagBit),
+                 what + ": header");
+  at::ScalarType sent_type;
+  std::vector<int64_t> sent_shape;
+  throw_if_error(parse_tensor_header(header, &sent_type, &sent_shape), what);
+  const at::ScalarType type = dtype.value_or(sent_type);
+  const std::vector<int64_t> out_shape = shape.value_or(sent_shape);
+  // The sender's data follows its header whatever happens here: a receive that cannot take it
+  // still takes it (and drops it), so the sender completes and the next message on this tag is
+  // the next tensor.
+  auto drain_and_throw = [&](const std::string& message) {
+    at::Tensor scratch = at::empty(sent_shape, at::TensorOptions(sent_type));
+    Status ignored = comm.recv(scratch.data_ptr(), static_cast<size_t>(scratch.numel()), to_data_type(sent_type),
+                               peer, tag);
+    (void)ignored;
+    throw std::runtime_error(fmt::format("cohort autograd: {}: {}", what, message));
+  };
+  if (type != sent_type || c10::multiply_integers(out_shape) != c10::multiply_integers(sent_shape)) {
+    drain_and_throw(fmt::format("the sender sent {} but this rank asked for {}: the dtype must match and the "
+                                "shape hold as many elements (or pass neither)",
+                                describe_tensor(sent_type, sent_shape), describe_tensor(type, out_shape)));
+  }
+  if (!anchor.defined()) {
+    try {
+      anchor = recv_anchor(delegate, type, device, peer, tag, "recv");
+    } catch (const std::exception& e) {
+      drain_and_throw(e.what());
+    }
+  }
+  return RecvFunction::apply(anchor, &comm, static_cast<int64_t>(peer), static_cast<int64_t>(tag), out_shape, type,
+                             device);
 }
 
 std::vector<at::Tensor> pseudo_connect(const at::Tensor& delegate, at::TensorList actuals) {

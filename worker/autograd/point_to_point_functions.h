@@ -6,9 +6,13 @@
 // Model parallelism across two ranks (ChainerMN's Model_0 / Model_1):
 //
 //   // rank 0                                        // rank 1
-//   at::Tensor h = layer0(x);                          at::Tensor h = autograd::recv(*comm, 0, 0, {},
-//   at::Tensor phi = autograd::send(*comm, h, 1, 0);                                     shape, at::kFloat);
-//   phi.backward();   // receives dL/dh from rank 1    layer1(h).sum().backward();  // sends dL/dh to 0
+//   at::Tensor h = layer0(x);                          at::Tensor h = autograd::recv(*comm, 0, 0);
+//   at::Tensor phi = autograd::send(*comm, h, 1, 0);   layer1(h).sum().backward();  // sends dL/dh to 0
+//   phi.backward();   // receives dL/dh from rank 1
+//
+// The shape and dtype travel with the data (as in ChainerMN): every send is preceded by a small
+// header (tensor_header.h, the wire format worker/distributed's send / recv use too), so recv
+// needs neither; a recv that names them checks them against the header.
 //
 // `send` returns a delegate variable: a 0-dim tensor whose backward receives the gradient of the
 // sent tensor. A rank's backward must reach every delegate it created, or the peer blocks until
@@ -16,7 +20,8 @@
 // the loss with pseudo_connect / join_dummies.
 //
 // Blocking: send/recv return once the transfer completed on this rank; their backward transfers
-// block the same way. Tags must be < kGradientTagBit (the gradient uses tag | kGradientTagBit).
+// block the same way. Tags must be at most kMaxUserTag (headers use tag | kHeaderTagBit, the
+// gradient tag | kGradientTagBit).
 // Errors throw std::runtime_error. The communicator must outlive the graphs built over it.
 
 #include <cstdint>
@@ -29,18 +34,21 @@
 
 namespace cohort::autograd {
 
-// Sends x (CPU or CUDA) to `peer`; returns the delegate, on x's device. Backward: receives
-// dL/dx from `peer`. Sending to oneself is an error.
+// Sends x's header (dtype and shape), then x (CPU or CUDA), to `peer`; returns the delegate, on
+// x's device. Backward: receives dL/dx from `peer`. Sending to oneself is an error, and so is a
+// tensor of more than kMaxHeaderDims dimensions.
 at::Tensor send(comm::Communicator& comm, const at::Tensor& x, int peer, uint32_t tag = 0);
 
-// Receives a tensor of `shape` and `dtype` from `peer` into a new tensor on `device` (the
-// sender's device may differ). `delegate` (may be undefined, on any device) is an earlier
-// delegate / dummy this recv must follow in backward; without one, a fresh anchor on `device`
-// keeps the backward alive. Backward: sends dL/dy to `peer`, zero to the delegate. A missing
-// shape is an error (there is no shape exchange).
-at::Tensor recv(comm::Communicator& comm, int peer, uint32_t tag, const at::Tensor& delegate,
-                const std::optional<std::vector<int64_t>>& shape, at::ScalarType dtype = at::kFloat,
-                at::Device device = at::kCPU);
+// Receives the tensor `peer` sent into a new tensor on `device` (the sender's device may
+// differ). Without `shape` and `dtype` (ChainerMN's recv) they are the sender's, from its
+// header; given, the dtype must equal the sender's and the shape hold as many elements (the
+// result takes the given shape), else the data is received and dropped and the call throws
+// naming both. `delegate` (may be undefined, on any device) is an earlier delegate / dummy this
+// recv must follow in backward; without one, a fresh anchor on `device` keeps the backward
+// alive. Backward: sends dL/dy to `peer`, zero to the delegate.
+at::Tensor recv(comm::Communicator& comm, int peer, uint32_t tag = 0, const at::Tensor& delegate = {},
+                const std::optional<std::vector<int64_t>>& shape = std::nullopt,
+                std::optional<at::ScalarType> dtype = std::nullopt, at::Device device = at::kCPU);
 
 // Returns `actual` unchanged (as new graph nodes) with `delegate` attached: backward passes the
 // gradient of the result to `actual` and a zero gradient to `delegate` (on the delegate's

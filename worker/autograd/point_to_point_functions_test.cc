@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "worker/autograd/tensor_comm.h"
+#include "worker/autograd/tensor_header.h"
 #include "worker/autograd/testing/autograd_ranks.h"
 #include "worker/autograd/wait_handle.h"
 
@@ -90,9 +91,14 @@ TEST(PointToPointFunctionsTest, MisuseIsAClearError) {
   std::string failures = run_autograd_ranks(2, [&](int rank, comm::Communicator& comm) {
     EXPECT_NE(error_of([&] { send(comm, at::ones({2}), rank, 0); }).find("this rank"), std::string::npos);
     EXPECT_NE(error_of([&] { isend(comm, at::ones({2}), rank, 0); }).find("this rank"), std::string::npos);
-    EXPECT_NE(error_of([&] { recv(comm, 1 - rank, 0, {}, std::nullopt); }).find("no shape"), std::string::npos);
     EXPECT_NE(error_of([&] { irecv(comm, 1 - rank, 0, {}, std::nullopt); }).find("no shape"), std::string::npos);
     EXPECT_NE(error_of([&] { send(comm, at::ones({2}), 1 - rank, kGradientTagBit); }).find("tag"), std::string::npos);
+    EXPECT_NE(error_of([&] { send(comm, at::ones({2}), 1 - rank, kMaxUserTag + 1); }).find("exceeds the maximum"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] { recv(comm, 1 - rank, kHeaderTagBit); }).find("exceeds the maximum"), std::string::npos);
+    EXPECT_NE(error_of([&] { send(comm, at::ones(std::vector<int64_t>(kMaxHeaderDims + 1, 1)), 1 - rank); })
+                  .find("dimensions cannot be sent"),
+              std::string::npos);
     at::Tensor delegate = at::zeros({}).set_requires_grad(true);
     EXPECT_NE(error_of([&] { recv(comm, 1 - rank, 0, delegate, std::vector<int64_t>{2}, at::kLong); })
                   .find("integer dtype"),
@@ -101,13 +107,74 @@ TEST(PointToPointFunctionsTest, MisuseIsAClearError) {
   EXPECT_EQ(failures, "");
 }
 
+// ChainerMN's recv(comm, peer) without shape or dtype: they travel with the data. Tensors of 0 to
+// 4 dims and several dtypes arrive as sent, and the gradient of a floating one still flows back.
+TEST(PointToPointFunctionsTest, RecvWithoutShapeOrDtypeTakesTheSenders) {
+  const std::vector<at::Tensor> sent = {
+      at::full({}, 2.5, at::kDouble), values(0.4, 6).to(at::kFloat), values(0.7, 24).reshape({2, 3, 4}),
+      at::arange(10, at::kInt).reshape({1, 2, 5, 1}), at::zeros({0, 3}, at::kDouble)};
+  at::Tensor up = values(1.3, 6).add(2).to(at::kFloat);
+  std::string failures = run_autograd_ranks(2, [&](int rank, comm::Communicator& comm) {
+    if (rank == 0) {
+      at::Tensor x = sent[1].clone().set_requires_grad(true);
+      for (size_t i = 0; i < sent.size(); ++i) {
+        if (i == 1) {
+          send(comm, x.mul(3), 1, 5).backward();  // receives dL/d(3x) from rank 1
+          continue;
+        }
+        send(comm, sent[i], 1, 5);
+      }
+      EXPECT_TRUE(at::allclose(x.grad(), up.mul(3))) << x.grad();
+    } else {
+      for (size_t i = 0; i < sent.size(); ++i) {
+        at::Tensor y = recv(comm, 0, 5);
+        EXPECT_EQ(y.scalar_type(), sent[i].scalar_type()) << "tensor " << i;
+        EXPECT_EQ(y.sizes(), sent[i].sizes()) << "tensor " << i;
+        at::Tensor want = i == 1 ? sent[1].mul(3) : sent[i];
+        EXPECT_TRUE(at::equal(y, want)) << "tensor " << i;
+        EXPECT_EQ(y.requires_grad(), at::isFloatingType(y.scalar_type())) << "tensor " << i;
+        if (i == 1) y.mul(up).sum().backward();
+      }
+    }
+  });
+  EXPECT_EQ(failures, "");
+}
+
+// A recv that names a shape or dtype the sender did not send fails naming both, drains the data
+// (the sender completes), and the next tensor on the tag arrives intact. A shape of the same size
+// is a reshape, as before.
+TEST(PointToPointFunctionsTest, RecvWhoseShapeOrDtypeDisagreesNamesBothAndDrains) {
+  std::string failures = run_autograd_ranks(2, [&](int rank, comm::Communicator& comm) {
+    if (rank == 0) {
+      send(comm, at::ones({4}, at::kFloat), 1, 2);
+      send(comm, at::ones({4}, at::kFloat), 1, 2);
+      send(comm, values(0.2, 6), 1, 2);
+      send(comm, values(0.3, 6), 1, 2);
+      return;
+    }
+    std::string wrong_size = error_of([&] { recv(comm, 0, 2, {}, std::vector<int64_t>{5}, at::kFloat); });
+    EXPECT_NE(wrong_size.find("sent Float [4] but this rank asked for Float [5]"), std::string::npos) << wrong_size;
+    std::string wrong_type = error_of([&] { recv(comm, 0, 2, {}, std::nullopt, at::kDouble); });
+    EXPECT_NE(wrong_type.find("sent Float [4] but this rank asked for Double [4]"), std::string::npos) << wrong_type;
+    at::Tensor reshaped = recv(comm, 0, 2, {}, std::vector<int64_t>{2, 3});
+    EXPECT_TRUE(at::equal(reshaped, values(0.2, 6).reshape({2, 3})));
+    EXPECT_TRUE(at::equal(recv(comm, 0, 2), values(0.3, 6)));
+  });
+  EXPECT_EQ(failures, "");
+}
+
 TEST(PointToPointFunctionsTest, IntegerSendRecvCarriesNoGradient) {
   std::string failures = run_autograd_ranks(2, [&](int rank, comm::Communicator& comm) {
     if (rank == 0) {
       send(comm, at::arange(4, at::kLong), 1, 0);
+      send(comm, at::arange(4, at::kLong), 1, 0);
     } else {
       at::Tensor y = recv(comm, 0, 0, {}, std::vector<int64_t>{4}, at::kLong);
       EXPECT_FALSE(y.requires_grad());
+      EXPECT_TRUE(at::equal(y, at::arange(4, at::kLong)));
+      y = recv(comm, 0, 0);  // the dtype from the header: no gradient either
+      EXPECT_FALSE(y.requires_grad());
+      EXPECT_EQ(y.scalar_type(), at::kLong);
       EXPECT_TRUE(at::equal(y, at::arange(4, at::kLong)));
     }
   });

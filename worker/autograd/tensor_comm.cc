@@ -115,21 +115,15 @@ void check_peer(const comm::Communicator& comm, int peer, uint32_t tag, const ch
         "use the tensor directly",
         op, peer, comm.description()));
   }
-  if (tag >= kGradientTagBit) {
+  if (tag > kMaxUserTag) {
     throw std::runtime_error(
-        fmt::format("cohort autograd: {}: tag {} must be below {} (higher tags carry gradients)", op, tag,
-                    kGradientTagBit));
+        fmt::format("cohort autograd: {}: tag {} exceeds the maximum {} (higher tags carry headers and gradients)",
+                    op, tag, kMaxUserTag));
   }
 }
 
-at::Tensor recv_anchor(const at::Tensor& delegate, const std::optional<std::vector<int64_t>>& shape,
-                       at::ScalarType dtype, at::Device device, int peer, uint32_t tag, const char* op) {
-  if (!shape.has_value()) {
-    throw std::runtime_error(fmt::format(
-        "cohort autograd: {} from rank {} (tag {}): no shape given; pass the shape and dtype the peer sends "
-        "(there is no shape exchange)",
-        op, peer, tag));
-  }
+at::Tensor recv_anchor(const at::Tensor& delegate, at::ScalarType dtype, at::Device device, int peer,
+                       uint32_t tag, const char* op) {
   if (!is_differentiable(dtype)) {
     if (delegate.defined() && delegate.requires_grad()) {
       throw std::runtime_error(

@@ -13,15 +13,16 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "worker/autograd/tensor_header.h"
 #include "worker/base/status.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/types.h"
 
 namespace cohort::autograd {
 
-// User tags of send/recv/isend/irecv must be below this; the reverse (gradient) transfer of a
-// tag t uses t | kGradientTagBit so it can never match a forward message (the communicator
-// allows tags < 2^29).
+// The reverse (gradient) transfer of a tag t uses t | kGradientTagBit so it can never match a
+// forward message (the communicator allows tags < 2^29). User tags of send/recv/isend/irecv are
+// at most kMaxUserTag (tensor_header.h: the bits between carry headers and monitored_barrier).
 inline constexpr uint32_t kGradientTagBit = 1u << 28;
 
 // kHalf→kFloat16, kBFloat16, kFloat→kFloat32, kDouble→kFloat64, kChar→kInt8, kByte→kUInt8,
@@ -68,15 +69,15 @@ void save_communicator(torch::autograd::AutogradContext* ctx, comm::Communicator
 comm::Communicator& load_communicator(torch::autograd::AutogradContext* ctx);
 
 // Point-to-point argument checks: peer in range and not this rank (a send to oneself would wait
-// forever for a matching receive), tag below kGradientTagBit.
+// forever for a matching receive), tag at most kMaxUserTag.
 void check_peer(const comm::Communicator& comm, int peer, uint32_t tag, const char* op);
 
 // The input of a recv/irecv node: `delegate` when defined, else a fresh anchor (when grad mode
 // is on and `dtype` is floating), else an inert anchor; anchors on `device`, the received
-// tensor's. Throws when `shape` is missing, or when an integer receive is given a delegate (no
-// gradient could flow back through it).
-at::Tensor recv_anchor(const at::Tensor& delegate, const std::optional<std::vector<int64_t>>& shape,
-                       at::ScalarType dtype, at::Device device, int peer, uint32_t tag, const char* op);
+// tensor's. Throws when an integer receive is given a delegate (no gradient could flow back
+// through it).
+at::Tensor recv_anchor(const at::Tensor& delegate, at::ScalarType dtype, at::Device device, int peer,
+                       uint32_t tag, const char* op);
 
 // The dtype and shape of a tensor as a string, and back: for ops whose non-root ranks learn
 // the shape from the root (bcast, scatter) through Communicator::bcast_obj.

@@ -4,10 +4,12 @@
 #include <string>
 
 #include <ATen/core/ivalue.h>
+#include <c10/util/accumulate.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "worker/autograd/point_to_point_functions.h"
 #include "worker/autograd/tensor_comm.h"
+#include "worker/autograd/tensor_header.h"
 
 namespace cohort::autograd {
 
@@ -44,10 +46,46 @@ void finish_reverse(const TransferState& state) {
   wait_or_throw(state.grad_work, fmt::format("backward of {}: gradient transfer", state.describe()));
 }
 
+// Completes the header's transfer. For an irecv, checks what the sender announced against what
+// was posted; on a mismatch (or a failed header) the data's transfer is still completed, so no
+// receive is left posted into a buffer, and the call throws naming both sides.
+void finish_header(TransferState& state) {
+  if (!state.header_work) return;
+  Status header_status = state.header_work->wait();
+  state.header_work.reset();
+  std::string problem;
+  if (!header_status.ok()) {
+    problem = fmt::format("header: {}", header_status.to_string());
+  } else if (!state.is_send) {
+    at::ScalarType sent_type;
+    std::vector<int64_t> sent_shape;
+    Status parsed = parse_tensor_header(*state.header, &sent_type, &sent_shape);
+    if (!parsed.ok()) {
+      problem = parsed.to_string();
+    } else if (sent_type != state.type ||
+               c10::multiply_integers(sent_shape) != c10::multiply_integers(state.shape)) {
+      problem = fmt::format(
+          "the sender sent {} but this rank posted {}: the dtype must match and the shape hold as many elements",
+          describe_tensor(sent_type, sent_shape), describe_tensor(state.type, state.shape));
+    }
+  }
+  if (problem.empty()) return;
+  Status ignored = state.work->wait();
+  (void)ignored;
+  state.work.reset();
+  throw std::runtime_error(fmt::format("cohort autograd: wait for {}: {}", state.describe(), problem));
+}
+
 struct IsendFunction : torch::autograd::Function<IsendFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, c10::intrusive_ptr<TransferState> state) {
     save_state(ctx, state);
     state->buffer = contiguous_for_comm(x, "isend").clone();
+    to_data_type(state->type);  // refuses what cannot travel, before the header
+    StatusOr<TensorHeader> header = make_tensor_header(state->type, state->buffer.sizes());
+    throw_if_error(header.status(), state->describe());
+    state->header = std::make_shared<TensorHeader>(*header);
+    state->header_work = state->comm->isend(state->header->data(), kHeaderWords, comm::DataType::kInt64,
+                                            state->peer, state->tag | kHeaderTagBit);
     sync_before_comm(state->buffer);
     state->work = state->comm->isend(state->buffer.data_ptr(), static_cast<size_t>(state->buffer.numel()),
                                      to_data_type(state->type), state->peer, state->tag);
@@ -70,6 +108,10 @@ struct IrecvFunction : torch::autograd::Function<IrecvFunction> {
     save_state(ctx, state);
     if (anchor.defined()) ctx->save_for_backward({anchor});
     state->buffer = at::empty(state->shape, at::TensorOptions(state->type).device(state->device));
+    state->header = std::make_shared<TensorHeader>();
+    state->header->fill(0);
+    state->header_work = state->comm->irecv(state->header->data(), kHeaderWords, comm::DataType::kInt64,
+                                            state->peer, state->tag | kHeaderTagBit);
     sync_before_comm(state->buffer);
     state->work = state->comm->irecv(state->buffer.data_ptr(), static_cast<size_t>(state->buffer.numel()),
                                      to_data_type(state->type), state->peer, state->tag);
@@ -93,6 +135,7 @@ struct WaitFunction : torch::autograd::Function<WaitFunction> {
     if (state->waited) {
       throw std::runtime_error(fmt::format("cohort autograd: wait: {} was already waited for", state->describe()));
     }
+    finish_header(*state);
     wait_or_throw(state->work, fmt::format("wait for {}", state->describe()));
     state->waited = true;
     state->work.reset();
@@ -153,7 +196,15 @@ WaitHandle isend(Communicator& comm, const at::Tensor& x, int peer, uint32_t tag
 WaitHandle irecv(Communicator& comm, int peer, uint32_t tag, const at::Tensor& delegate,
                  const std::optional<std::vector<int64_t>>& shape, at::ScalarType dtype, at::Device device) {
   check_peer(comm, peer, tag, "irecv");
-  at::Tensor anchor = recv_anchor(delegate, shape, dtype, device, peer, tag, "irecv");
+  if (!shape.has_value()) {
+    throw std::runtime_error(fmt::format(
+        "cohort autograd: irecv from rank {} (tag {}): no shape given; irecv posts its buffer before the "
+        "sender's header arrives, so pass the shape and dtype the peer sends (or use recv, which takes them "
+        "from the header)",
+        peer, tag));
+  }
+  to_data_type(dtype);  // refuses what cannot travel before anything is posted
+  at::Tensor anchor = recv_anchor(delegate, dtype, device, peer, tag, "irecv");
   auto state = make_state(comm, /*is_send=*/false, peer, tag, *shape, dtype, device);
   at::Tensor dummy = IrecvFunction::apply(anchor, state);
   return WaitHandle(dummy, state);

@@ -6,10 +6,14 @@
 // node completes it — so a ring of Isend → Recv → Wait does not deadlock in backward either.
 //
 //   auto handle = autograd::isend(*comm, a, (rank + 1) % size, 0);
-//   auto b = autograd::recv(*comm, (rank + size - 1) % size, 0, handle.dummy(), std::vector<int64_t>{10});
+//   auto b = autograd::recv(*comm, (rank + size - 1) % size, 0, handle.dummy());
 //   auto sent = autograd::wait(handle);
 //   auto res = autograd::join_dummies(a + b, {sent});   // keeps the Wait in the graph
 //   res.sum().backward();                                // a.grad == 2
+//
+// isend sends the same header as send (tensor_header.h), so recv and worker/distributed's recv
+// can take it without a shape; irecv posts its buffer at once and so needs the shape and dtype,
+// checked against the sender's header in wait().
 //
 // The Wait of every handle must be part of the backward graph (join its output into the loss
 // with join_dummies); an isend / irecv node whose Wait was skipped fails in backward with an
@@ -25,6 +29,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
 
+#include "worker/autograd/tensor_header.h"
 #include "worker/comm/communicator.h"
 
 namespace cohort::autograd {
@@ -42,6 +47,8 @@ struct TransferState : torch::CustomClassHolder {
   at::Device device = at::kCPU;            // of the buffers, the dummy and the gradient
   at::Tensor buffer;                       // the forward data until wait() hands it out
   std::shared_ptr<comm::Work> work;        // the forward transfer
+  std::shared_ptr<TensorHeader> header;    // the forward transfer's header (sent, or being received)
+  std::shared_ptr<comm::Work> header_work; // its transfer, completed in wait()
   bool waited = false;
   at::Tensor grad_buffer;                  // the reverse transfer's data
   std::shared_ptr<comm::Work> grad_work;   // the reverse transfer, posted by the Wait's backward
@@ -71,9 +78,11 @@ class WaitHandle {
 // copy and the gradient are on x's device.
 WaitHandle isend(comm::Communicator& comm, const at::Tensor& x, int peer, uint32_t tag = 0);
 
-// Starts receiving a tensor of `shape` / `dtype` from `peer` (shape required) into a new tensor
-// on `device` (the dummy goes there too). `delegate` as for recv(). Backward of the Wait posts
-// the send of dL/dy; this node's backward completes it.
+// Starts receiving a tensor of `shape` / `dtype` from `peer` (shape required: the receive is
+// posted before the sender's header arrives) into a new tensor on `device` (the dummy goes there
+// too); wait() checks them against the header (the dtype must match, the shape hold as many
+// elements). `delegate` as for recv(). Backward of the Wait posts the send of dL/dy; this node's
+// backward completes it.
 WaitHandle irecv(comm::Communicator& comm, int peer, uint32_t tag, const at::Tensor& delegate,
                  const std::optional<std::vector<int64_t>>& shape, at::ScalarType dtype = at::kFloat,
                  at::Device device = at::kCPU);

@@ -41,4 +41,12 @@ StatusOr<std::unique_ptr<Communicator>> create_communicator(std::string_view kin
   return create_communicator(kind, std::move(world), options);
 }
 
+StatusOr<std::unique_ptr<Communicator>> create_communicator() {
+  return create_communicator(kDefaultCommunicatorKind, InitOptions::from_url("env://"));
+}
+
+StatusOr<std::unique_ptr<Communicator>> create_communicator(const InitOptions& init, CommunicatorOptions options) {
+  return create_communicator(kDefaultCommunicatorKind, init, options);
+}
+
 }  // namespace cohort::comm

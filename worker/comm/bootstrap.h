@@ -29,4 +29,11 @@ StatusOr<std::shared_ptr<CommWorld>> create_world(const Bootstrap& boot, Duratio
 StatusOr<std::unique_ptr<Communicator>> create_communicator(std::string_view kind, const InitOptions& init,
                                                             CommunicatorOptions options = {});
 
+// ChainerMN's create_communicator() with no arguments: a communicator of kDefaultCommunicatorKind
+// (hierarchical) over env:// (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...; see init_options.h).
+StatusOr<std::unique_ptr<Communicator>> create_communicator();
+// A communicator of kDefaultCommunicatorKind over `init`.
+StatusOr<std::unique_ptr<Communicator>> create_communicator(const InitOptions& init,
+                                                            CommunicatorOptions options = {});
+
 }  // namespace cohort::comm

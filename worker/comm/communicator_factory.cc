@@ -58,4 +58,9 @@ StatusOr<std::unique_ptr<Communicator>> create_communicator(std::string_view kin
   return make_communicator(kind, std::move(world), std::move(ranks), rank, 0, options);
 }
 
+StatusOr<std::unique_ptr<Communicator>> create_communicator(std::shared_ptr<CommWorld> world,
+                                                            CommunicatorOptions options) {
+  return create_communicator(kDefaultCommunicatorKind, std::move(world), options);
+}
+
 }  // namespace cohort::comm

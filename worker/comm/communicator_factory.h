@@ -22,9 +22,15 @@ namespace cohort::comm {
 // The kind names, in the order above.
 const std::vector<std::string>& communicator_kinds();
 
+// The kind a communicator gets when none is named: ChainerMN's create_communicator() default.
+inline constexpr std::string_view kDefaultCommunicatorKind = "hierarchical";
+
 // The world communicator of `kind` over a ready CommWorld (every rank of the transport).
 // Collective: every rank calls it. Blocking.
 StatusOr<std::unique_ptr<Communicator>> create_communicator(std::string_view kind, std::shared_ptr<CommWorld> world,
+                                                            CommunicatorOptions options = {});
+// The same with no kind named: kDefaultCommunicatorKind (hierarchical), as ChainerMN's.
+StatusOr<std::unique_ptr<Communicator>> create_communicator(std::shared_ptr<CommWorld> world,
                                                             CommunicatorOptions options = {});
 
 // A communicator of `kind` over `global_ranks` with an agreed context id (used by split).

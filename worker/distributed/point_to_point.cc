@@ -15,46 +15,24 @@ using internal::StagedTensor;
 
 namespace {
 
-// "cohort\0\1": tells a header from a buffer the sender never filled.
-constexpr int64_t kHeaderMagic = 0x636f686f72740001;
-
-using Header = std::array<int64_t, kHeaderWords>;
+using Header = autograd::TensorHeader;
 
 void check_tag(uint32_t tag, const std::string& op) {
   if (tag > kMaxTag)
     fail(op, fmt::format("tag {} exceeds the maximum {} (tags above are reserved)", tag, kMaxTag));
 }
 
-std::string describe(at::ScalarType type, at::IntArrayRef shape) {
-  return fmt::format("{} [{}]", c10::toString(type), fmt::join(shape, ", "));
-}
+std::string describe(at::ScalarType type, at::IntArrayRef shape) { return autograd::describe_tensor(type, shape); }
 
 std::shared_ptr<Header> header_of(const at::Tensor& t, const std::string& op) {
-  if (t.dim() > kMaxHeaderDims) {
-    fail(op, fmt::format("tensors of more than {} dimensions cannot be sent (got {}); reshape it first",
-                         kMaxHeaderDims, t.dim()));
-  }
-  auto header = std::make_shared<Header>();
-  header->fill(0);
-  (*header)[0] = kHeaderMagic;
-  (*header)[1] = static_cast<int64_t>(t.scalar_type());
-  (*header)[2] = t.dim();
-  for (int64_t d = 0; d < t.dim(); ++d) (*header)[3 + d] = t.size(d);
-  return header;
+  StatusOr<Header> header = autograd::make_tensor_header(t.scalar_type(), t.sizes());
+  if (!header.ok()) fail(op, header.status().message());
+  return std::make_shared<Header>(*header);
 }
 
 // The dtype and shape a received header announces; INVALID_ARGUMENT for a malformed one.
 Status parse_header(const Header& header, at::ScalarType* type, std::vector<int64_t>* shape) {
-  const int64_t dims = header[2];
-  if (header[0] != kHeaderMagic || dims < 0 || dims > kMaxHeaderDims || header[1] < 0 ||
-      header[1] >= static_cast<int64_t>(at::ScalarType::NumOptions)) {
-    return invalid_argument_error(
-        "the message header is malformed: the sender is not using cohort::distributed::send "
-        "with this tag");
-  }
-  *type = static_cast<at::ScalarType>(header[1]);
-  shape->assign(header.begin() + 3, header.begin() + 3 + dims);
-  return ok_status();
+  return autograd::parse_tensor_header(header, type, shape);
 }
 
 comm::CallOptions p2p_call(const OpOptions& options) {
@@ -101,7 +79,7 @@ std::shared_ptr<Work> irecv(Communicator& group, const at::Tensor& tensor, int s
   return internal::launch(
       name, async(options), {header_work, data_work}, [header, t](const Status& transfers) {
         // A header that arrived explains a size mismatch better than the transport's error.
-        if ((*header)[0] == kHeaderMagic) {
+        if (autograd::is_tensor_header(*header)) {
           at::ScalarType type;
           std::vector<int64_t> shape;
           COHORT_RETURN_IF_ERROR(parse_header(*header, &type, &shape));

@@ -3,8 +3,9 @@
 // torch.distributed's point-to-point calls on at::Tensor (send, recv, isend, irecv,
 // batch_isend_irecv) over a cohort Communicator. See collectives.h for what every call accepts.
 //
-// Wire protocol: every send carries a small header (dtype and shape, kHeaderWords int64 on tag
-// `tag | kHeaderTagBit`) before the data (on `tag`), so
+// Wire protocol (worker/autograd/tensor_header.h, shared with worker/autograd's send / recv, so
+// either API can receive what the other sent): every send carries a small header (dtype and
+// shape, kHeaderWords int64 on tag `tag | kHeaderTagBit`) before the data (on `tag`), so
 //  - recv without a tensor learns the shape and dtype from the sender (the issue's "recv may
 //    omit the shape"), and
 //  - recv into a tensor whose dtype or numel differs from what was sent fails naming both,
@@ -22,6 +23,7 @@
 
 #include <ATen/ATen.h>
 
+#include "worker/autograd/tensor_header.h"
 #include "worker/comm/communicator.h"
 #include "worker/distributed/op_options.h"
 #include "worker/distributed/work.h"
@@ -30,16 +32,16 @@ namespace cohort::distributed {
 
 using comm::Communicator;
 
-// User tags are below kMaxTag. The API reserves the tags above for itself: headers
+// User tags are at most kMaxTag. The API reserves the tags above for itself: headers
 // (tag | kHeaderTagBit) and monitored_barrier's. worker/autograd's differentiable point to point
-// uses the bit above those on the same communicator.
-inline constexpr uint32_t kHeaderTagBit = 1u << 26;
-inline constexpr uint32_t kMaxTag = kHeaderTagBit - 1;
+// uses the bit above those for gradients on the same communicator (the table in tensor_header.h).
+inline constexpr uint32_t kHeaderTagBit = autograd::kHeaderTagBit;
+inline constexpr uint32_t kMaxTag = autograd::kMaxUserTag;
 inline constexpr uint32_t kMonitoredBarrierArriveTag = 1u << 27;
 inline constexpr uint32_t kMonitoredBarrierReleaseTag = kMonitoredBarrierArriveTag + 1;
 // Header: a magic word, the at::ScalarType, the number of dims, then the sizes.
-inline constexpr int kHeaderWords = 16;
-inline constexpr int kMaxHeaderDims = kHeaderWords - 3;
+inline constexpr int kHeaderWords = autograd::kHeaderWords;
+inline constexpr int kMaxHeaderDims = autograd::kMaxHeaderDims;
 
 // Blocks until `dst` received tensor (within options.timeout, else the communicator's).
 void send(Communicator& group, const at::Tensor& tensor, int dst, uint32_t tag = 0,

@@ -10,6 +10,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "worker/autograd/point_to_point_functions.h"
 #include "worker/autograd/testing/autograd_ranks.h"
 #include "worker/distributed/testing/expect_tensor.h"
 
@@ -36,6 +37,29 @@ TEST(PointToPointTest, RecvWithoutAShapeGetsTheSendersShapeAndDtype) {
                     if (empty.sizes() != at::IntArrayRef({0, 5}) || empty.scalar_type() != at::kHalf) {
                       throw std::runtime_error("the empty tensor lost its shape or dtype");
                     }
+                  }
+                }),
+            "");
+}
+
+// One header format for both tensor APIs (worker/autograd/tensor_header.h): what this API sends,
+// worker/autograd's recv takes without a shape or dtype, and what autograd's send sends (here an
+// integer tensor: no gradient transfer follows), this API's recv takes.
+TEST(PointToPointTest, TheAutogradOpsShareTheHeader) {
+  EXPECT_EQ(run_autograd_ranks(
+                2,
+                [](int rank, comm::Communicator& comm) {
+                  at::Tensor a = at::arange(12, at::kDouble).reshape({3, 4});
+                  at::Tensor b = at::arange(5, at::kInt);
+                  if (rank == 0) {
+                    send(comm, a, 1, 4);
+                    // The autograd side without a gradient (an integer tensor): no backward transfer.
+                    autograd::send(comm, b, 1, 4);
+                  } else {
+                    at::NoGradGuard no_grad;
+                    at::Tensor got_a = autograd::recv(comm, 0, 4);
+                    expect_equal(got_a, a, "autograd::recv of distributed::send");
+                    expect_equal(recv(comm, 0, 4), b, "distributed::recv of autograd::send");
                   }
                 }),
             "");

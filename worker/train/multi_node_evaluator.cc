@@ -44,22 +44,39 @@ Status allreduce_checked(std::vector<double>& values, const std::vector<std::str
 
 }  // namespace
 
-MultiNodeEvaluator::MultiNodeEvaluator(EvaluateFn evaluate_fn, comm::Communicator& comm)
-    : evaluate_fn_(std::move(evaluate_fn)), comm_(comm) {}
+MultiNodeEvaluator::MultiNodeEvaluator(EvaluateFn evaluate_fn, comm::Communicator& comm,
+                                       MultiNodeEvaluatorOptions options)
+    : evaluate_fn_(std::move(evaluate_fn)), comm_(comm), options_(options) {}
+
+MultiNodeEvaluator::MultiNodeEvaluator(std::shared_ptr<Evaluator> evaluator, comm::Communicator& comm,
+                                       MultiNodeEvaluatorOptions options)
+    : MultiNodeEvaluator(
+          [evaluator = std::move(evaluator)]() -> StatusOr<Metrics> {
+            if (evaluator == nullptr) {
+              return invalid_argument_error("multi-node evaluator: the wrapped Evaluator is null");
+            }
+            return evaluator->evaluate();
+          },
+          comm, options) {}
 
 StatusOr<std::map<std::string, double>> MultiNodeEvaluator::evaluate() {
   COHORT_ASSIGN_OR_RETURN(Metrics local, evaluate_fn_());
-  // Layout: [value·count for each metric, count for each metric] in name order.
+  const bool plain = options_.averaging == MultiNodeEvaluatorOptions::Averaging::kPlainMean;
+  // Layout: [value·count (plain: value) for each metric, count for each metric] in name order.
   std::vector<std::string> names;
   std::vector<double> sums;
   for (const auto& [name, metric] : local) {
     names.push_back(name);
-    sums.push_back(metric.value * static_cast<double>(metric.count));
+    sums.push_back(plain ? metric.value : metric.value * static_cast<double>(metric.count));
   }
   for (const auto& [name, metric] : local) sums.push_back(static_cast<double>(metric.count));
   COHORT_RETURN_IF_ERROR(allreduce_checked(sums, names, comm::ReduceOp::kSum, comm_, "multi-node evaluator"));
   std::map<std::string, double> out;
   for (size_t i = 0; i < names.size(); ++i) {
+    if (plain) {
+      out[names[i]] = sums[i] / comm_.size();
+      continue;
+    }
     double count = sums[names.size() + i];
     out[names[i]] = count > 0 ? sums[i] / count : 0.0;
   }
@@ -67,8 +84,15 @@ StatusOr<std::map<std::string, double>> MultiNodeEvaluator::evaluate() {
 }
 
 std::unique_ptr<MultiNodeEvaluator> create_multi_node_evaluator(MultiNodeEvaluator::EvaluateFn evaluate_fn,
-                                                                comm::Communicator& comm) {
-  return std::make_unique<MultiNodeEvaluator>(std::move(evaluate_fn), comm);
+                                                                comm::Communicator& comm,
+                                                                MultiNodeEvaluatorOptions options) {
+  return std::make_unique<MultiNodeEvaluator>(std::move(evaluate_fn), comm, options);
+}
+
+std::unique_ptr<MultiNodeEvaluator> create_multi_node_evaluator(std::shared_ptr<Evaluator> evaluator,
+                                                                comm::Communicator& comm,
+                                                                MultiNodeEvaluatorOptions options) {
+  return std::make_unique<MultiNodeEvaluator>(std::move(evaluator), comm, options);
 }
 
 ObservationAggregator::ObservationAggregator(comm::Communicator& comm, int64_t interval)

@@ -72,6 +72,72 @@ TEST(MultiNodeEvaluatorTest, DifferentNamesFailOnEveryRank) {
   EXPECT_EQ(failures, "");
 }
 
+// The same metrics as WeightsBySampleCount with ChainerMN's plain mean: Σ value / size, the
+// counts ignored (accuracy mean_r 1/(r+1), loss (size-1)/2) — not the weighted values. A rank's
+// zero count does not exclude its value either.
+TEST(MultiNodeEvaluatorTest, PlainMeanOverRanks) {
+  for (int size = 1; size <= 5; ++size) {
+    double accuracy = 0;
+    for (int r = 0; r < size; ++r) accuracy += 1.0 / (r + 1) / size;
+    std::string failures = run_on_ranks(size, [&](int rank, comm::Communicator& comm) -> Status {
+      MultiNodeEvaluatorOptions options;
+      options.averaging = MultiNodeEvaluatorOptions::Averaging::kPlainMean;
+      auto evaluator = create_multi_node_evaluator(
+          [rank]() -> StatusOr<Metrics> {
+            return Metrics{{"accuracy", {1.0 / (rank + 1), rank + 1}},
+                           {"loss", {double(rank), rank + 1}},
+                           {"empty", {5.0, 0}}};
+          },
+          comm, options);
+      COHORT_ASSIGN_OR_RETURN(auto result, evaluator->evaluate());
+      if (std::abs(result["accuracy"] - accuracy) > 1e-12 || std::abs(result["loss"] - (size - 1) / 2.0) > 1e-12 ||
+          result["empty"] != 5.0) {
+        return internal_error("rank {}: accuracy {} (want {}) loss {} empty {}", rank, result["accuracy"],
+                              accuracy, result["loss"], result["empty"]);
+      }
+      return ok_status();
+    });
+    EXPECT_EQ(failures, "") << "size " << size;
+  }
+}
+
+// An evaluator object (ChainerMN wraps the actual evaluator): evaluate() is called once per
+// multi-node evaluate() on every rank, and both averagings apply to it.
+class CountingEvaluator : public Evaluator {
+ public:
+  explicit CountingEvaluator(int rank) : rank_(rank) {}
+  StatusOr<Metrics> evaluate() override {
+    ++calls;
+    return Metrics{{"loss", {double(rank_ * 2), rank_ == 0 ? 3 : 1}}};
+  }
+  int calls = 0;
+
+ private:
+  int rank_;
+};
+
+TEST(MultiNodeEvaluatorTest, WrapsAnEvaluatorObject) {
+  for (int size = 2; size <= 4; ++size) {
+    // loss 2r; rank 0 has 3 samples, the others 1: weighted Σ 2r / (size + 2), plain Σ 2r / size.
+    double sum = size * (size - 1.0);
+    std::string failures = run_on_ranks(size, [&](int rank, comm::Communicator& comm) -> Status {
+      auto actual = std::make_shared<CountingEvaluator>(rank);
+      auto weighted = create_multi_node_evaluator(actual, comm);
+      MultiNodeEvaluatorOptions options;
+      options.averaging = MultiNodeEvaluatorOptions::Averaging::kPlainMean;
+      auto plain = create_multi_node_evaluator(actual, comm, options);
+      COHORT_ASSIGN_OR_RETURN(auto w, weighted->evaluate());
+      COHORT_ASSIGN_OR_RETURN(auto p, plain->evaluate());
+      if (std::abs(w["loss"] - sum / (size + 2)) > 1e-12 || std::abs(p["loss"] - sum / size) > 1e-12) {
+        return internal_error("rank {}: weighted {} plain {}", rank, w["loss"], p["loss"]);
+      }
+      if (actual->calls != 2) return internal_error("rank {}: evaluate() called {} times", rank, actual->calls);
+      return ok_status();
+    });
+    EXPECT_EQ(failures, "") << "size " << size;
+  }
+}
+
 // Rank r observes loss r+i at iterations i = 0..3 with interval 2: reports at iterations 2 and 4
 // of the mean over the interval, averaged over ranks.
 TEST(ObservationAggregatorTest, AveragesOverRanksEachInterval) {

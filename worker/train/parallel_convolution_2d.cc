@@ -81,7 +81,7 @@ at::Tensor ParallelConvolution2DImpl::forward(const at::Tensor& x) {
   const int64_t max_count = parallel_channel_count(out_channels_, 0, size);
   if (count_ < max_count) share = at::constant_pad_nd(share, {0, 0, 0, 0, 0, max_count - count_});
   if (share.requires_grad()) share = ScaleGradient::apply(share, 1.0 / size);
-  at::Tensor gathered = autograd::allgather(comm_, share);  // [size, N, max_count, H', W']
+  at::Tensor gathered = autograd::allgather_stacked(comm_, share);  // [size, N, max_count, H', W']
   std::vector<at::Tensor> shares;
   for (int r = 0; r < size; ++r)
     shares.push_back(gathered[r].narrow(1, 0, parallel_channel_count(out_channels_, r, size)));

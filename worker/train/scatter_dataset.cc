@@ -1,5 +1,6 @@
 #include "worker/train/scatter_dataset.h"
 
+#include <algorithm>
 #include <exception>
 #include <random>
 #include <string>
@@ -87,14 +88,18 @@ struct Layout {
 };
 
 // The root checks its dataset and sends either its layout or its error, so a bad root dataset
-// fails every rank at once instead of leaving the others waiting for data.
-StatusOr<Layout> agree_on_layout(const TensorDataset& dataset, comm::Communicator& comm, int root) {
+// fails every rank at once instead of leaving the others waiting for data. `root_error` is an
+// error the root met before (reading a Dataset); it is sent instead of the layout.
+StatusOr<Layout> agree_on_layout(const TensorDataset& dataset, const Status& root_error,
+                                 comm::Communicator& comm, int root) {
   constexpr char kError = 'E', kOk = 'O';
   std::string message;
   if (comm.rank() == root) {
     const at::Tensor& x = dataset.inputs;
     const at::Tensor& y = dataset.targets;
-    if (!x.defined() || !y.defined() || x.dim() < 1 || y.dim() < 1) {
+    if (!root_error.ok()) {
+      message = std::string(1, kError) + root_error.message();
+    } else if (!x.defined() || !y.defined() || x.dim() < 1 || y.dim() < 1) {
       message =
           std::string(1, kError) + "the root's inputs and targets must be tensors of at least one dimension";
     } else if (x.size(0) != y.size(0)) {
@@ -144,45 +149,151 @@ std::vector<int64_t> scatter_order(int64_t n, bool shuffle, uint64_t seed) {
   return order;
 }
 
+uint64_t seed_or_fresh(const std::optional<uint64_t>& seed) {
+  if (seed.has_value()) return *seed;
+  std::random_device device;
+  return (static_cast<uint64_t>(device()) << 32) ^ device();
+}
+
 StatusOr<std::vector<int64_t>> scatter_index(int64_t n, comm::Communicator& comm, int root, bool shuffle,
-                                             uint64_t seed, bool force_equal_length) {
+                                             std::optional<uint64_t> seed, bool force_equal_length) {
   COHORT_RETURN_IF_ERROR(check_root(comm, root, "scatter_index"));
   COHORT_ASSIGN_OR_RETURN(int64_t total, agree_on_size(n, comm, root, "scatter_index"));
   std::vector<size_t> counts = share_counts(total, comm.size(), force_equal_length);
   std::vector<int64_t> shares;
-  if (comm.rank() == root) shares = all_shares(total, comm.size(), shuffle, seed, force_equal_length);
+  if (comm.rank() == root) {
+    shares = all_shares(total, comm.size(), shuffle, seed_or_fresh(seed), force_equal_length);
+  }
   std::vector<int64_t> mine(counts[comm.rank()]);
   COHORT_RETURN_IF_ERROR(
       comm.scatterv(shares.data(), counts, mine.data(), comm::DataType::kInt64, root, kBlocking)->wait());
   return mine;
 }
 
-StatusOr<TensorDataset> scatter_dataset(const TensorDataset& dataset, comm::Communicator& comm, int root,
-                                        bool shuffle, uint64_t seed, bool force_equal_length) {
-  COHORT_RETURN_IF_ERROR(check_root(comm, root, "scatter_dataset"));
-  COHORT_ASSIGN_OR_RETURN(Layout layout, agree_on_layout(dataset, comm, root));
-  COHORT_ASSIGN_OR_RETURN(int64_t total, agree_on_size(dataset.size(), comm, root, "scatter_dataset"));
-  std::vector<size_t> counts = share_counts(total, comm.size(), force_equal_length);
+namespace {
 
-  TensorDataset rows;  // at the root: every rank's samples, in rank order, contiguous
-  if (comm.rank() == root) {
-    std::vector<int64_t> shares = all_shares(total, comm.size(), shuffle, seed, force_equal_length);
-    // A dataset on a CUDA device is selected there and travels through host memory (.cpu() is
-    // a no-op for a CPU dataset); every rank's shard is a CPU dataset.
-    at::Tensor index = at::tensor(shares, at::kLong);
-    auto rows_of = [&index](const at::Tensor& t) {
-      return t.index_select(0, index.to(t.device())).contiguous().cpu();
-    };
-    rows = TensorDataset{rows_of(dataset.inputs), rows_of(dataset.targets)};
-  }
-  COHORT_ASSIGN_OR_RETURN(at::Tensor inputs, scatter_rows(rows.inputs, layout.input_type, layout.input_shape,
-                                                          counts, comm, root, "inputs"));
+// What the root scatters: every rank's samples, stacked in rank order (`rows`, contiguous CPU
+// tensors), the root's sample count, or the error that stopped the root from building them.
+struct RootRows {
+  Status error = ok_status();
+  int64_t total = 0;
+  TensorDataset rows;
+};
+
+// The common tail of both scatter_dataset overloads: every rank learns the layout (or the root's
+// error) and the total, then receives its rows.
+StatusOr<TensorDataset> scatter_root_rows(const RootRows& at_root, comm::Communicator& comm, int root,
+                                          bool force_equal_length) {
+  COHORT_ASSIGN_OR_RETURN(Layout layout, agree_on_layout(at_root.rows, at_root.error, comm, root));
+  COHORT_ASSIGN_OR_RETURN(int64_t total, agree_on_size(at_root.total, comm, root, "scatter_dataset"));
+  std::vector<size_t> counts = share_counts(total, comm.size(), force_equal_length);
+  COHORT_ASSIGN_OR_RETURN(at::Tensor inputs, scatter_rows(at_root.rows.inputs, layout.input_type,
+                                                          layout.input_shape, counts, comm, root, "inputs"));
   COHORT_ASSIGN_OR_RETURN(
       at::Tensor targets,
-      scatter_rows(rows.targets, layout.target_type, layout.target_shape, counts, comm, root, "targets"));
+      scatter_rows(at_root.rows.targets, layout.target_type, layout.target_shape, counts, comm, root, "targets"));
   return TensorDataset{inputs, targets};
 }
 
-TensorDataset create_empty_dataset(const TensorDataset& like) { return like.slice(0, 0); }
+// Stacks dataset.get(i) for i in `indices`; every sample must have the first one's layout.
+RootRows stack_samples(const Dataset& dataset, int64_t total, const std::vector<int64_t>& indices) {
+  RootRows out;
+  out.total = total;
+  if (total == 0) {
+    out.rows = TensorDataset{at::empty({0}), at::empty({0}, at::kLong)};
+    return out;
+  }
+  std::vector<at::Tensor> inputs, targets;
+  inputs.reserve(indices.size());
+  targets.reserve(indices.size());
+  for (int64_t i : indices) {
+    Example example;
+    try {
+      example = dataset.get(i);
+    } catch (const std::exception& e) {
+      out.error = invalid_argument_error("the root's dataset failed to produce sample {}: {}", i, e.what());
+      return out;
+    }
+    if (!example.input.defined() || !example.target.defined()) {
+      out.error = invalid_argument_error("sample {} of the root's dataset has an undefined input or target", i);
+      return out;
+    }
+    if (!inputs.empty()) {
+      const at::Tensor& x0 = inputs.front();
+      const at::Tensor& y0 = targets.front();
+      if (example.input.scalar_type() != x0.scalar_type() || example.input.sizes() != x0.sizes() ||
+          example.target.scalar_type() != y0.scalar_type() || example.target.sizes() != y0.sizes()) {
+        out.error = invalid_argument_error(
+            "sample {} of the root's dataset is ({}, {}) but sample {} is ({}, {}); every sample must have the "
+            "same dtypes and shapes",
+            i, autograd::encode_meta(example.input.scalar_type(), example.input.sizes()),
+            autograd::encode_meta(example.target.scalar_type(), example.target.sizes()), indices.front(),
+            autograd::encode_meta(x0.scalar_type(), x0.sizes()), autograd::encode_meta(y0.scalar_type(), y0.sizes()));
+        return out;
+      }
+    }
+    inputs.push_back(example.input.cpu());
+    targets.push_back(example.target.cpu());
+  }
+  out.rows = TensorDataset{at::stack(inputs).contiguous(), at::stack(targets).contiguous()};
+  return out;
+}
+
+}  // namespace
+
+StatusOr<TensorDataset> scatter_dataset(const TensorDataset& dataset, comm::Communicator& comm, int root,
+                                        bool shuffle, std::optional<uint64_t> seed, bool force_equal_length) {
+  COHORT_RETURN_IF_ERROR(check_root(comm, root, "scatter_dataset"));
+  RootRows at_root;
+  if (comm.rank() == root) {
+    at_root.total = dataset.size();
+    at_root.rows = dataset;  // checked by agree_on_layout; replaced by the selected rows when valid
+    const at::Tensor& x = dataset.inputs;
+    const at::Tensor& y = dataset.targets;
+    if (x.defined() && y.defined() && x.dim() >= 1 && y.dim() >= 1 && x.size(0) == y.size(0)) {
+      std::vector<int64_t> shares =
+          all_shares(at_root.total, comm.size(), shuffle, seed_or_fresh(seed), force_equal_length);
+      // A dataset on a CUDA device is selected there and travels through host memory (.cpu() is
+      // a no-op for a CPU dataset); every rank's shard is a CPU dataset.
+      at::Tensor index = at::tensor(shares, at::kLong);
+      auto rows_of = [&index](const at::Tensor& t) {
+        return t.index_select(0, index.to(t.device())).contiguous().cpu();
+      };
+      at_root.rows = TensorDataset{rows_of(x), rows_of(y)};
+    }
+  }
+  return scatter_root_rows(at_root, comm, root, force_equal_length);
+}
+
+StatusOr<TensorDataset> scatter_dataset(const Dataset* dataset, comm::Communicator& comm, int root,
+                                        bool shuffle, std::optional<uint64_t> seed, bool force_equal_length) {
+  COHORT_RETURN_IF_ERROR(check_root(comm, root, "scatter_dataset"));
+  RootRows at_root;
+  if (comm.rank() == root) {
+    if (dataset == nullptr) {
+      at_root.error = invalid_argument_error("the root passed no dataset (a null Dataset*)");
+    } else if (dataset->size() < 0) {
+      at_root.error = invalid_argument_error("the root's dataset size {} is negative", dataset->size());
+    } else {
+      int64_t total = dataset->size();
+      at_root = stack_samples(
+          *dataset, total, all_shares(total, comm.size(), shuffle, seed_or_fresh(seed), force_equal_length));
+    }
+  }
+  return scatter_root_rows(at_root, comm, root, force_equal_length);
+}
+
+TensorDataset create_empty_dataset(const TensorDataset& like) {
+  int64_t n = like.size();
+  at::ScalarType input_type = like.inputs.defined() ? like.inputs.scalar_type() : at::kFloat;
+  at::ScalarType target_type = like.targets.defined() ? like.targets.scalar_type() : at::kLong;
+  return TensorDataset{at::empty({n, 0}, at::TensorOptions().dtype(input_type)),
+                       at::empty({n, 0}, at::TensorOptions().dtype(target_type))};
+}
+
+TensorDataset create_empty_dataset(const Dataset& like) {
+  int64_t n = std::max<int64_t>(like.size(), 0);
+  return TensorDataset{at::empty({n, 0}), at::empty({n, 0}, at::kLong)};
+}
 
 }  // namespace cohort::train

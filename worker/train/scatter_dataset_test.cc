@@ -1,7 +1,10 @@
 #include "worker/train/scatter_dataset.h"
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
+#include <optional>
+#include <stdexcept>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -9,6 +12,7 @@
 #include "worker/comm/communicator_factory.h"
 #include "worker/comm/testing/loopback_world.h"
 #include "worker/comm/testing/rank_threads.h"
+#include "worker/train/multi_node_iterator.h"
 #include "worker/train/synthetic_dataset.h"
 
 namespace cohort::train {
@@ -151,11 +155,158 @@ TEST(ScatterDatasetTest, BadRootDatasetFailsEveryRank) {
   EXPECT_EQ(failures, "");
 }
 
-TEST(ScatterDatasetTest, EmptyDatasetKeepsShapes) {
-  TensorDataset full = make_synthetic_dataset({});
+// ChainerMN's create_empty_dataset: as many samples as the original, each empty, so a rank
+// iterating it runs as many iterations per epoch as one iterating the original.
+TEST(ScatterDatasetTest, EmptyDatasetKeepsTheLength) {
+  SyntheticDatasetOptions options;
+  options.size = 37;
+  TensorDataset full = make_synthetic_dataset(options);
   TensorDataset empty = create_empty_dataset(full);
-  EXPECT_EQ(empty.size(), 0);
-  EXPECT_EQ(empty.inputs.sizes().slice(1), full.inputs.sizes().slice(1));
+  ASSERT_EQ(empty.size(), 37);
+  EXPECT_EQ(empty.targets.size(0), 37);
+  EXPECT_EQ(empty.inputs.numel(), 0);
+  EXPECT_EQ(empty.targets.numel(), 0);
+  EXPECT_EQ(empty.inputs.scalar_type(), full.inputs.scalar_type());
+  EXPECT_EQ(empty.targets.scalar_type(), at::kLong);
+  EXPECT_EQ(empty.select(at::arange(3, at::kLong)).size(), 3);
+
+  // A batch per 8 samples: 5 batches an epoch, on the original and on the empty dataset alike.
+  auto batches = [](const TensorDataset& dataset) {
+    BatchIterator it(dataset, 8, /*shuffle=*/true, 1);
+    int count = 0;
+    while (auto batch = it.next()) {
+      EXPECT_EQ(batch->inputs.size(0), batch->targets.size(0));
+      ++count;
+    }
+    return count;
+  };
+  EXPECT_EQ(batches(empty), 5);
+  EXPECT_EQ(batches(full), 5);
+
+  auto lazy = make_dataset(11, [](int64_t) { return Example{at::ones({2}), at::zeros({}, at::kLong)}; });
+  EXPECT_EQ(create_empty_dataset(*lazy).size(), 11);
+  EXPECT_EQ(create_empty_dataset(TensorDataset{}).size(), 0);
+}
+
+// Without a seed the root draws a fresh order per call (ChainerMN's seed=None); with one, the
+// order is fixed. Two unseeded scatters of 64 samples agreeing by chance: 1/64!.
+TEST(ScatterDatasetTest, MissingSeedGivesAFreshOrderAndASeedAFixedOne) {
+  SyntheticDatasetOptions options;
+  options.size = 64;
+  options.sample_shape = {1};
+  TensorDataset full = make_synthetic_dataset(options);
+  full.targets = at::arange(64, at::kLong);  // the target names the sample
+  auto scatter_targets = [&](int size, bool shuffle, std::optional<uint64_t> seed) {
+    std::mutex mu;
+    std::vector<int64_t> order;
+    std::vector<std::vector<int64_t>> parts(size);
+    std::string failures = run_on_ranks(size, [&](int rank, comm::Communicator& comm) -> Status {
+      COHORT_ASSIGN_OR_RETURN(TensorDataset part,
+                              scatter_dataset(rank == 0 ? full : TensorDataset{}, comm, 0, shuffle, seed, false));
+      std::lock_guard<std::mutex> lock(mu);
+      for (int64_t i = 0; i < part.size(); ++i) parts[rank].push_back(part.targets[i].item<int64_t>());
+      return ok_status();
+    });
+    EXPECT_EQ(failures, "");
+    for (const auto& part : parts) order.insert(order.end(), part.begin(), part.end());
+    return order;
+  };
+  std::vector<int64_t> identity(64);
+  for (int64_t i = 0; i < 64; ++i) identity[i] = i;
+  for (int size : {1, 3}) {
+    std::vector<int64_t> a = scatter_targets(size, true, std::nullopt);
+    std::vector<int64_t> b = scatter_targets(size, true, std::nullopt);
+    EXPECT_NE(a, b) << "size " << size << ": two unseeded shuffles gave the same order";
+    EXPECT_NE(a, identity);
+    std::vector<int64_t> sorted = a;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(sorted, identity) << "an unseeded shuffle is still a permutation";
+    // A seed still gives the fixed order of scatter_order, run after run.
+    EXPECT_EQ(scatter_targets(size, true, 42), scatter_order(64, true, 42));
+    EXPECT_EQ(scatter_targets(size, true, 42), scatter_order(64, true, 42));
+    EXPECT_EQ(scatter_targets(size, false, std::nullopt), identity);
+  }
+  // scatter_index follows the same rule.
+  std::vector<std::vector<int64_t>> runs;
+  for (int run = 0; run < 2; ++run) {
+    std::vector<int64_t> mine;
+    ASSERT_EQ(run_on_ranks(1,
+                           [&](int, comm::Communicator& comm) -> Status {
+                             COHORT_ASSIGN_OR_RETURN(mine, scatter_index(64, comm, 0, true));
+                             return ok_status();
+                           }),
+              "");
+    runs.push_back(mine);
+  }
+  EXPECT_NE(runs[0], runs[1]);
+}
+
+// A Dataset (size + get) read at the root only, sample by sample: every rank gets the samples the
+// same scatter of the equivalent TensorDataset gives it.
+TEST(ScatterDatasetTest, AcceptsAnyDatasetThroughTheInterface) {
+  SyntheticDatasetOptions options;
+  options.size = 17;
+  options.sample_shape = {3};
+  TensorDataset full = make_synthetic_dataset(options);
+  for (int size : {1, 2, 3, 5}) {
+    for (bool force_equal : {false, true}) {
+      std::atomic<int> calls{0};
+      auto lazy = make_dataset(17, [&](int64_t i) {
+        ++calls;
+        return Example{full.inputs[i], full.targets[i]};
+      });
+      std::mutex mu;
+      std::vector<TensorDataset> want(size), got(size);
+      std::string failures = run_on_ranks(size, [&](int rank, comm::Communicator& comm) -> Status {
+        const int root = size - 1;
+        COHORT_ASSIGN_OR_RETURN(TensorDataset a,
+                                scatter_dataset(rank == root ? lazy.get() : nullptr, comm, root, true, 5, force_equal));
+        COHORT_ASSIGN_OR_RETURN(TensorDataset b,
+                                scatter_dataset(rank == root ? full : TensorDataset{}, comm, root, true, 5, force_equal));
+        std::lock_guard<std::mutex> lock(mu);
+        got[rank] = a;
+        want[rank] = b;
+        return ok_status();
+      });
+      ASSERT_EQ(failures, "") << "size " << size;
+      int64_t total = 0;
+      for (int r = 0; r < size; ++r) {
+        ASSERT_EQ(got[r].size(), want[r].size()) << "rank " << r;
+        EXPECT_TRUE(got[r].inputs.equal(want[r].inputs)) << "rank " << r;
+        EXPECT_TRUE(got[r].targets.equal(want[r].targets)) << "rank " << r;
+        total += got[r].size();
+      }
+      EXPECT_EQ(calls.load(), total) << "get() is called at the root once per sample sent";
+    }
+  }
+}
+
+// A sample whose shape differs, a get() that throws and a null dataset at the root fail every
+// rank with the root's reason.
+TEST(ScatterDatasetTest, BadDatasetThroughTheInterfaceFailsEveryRank) {
+  auto ragged = make_dataset(6, [](int64_t i) {
+    return Example{at::ones({i == 4 ? 3 : 2}), at::zeros({}, at::kLong)};
+  });
+  auto throwing = make_dataset(6, [](int64_t i) -> Example {
+    if (i == 2) throw std::runtime_error("disk on fire");
+    return Example{at::ones({2}), at::zeros({}, at::kLong)};
+  });
+  std::string failures = run_on_ranks(3, [&](int rank, comm::Communicator& comm) -> Status {
+    struct Case {
+      const Dataset* dataset;
+      const char* reason;
+    };
+    for (const Case& c : {Case{ragged.get(), "same dtypes and shapes"}, Case{throwing.get(), "disk on fire"},
+                          Case{nullptr, "no dataset"}}) {
+      auto got = scatter_dataset(rank == 0 ? c.dataset : nullptr, comm, 0, false);
+      if (got.ok() || got.status().code() != StatusCode::kInvalidArgument ||
+          got.status().message().find(c.reason) == std::string::npos) {
+        return internal_error("rank {}: expected '{}', got {}", rank, c.reason, got.status().to_string());
+      }
+    }
+    return ok_status();
+  });
+  EXPECT_EQ(failures, "");
 }
 
 }  // namespace
