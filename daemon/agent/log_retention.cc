@@ -1,14 +1,25 @@
 #include "daemon/agent/log_retention.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <optional>
 #include <system_error>
+#include <tuple>
+#include <utility>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "daemon/agent/confined_dir.h"
 #include "daemon/agent/job_id.h"
+#include "daemon/agent/log_capture.h"
 
 namespace cohort::agent {
 namespace {
@@ -31,7 +42,119 @@ int64_t newest_write_unix_ms(const fs::path& dir) {
   return newest;
 }
 
+// One rank log file of one of a job's other attempts, as reserve_attempt_logs orders them.
+struct RankLogFile {
+  int attempt = 0;       // 0: the job directory itself (logs from before attempts had directories)
+  bool current = false;  // <name> (newer output) rather than the rotated <name>.1
+  int rank = 0;
+  size_t dir = 0;        // index of its directory in the caller's list
+  std::string name;      // in its directory
+  uint64_t bytes = 0;
+
+  // Oldest output first: attempt by attempt, each attempt's rotated files before its current ones.
+  bool operator<(const RankLogFile& other) const {
+    return std::tie(attempt, current, rank) < std::tie(other.attempt, other.current, other.rank);
+  }
+};
+
+// "attempt-<n>" with n > 0 written as the agent writes it; nullopt for any other name.
+std::optional<int> parse_attempt_dir(const std::string& name) {
+  int attempt = 0;
+  if (std::sscanf(name.c_str(), "attempt-%d", &attempt) != 1 || attempt <= 0) return std::nullopt;
+  if (name != fmt::format("attempt-{}", attempt)) return std::nullopt;
+  return attempt;
+}
+
+// "rank-<n>.log" (current) or "rank-<n>.log.1" (rotated) → (rank, current); nullopt otherwise.
+std::optional<std::pair<int, bool>> parse_rank_log(const std::string& name) {
+  int rank = -1;
+  if (std::sscanf(name.c_str(), "rank-%d.log", &rank) != 1 || rank < 0) return std::nullopt;
+  const std::string current = fmt::format("rank-{}.log", rank);
+  if (name == current) return std::make_pair(rank, true);
+  if (name == current + kRotatedLogSuffix) return std::make_pair(rank, false);
+  return std::nullopt;
+}
+
+// The rank log files directly in `dir` (regular files only, links not followed).
+void list_rank_logs(const ConfinedDir& dir, int attempt, size_t dir_index, std::vector<RankLogFile>* out) {
+  std::error_code error;
+  for (fs::directory_iterator it(dir.path(), error), end; !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    std::optional<std::pair<int, bool>> rank_log = parse_rank_log(name);
+    struct stat info {};
+    if (!rank_log || ::fstatat(dir.fd(), name.c_str(), &info, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(info.st_mode)) {
+      continue;
+    }
+    out->push_back(RankLogFile{attempt, rank_log->second, rank_log->first, dir_index, name,
+                               static_cast<uint64_t>(info.st_size)});
+  }
+}
+
 }  // namespace
+
+StatusOr<AttemptLogBudget> reserve_attempt_logs(const std::string& log_dir, const std::string& job_id, int attempt,
+                                                uint64_t max_job_bytes) {
+  COHORT_RETURN_IF_ERROR(validate_job_id(job_id, "log cap"));
+  if (attempt <= 0) return invalid_argument_error("log cap of job {}: attempt {} must be positive", job_id, attempt);
+  AttemptLogBudget budget;
+  if (max_job_bytes == 0) return budget;  // no cap
+  COHORT_ASSIGN_OR_RETURN(ConfinedDir root, ConfinedDir::open(log_dir, kLogDirectoryMode));
+  std::vector<ConfinedDir> dirs;  // [0]: the job's directory, then its other attempts' directories
+  COHORT_ASSIGN_OR_RETURN(ConfinedDir job_dir, root.subdir({job_id}, kLogDirectoryMode));
+  dirs.push_back(std::move(job_dir));
+  std::vector<RankLogFile> files;
+  list_rank_logs(dirs[0], 0, 0, &files);
+  std::error_code error;
+  for (fs::directory_iterator it(dirs[0].path(), error), end; !error && it != end; it.increment(error)) {
+    const std::optional<int> other = parse_attempt_dir(it->path().filename().string());
+    if (!other || *other == attempt) continue;
+    // subdir refuses a link: such an entry is not the agent's and is left alone.
+    StatusOr<ConfinedDir> attempt_dir = dirs[0].subdir({it->path().filename().string()}, kLogDirectoryMode);
+    if (!attempt_dir.ok()) {
+      spdlog::warn("agent: log cap of job {}: skipping {}: {}", job_id, it->path().string(),
+                   attempt_dir.status().to_string());
+      continue;
+    }
+    dirs.push_back(std::move(attempt_dir).value());
+    list_rank_logs(dirs.back(), *other, dirs.size() - 1, &files);
+  }
+  if (error) return unavailable_error("log cap of job {}: cannot list {}: {}", job_id, dirs[0].path(), error.message());
+
+  for (const RankLogFile& file : files) budget.older_bytes += file.bytes;
+  std::sort(files.begin(), files.end());
+  // Half the cap for the history, so the new attempt (the one people look at) has at least half.
+  const uint64_t older_limit = max_job_bytes / 2;
+  std::vector<bool> marked(dirs.size(), false);
+  for (const RankLogFile& file : files) {
+    if (budget.older_bytes <= older_limit) break;
+    const ConfinedDir& dir = dirs[file.dir];
+    const std::string path = dir.path() + "/" + file.name;
+    if (::unlinkat(dir.fd(), file.name.c_str(), 0) != 0 && errno != ENOENT) {
+      // Logged, not fatal: a launch does not fail over old logs; the next attempt tries again.
+      spdlog::warn("agent: log cap of job {}: cannot remove {}: {}", job_id, path, std::strerror(errno));
+      continue;
+    }
+    ::unlinkat(dir.fd(), (file.name + kLogTimesSuffix).c_str(), 0);  // its index; may not exist
+    budget.older_bytes -= file.bytes;
+    budget.removed.push_back(path);
+    if (!marked[file.dir]) {
+      marked[file.dir] = true;
+      Status marker = dir.write_file_atomically(
+          kLogsRemovedMarker,
+          fmt::format("Rank logs here were removed, oldest output first, to keep the logs of job {} on this node "
+                      "within max_log_bytes_per_job = {} bytes when attempt {} started.\n",
+                      job_id, max_job_bytes, attempt),
+          kLogFileMode, std::nullopt);
+      if (!marker.ok()) spdlog::warn("agent: log cap of job {}: {}", job_id, marker.to_string());
+    }
+  }
+  budget.attempt_bytes = max_job_bytes - std::min(budget.older_bytes, older_limit);
+  if (!budget.removed.empty()) {
+    spdlog::info("agent: job {} attempt {}: removed {} older log file(s) to stay within {} bytes; {} bytes kept",
+                 job_id, attempt, budget.removed.size(), max_job_bytes, budget.older_bytes);
+  }
+  return budget;
+}
 
 StatusOr<std::vector<std::string>> remove_expired_job_logs(const LogRetentionOptions& options,
                                                            int64_t now_unix_ms,

@@ -1,6 +1,8 @@
 // remove_expired_job_logs over a real directory whose files get chosen modification times
 // (utimensat), against an explicit "now": expired job directories go, recent ones, running jobs,
 // non-job entries and link targets stay; the newest file of a job decides.
+// reserve_attempt_logs over real files of chosen sizes: a job's older attempts are trimmed oldest
+// first until the bytes on disk leave the new attempt its share of the job's cap.
 
 #include "daemon/agent/log_retention.h"
 
@@ -11,6 +13,8 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -90,6 +94,112 @@ TEST(LogRetentionTest, MissingDirectoryRemovesNothingAndBadOptionsAreErrors) {
   EXPECT_TRUE(removed->empty());
   EXPECT_FALSE(remove_expired_job_logs({dir.path(), milliseconds(0)}, kNow, {}).ok());
   EXPECT_FALSE(remove_expired_job_logs({"", kRetention}, kNow, {}).ok());
+}
+
+// Writes `bytes` bytes to `path`, creating its directories.
+void write_bytes(const fs::path& path, size_t bytes) {
+  fs::create_directories(path.parent_path());
+  std::ofstream(path) << std::string(bytes, 'x');
+}
+
+// Bytes of rank log files (rank-<n>.log and .log.1) below `dir`, as the cap counts them.
+uint64_t rank_log_bytes(const fs::path& dir) {
+  uint64_t total = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    auto ends_with = [&](const std::string& suffix) {
+      return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    };
+    const bool rank_log = name.rfind("rank-", 0) == 0 && (ends_with(".log") || ends_with(".log.1"));
+    if (entry.is_regular_file() && !entry.is_symlink() && rank_log) total += entry.file_size();
+  }
+  return total;
+}
+
+TEST(JobLogCapTest, OlderAttemptsAreTrimmedOldestFirstSoTheJobStaysWithinItsCap) {
+  TempDir dir;
+  const fs::path logs = fs::path(dir.path()) / "logs";
+  const fs::path job = logs / "mlp-7";
+  constexpr uint64_t kCap = 1000;
+  // Attempt 1: rank 0 rotated once, and rank 1; attempt 2: rank 0 rotated once. 900 bytes.
+  write_bytes(job / "attempt-1" / "rank-0.log.1", 200);
+  write_bytes(job / "attempt-1" / "rank-0.log", 200);
+  write_bytes(job / "attempt-1" / "rank-0.log.times", 20);
+  write_bytes(job / "attempt-1" / "rank-1.log", 200);
+  write_bytes(job / "attempt-1" / "job_spec.pb", 50);
+  write_bytes(job / "attempt-2" / "rank-0.log.1", 150);
+  write_bytes(job / "attempt-2" / "rank-0.log", 150);
+  ASSERT_EQ(rank_log_bytes(job), 900u);
+
+  // Attempt 3 starts: the history may keep half the cap; attempt 1's rank 0 goes, rotated file first.
+  StatusOr<AttemptLogBudget> budget = reserve_attempt_logs(logs.string(), "mlp-7", 3, kCap);
+  ASSERT_TRUE(budget.ok()) << budget.status().to_string();
+  EXPECT_EQ(budget->older_bytes, 500u);
+  EXPECT_EQ(budget->attempt_bytes, 500u);
+  EXPECT_EQ(budget->removed, (std::vector<std::string>{(job / "attempt-1" / "rank-0.log.1").string(),
+                                                       (job / "attempt-1" / "rank-0.log").string()}));
+  EXPECT_EQ(rank_log_bytes(job), 500u);
+  EXPECT_FALSE(fs::exists(job / "attempt-1" / "rank-0.log.times"));  // its index went with it
+  EXPECT_TRUE(fs::exists(job / "attempt-1" / "rank-1.log"));
+  EXPECT_TRUE(fs::exists(job / "attempt-1" / "job_spec.pb"));
+  EXPECT_TRUE(fs::exists(job / "attempt-1" / kLogsRemovedMarker));
+  EXPECT_FALSE(fs::exists(job / "attempt-2" / kLogsRemovedMarker));
+
+  // Attempt 3 used its share; attempt 4 starts: the oldest output goes again, attempt 3 stays whole.
+  write_bytes(job / "attempt-3" / "rank-0.log.1", 250);
+  write_bytes(job / "attempt-3" / "rank-0.log", 250);
+  ASSERT_EQ(rank_log_bytes(job), kCap);
+  budget = reserve_attempt_logs(logs.string(), "mlp-7", 4, kCap);
+  ASSERT_TRUE(budget.ok()) << budget.status().to_string();
+  EXPECT_EQ(budget->older_bytes, 500u);
+  EXPECT_EQ(budget->attempt_bytes, kCap - 500u);
+  EXPECT_EQ(rank_log_bytes(job), 500u);
+  EXPECT_FALSE(fs::exists(job / "attempt-1" / "rank-1.log"));
+  EXPECT_FALSE(fs::exists(job / "attempt-2" / "rank-0.log"));
+  EXPECT_TRUE(fs::exists(job / "attempt-2" / kLogsRemovedMarker));
+  EXPECT_EQ(fs::file_size(job / "attempt-3" / "rank-0.log.1"), 250u);
+  EXPECT_EQ(fs::file_size(job / "attempt-3" / "rank-0.log"), 250u);
+}
+
+TEST(JobLogCapTest, AFirstAttemptHasTheWholeCapAndNoCapRemovesNothing) {
+  TempDir dir;
+  const fs::path logs = fs::path(dir.path()) / "logs";
+  StatusOr<AttemptLogBudget> first = reserve_attempt_logs(logs.string(), "fresh-1", 1, 4096);
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  EXPECT_EQ(first->attempt_bytes, 4096u);
+  EXPECT_TRUE(first->removed.empty());
+
+  write_bytes(logs / "big-2" / "attempt-1" / "rank-0.log", 5000);
+  StatusOr<AttemptLogBudget> uncapped = reserve_attempt_logs(logs.string(), "big-2", 2, 0);
+  ASSERT_TRUE(uncapped.ok());
+  EXPECT_EQ(uncapped->attempt_bytes, 0u);  // no cap
+  EXPECT_EQ(rank_log_bytes(logs / "big-2"), 5000u);
+  // The attempt's own files (a relaunch of the same attempt) are its share, not history.
+  StatusOr<AttemptLogBudget> same = reserve_attempt_logs(logs.string(), "big-2", 1, 1000);
+  ASSERT_TRUE(same.ok());
+  EXPECT_TRUE(same->removed.empty());
+  EXPECT_EQ(rank_log_bytes(logs / "big-2"), 5000u);
+
+  EXPECT_EQ(reserve_attempt_logs(logs.string(), "big-2", 0, 1000).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(reserve_attempt_logs(logs.string(), "../etc", 1, 1000).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(JobLogCapTest, LinksAndForeignFilesAreNeitherCountedNorRemoved) {
+  TempDir dir;
+  const fs::path logs = fs::path(dir.path()) / "logs";
+  const fs::path job = logs / "linked-3";
+  const fs::path elsewhere = fs::path(dir.path()) / "elsewhere";
+  write_bytes(elsewhere / "rank-0.log", 3000);
+  write_bytes(job / "attempt-1" / "notes.txt", 3000);
+  write_bytes(job / "attempt-1" / "rank-1.log", 100);
+  fs::create_directory_symlink(elsewhere, job / "attempt-2");
+  fs::create_symlink(elsewhere / "rank-0.log", job / "attempt-1" / "rank-0.log");
+  StatusOr<AttemptLogBudget> budget = reserve_attempt_logs(logs.string(), "linked-3", 3, 1000);
+  ASSERT_TRUE(budget.ok()) << budget.status().to_string();
+  EXPECT_EQ(budget->older_bytes, 100u);
+  EXPECT_TRUE(budget->removed.empty());
+  EXPECT_EQ(fs::file_size(elsewhere / "rank-0.log"), 3000u);
+  EXPECT_TRUE(fs::exists(job / "attempt-1" / "notes.txt"));
 }
 
 }  // namespace

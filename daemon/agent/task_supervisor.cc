@@ -132,7 +132,7 @@ std::vector<std::string> TaskSupervisor::environment_for(const JobTasks& job, in
 }
 
 StatusOr<std::shared_ptr<TaskSupervisor::Task>> TaskSupervisor::start_task(const JobTasks& job, int rank,
-                                                                           int local_rank) {
+                                                                           int local_rank, uint64_t attempt_log_bytes) {
   auto task = std::make_shared<Task>();
   task->job_id = job.job_id;
   task->rank = rank;
@@ -140,14 +140,14 @@ StatusOr<std::shared_ptr<TaskSupervisor::Task>> TaskSupervisor::start_task(const
   // A file left by an earlier attempt counts only once it changes.
   if (!task->heartbeat_path.empty()) task->heartbeat_mtime = read_heartbeat_mtime(task->heartbeat_path);
   // <log_dir>/<job_id>/attempt-<N>/rank-<rank>.log, walked without following links (the job id
-  // is checked); the attempt's cap is shared evenly by its ranks here.
+  // is checked); the attempt's share of the job's cap is shared evenly by its ranks here.
   COHORT_ASSIGN_OR_RETURN(ConfinedDir log_root, ConfinedDir::open(options_.log_dir, kLogDirectoryMode));
   std::vector<std::string> components = {job.job_id};
   if (job.attempt > 0) components.push_back(fmt::format("attempt-{}", job.attempt));
   COHORT_ASSIGN_OR_RETURN(ConfinedDir job_logs, log_root.subdir(components, kLogDirectoryMode));
   LogCaptureOptions log_options;
-  log_options.max_file_bytes = options_.max_log_bytes_per_job / std::max<size_t>(job.ranks.size(), 1);
-  if (options_.max_log_bytes_per_job > 0 && log_options.max_file_bytes == 0) log_options.max_file_bytes = 1;
+  log_options.max_file_bytes = attempt_log_bytes / std::max<size_t>(job.ranks.size(), 1);
+  if (attempt_log_bytes > 0 && log_options.max_file_bytes == 0) log_options.max_file_bytes = 1;
   COHORT_ASSIGN_OR_RETURN(std::unique_ptr<LogCapture> log,
                           LogCapture::open_in(job_logs, fmt::format("rank-{}.log", rank), log_options));
   task->log = std::move(log);
@@ -179,10 +179,19 @@ Status TaskSupervisor::launch(const JobTasks& job) {
       }
     }
   }
+  // max_log_bytes_per_job holds for all the job's attempts here together: older attempts' files
+  // make room first (oldest output removed), and this attempt gets what they leave (log_retention.h).
+  uint64_t attempt_log_bytes = options_.max_log_bytes_per_job;
+  if (job.attempt > 0 && options_.max_log_bytes_per_job > 0) {
+    StatusOr<AttemptLogBudget> budget =
+        reserve_attempt_logs(options_.log_dir, job.job_id, job.attempt, options_.max_log_bytes_per_job);
+    if (!budget.ok()) return budget.status().with_context(fmt::format("launch job {}", job.job_id));
+    attempt_log_bytes = budget->attempt_bytes;
+  }
   Job started;
   for (size_t local_rank = 0; local_rank < job.ranks.size(); ++local_rank) {
     int rank = job.ranks[local_rank];
-    auto task = start_task(job, rank, static_cast<int>(local_rank));
+    auto task = start_task(job, rank, static_cast<int>(local_rank), attempt_log_bytes);
     if (!task.ok()) {
       // All or nothing: the handles' destructors kill and reap the ranks already started.
       for (auto& [started_rank, started_task] : started) {
@@ -423,7 +432,18 @@ Status TaskSupervisor::read_log_files(const std::string& job_id, int attempt, in
   if (attempt == 0) return agent::read_log_files(*job_logs, name, selection, on_data);
   COHORT_ASSIGN_OR_RETURN(ConfinedDir attempt_logs,
                           job_logs->subdir({fmt::format("attempt-{}", attempt)}, kLogDirectoryMode));
-  return agent::read_log_files(attempt_logs, name, selection, on_data);
+  Status read = agent::read_log_files(attempt_logs, name, selection, on_data);
+  struct stat marker {};
+  if (read.code() == StatusCode::kNotFound &&
+      ::fstatat(attempt_logs.fd(), kLogsRemovedMarker, &marker, AT_SYMLINK_NOFOLLOW) == 0) {
+    // The job's cap (every attempt together) made room for a newer attempt with this one's files.
+    return not_found_error(
+        "logs: rank {} of job {} attempt {} on node {} has no logs any more: they were removed to keep the "
+        "job's rank logs on this node within max_log_bytes_per_job ({} bytes), oldest attempts first; newer "
+        "attempts' logs are kept (cohort logs {} without --attempt shows the newest)",
+        rank, job_id, attempt, options_.node_id, options_.max_log_bytes_per_job, job_id);
+  }
+  return read;
 }
 
 StatusOr<std::vector<TaskInfo>> TaskSupervisor::tasks(const std::string& job_id) const {

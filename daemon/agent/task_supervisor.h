@@ -86,9 +86,11 @@ inline constexpr const char* kHeartbeatFileFormat = "heartbeat-rank-{}";
 // a ring buffer per rank). Their log files stay on disk.
 inline constexpr size_t kDefaultMaxFinishedJobs = 64;
 
-// A job attempt's rank logs on one node, all its ranks here together, are capped at this many
-// bytes on disk (each rank gets an even share, rotated at half of it, see LogCaptureOptions):
-// the newest output is kept, and a chatty job cannot fill the disk. The agent's setting
+// A job's rank logs on one node, all its attempts and ranks here together, are capped at this many
+// bytes on disk: a new attempt first removes older attempts' files (oldest output first) until they
+// keep at most half the cap, then its ranks share what is left evenly, each rotating at half its
+// share (see reserve_attempt_logs, LogCaptureOptions). The newest output is kept, and neither a
+// chatty job nor one that restarts many times can fill the disk. The agent's setting
 // max_log_bytes_per_job overrides it.
 inline constexpr uint64_t kDefaultMaxLogBytesPerJob = uint64_t{1} << 30;  // 1 GiB
 
@@ -103,7 +105,7 @@ struct TaskSupervisorOptions {
   Duration output_drain_timeout = kDefaultOutputDrainTimeout;  // exit → last output bytes
   const coordinator::Clock* clock = nullptr;           // times the grace period; nullptr: the system clock
   size_t max_finished_jobs = kDefaultMaxFinishedJobs;  // ended jobs kept; older ones are forgotten
-  uint64_t max_log_bytes_per_job = kDefaultMaxLogBytesPerJob;  // rank logs of an attempt here; 0: no cap
+  uint64_t max_log_bytes_per_job = kDefaultMaxLogBytesPerJob;  // rank logs of a job here, every attempt; 0: no cap
   // A job's log directory (every attempt) is deleted once nothing was written to it for this long
   // and none of its tasks runs here (log_retention.h; daemon config job_retention); 0: kept forever.
   Duration log_retention = std::chrono::duration_cast<Duration>(kDefaultLogRetention);
@@ -227,7 +229,9 @@ class TaskSupervisor {
   using Job = std::map<int, std::shared_ptr<Task>>;
 
   std::vector<std::string> environment_for(const JobTasks& job, int rank, int local_rank) const;
-  StatusOr<std::shared_ptr<Task>> start_task(const JobTasks& job, int rank, int local_rank);
+  // Starts one rank; its log files may keep attempt_log_bytes / (ranks here) bytes (0: no cap).
+  StatusOr<std::shared_ptr<Task>> start_task(const JobTasks& job, int rank, int local_rank,
+                                             uint64_t attempt_log_bytes);
   // Reaps the task if its process exited, reporting the exit exactly once. Returns whether it
   // has exited. Call without holding mu_.
   bool check_exit(const std::shared_ptr<Task>& task);

@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -414,6 +415,71 @@ namespace {
 // job_retention on the agent, driven by a FakeClock whose wall time starts at the real one (the
 // log files' modification times are real): an ended job's log directory is deleted, and the job
 // forgotten, once the clock passes its last write by the retention period; a running job's stays.
+// Bytes of a job's rank log files on disk (every attempt; not the .times indexes or job files).
+uint64_t rank_log_bytes_on_disk(const std::string& job_dir) {
+  uint64_t total = 0;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(job_dir)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_regular_file() && name.rfind("rank-", 0) == 0 && name.find(".times") == std::string::npos)
+      total += entry.file_size();
+  }
+  return total;
+}
+
+TEST_F(TaskSupervisorTest, AJobsLogsStayWithinTheCapOverAllItsAttemptsKeepingTheNewest) {
+  TaskSupervisorOptions opts = options();
+  constexpr uint64_t kCap = 8000;
+  opts.max_log_bytes_per_job = kCap;
+  TaskSupervisor supervisor(opts, &launcher_, recorder_.callback());
+  const std::string job_dir = dir_.path() + "/logs/chatty-1";
+  // Each attempt writes 6000 bytes on each of its 2 ranks: 12000, more than the whole cap, and
+  // five attempts write 60000. Capped per attempt only, the job would keep 5 x 8000 here.
+  constexpr int kAttempts = 5;
+  for (int attempt = 1; attempt <= kAttempts; ++attempt) {
+    JobTasks job = shell_job("chatty-1", fmt::format("yes attempt-{}-rank-$RANK | head -c 6000", attempt), 2);
+    job.attempt = attempt;
+    ASSERT_TRUE(supervisor.launch(job).ok()) << attempt;
+    ASSERT_TRUE(recorder_.wait_for(static_cast<size_t>(2 * attempt))) << attempt;
+    EXPECT_LE(rank_log_bytes_on_disk(job_dir), kCap) << "after attempt " << attempt;
+  }
+  // The newest attempt kept the newest output of each rank.
+  for (int rank = 0; rank < 2; ++rank) {
+    std::string newest;
+    ASSERT_TRUE(supervisor
+                    .read_log_files("chatty-1", kAttempts, rank, {},
+                                    [&](std::string_view bytes) {
+                                      newest.append(bytes);
+                                      return true;
+                                    })
+                    .ok());
+    ASSERT_GT(newest.size(), 0u);
+    EXPECT_NE(newest.find(fmt::format("attempt-{}-rank-{}", kAttempts, rank)), std::string::npos);
+    EXPECT_EQ(newest.find("attempt-1-"), std::string::npos);
+  }
+  // The previous attempt is still readable; the first one's files were removed by the cap, which
+  // the error says.
+  std::string previous;
+  EXPECT_TRUE(supervisor
+                  .read_log_files("chatty-1", kAttempts - 1, 0, {},
+                                  [&](std::string_view bytes) {
+                                    previous.append(bytes);
+                                    return true;
+                                  })
+                  .ok());
+  EXPECT_NE(previous.find(fmt::format("attempt-{}-rank-0", kAttempts - 1)), std::string::npos);
+  Status removed = supervisor.read_log_files("chatty-1", 1, 0, {}, [](std::string_view) { return true; });
+  EXPECT_EQ(removed.code(), StatusCode::kNotFound);
+  EXPECT_NE(removed.message().find("removed to keep the job's rank logs on this node within max_log_bytes_per_job "
+                                   "(8000 bytes)"),
+            std::string::npos)
+      << removed.to_string();
+  EXPECT_TRUE(std::filesystem::exists(job_dir + "/attempt-1/" + kLogsRemovedMarker));
+  // A job that never ran here is still plain NOT_FOUND, without the cap's explanation.
+  Status never = supervisor.read_log_files("other-2", 1, 0, {}, [](std::string_view) { return true; });
+  EXPECT_EQ(never.code(), StatusCode::kNotFound);
+  EXPECT_EQ(never.message().find("max_log_bytes_per_job"), std::string::npos);
+}
+
 TEST_F(TaskSupervisorTest, EndedJobsLogsAreDeletedAfterTheRetentionPeriod) {
   const int64_t real_now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                                   std::chrono::system_clock::now().time_since_epoch())

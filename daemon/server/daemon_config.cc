@@ -98,9 +98,10 @@ const std::vector<DaemonSetting>& daemon_settings() {
       {"task_heartbeat_interval_ms", "--task-heartbeat-interval-ms", "MS",
        "agent: how often ranks are asked to beat (COHORT_HEARTBEAT_INTERVAL_MS; default 2000; 50..600000)"},
       {"max_log_bytes_per_job", "--max-log-bytes-per-job", "BYTES",
-       "agent: the rank logs of one job attempt on this node keep at most this many bytes on disk "
-       "together (each rank's file rotates at half its share, the newest output is kept; default "
-       "1073741824, 1 GiB; 0: no cap)"},
+       "agent: the rank logs of one job on this node, all its attempts and ranks together, keep at "
+       "most this many bytes on disk (a new attempt removes older attempts' files, oldest first, "
+       "until they keep at most half; each rank's file rotates at half its share, the newest output "
+       "is kept; default 1073741824, 1 GiB; 0: no cap)"},
       {"job_retention", "--job-retention", "DURATION",
        "how long a finished job is kept: the coordinator deletes its records (job, events, metrics "
        "history) and agents its rank logs this long after it ended; a number with a unit, m, h or d "
