@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -229,12 +230,45 @@ bool contains(const google::protobuf::RepeatedField<int32_t>& ranks, int rank) {
 }
 
 // Stage ranks inside the world, and every edge declared at both ends: a stage that receives from a
-// rank nobody sends from would wait forever.
+// rank nobody sends from would wait forever. What a rank's MultiNodeChainList refuses when the
+// stage is added is refused here too, so the job fails at submit instead of on every worker: an
+// edge to the stage's own rank, and a second stage on one rank without rank_out (a rank's chain
+// has one output; a stage without rank_out need not be its last, as in ChainerMN's
+// NonConnectedGraph2). Orders that cannot complete are graph::validate_model's to find.
 void check_model_parallel(const cohort::v1::ModelParallelModel& model, int64_t world_size,
                           Problems& problems) {
   if (model.stages().empty()) {
     problems.add("model_parallel.stages is empty; a model-parallel job needs at least one stage");
     return;
+  }
+  std::map<int, int> output_stage;  // rank → its stage without rank_out
+  for (int i = 0; i < model.stages_size(); ++i) {
+    const cohort::v1::Stage& stage = model.stages(i);
+    for (int j = 0; j < stage.rank_in_size(); ++j) {
+      if (stage.rank_in(j) == stage.rank()) {
+        problems.add(
+            "model_parallel.stages[{}].rank_in[{}] is {}, the stage's own rank; a stage receives from another "
+            "rank (run the two computations in one stage instead)",
+            i, j, stage.rank());
+      }
+    }
+    for (int j = 0; j < stage.rank_out_size(); ++j) {
+      if (stage.rank_out(j) == stage.rank()) {
+        problems.add(
+            "model_parallel.stages[{}].rank_out[{}] is {}, the stage's own rank; a stage sends to another rank "
+            "(run the two computations in one stage instead)",
+            i, j, stage.rank());
+      }
+    }
+    if (stage.rank_out().empty()) {
+      auto [first, inserted] = output_stage.emplace(stage.rank(), i);
+      if (!inserted) {
+        problems.add(
+            "model_parallel.stages[{}] and stages[{}] both run on rank {} without rank_out; a rank's stages "
+            "give one output (to the loss): send one of them on with rank_out, or merge them",
+            first->second, i, stage.rank());
+      }
+    }
   }
   // A rank may run several stages (in list order), so an edge is matched by any of them.
   auto any_stage_on = [&](int rank, int peer, bool sends) {

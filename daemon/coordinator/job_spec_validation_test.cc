@@ -128,6 +128,46 @@ TEST(JobSpecValidationTest, StageWiringMustBeDeclaredAtBothEnds) {
   expect_invalid(spec, {"stages[0] has neither graph nor torchscript_file"});
 }
 
+// ChainerMN's NonConnectedGraph2 as stages: rank 0's stage without rank_out (the output) comes
+// before a stage that sends; rank 1 sends first and receives last.
+cohort::v1::JobSpec non_connected_graph2_spec() {
+  cohort::v1::JobSpec spec = valid_spec("ncg2", 1, 2);
+  cohort::v1::ModelParallelModel* model = spec.mutable_model_parallel();
+  auto add = [&](int rank, std::initializer_list<int> rank_in, std::initializer_list<int> rank_out) {
+    cohort::v1::Stage* stage = model->add_stages();
+    stage->mutable_graph()->add_layers()->set_type("linear");
+    stage->set_rank(rank);
+    for (int r : rank_in) stage->add_rank_in(r);
+    for (int r : rank_out) stage->add_rank_out(r);
+  };
+  add(1, {}, {0});  // stages[0]: sub_c
+  add(0, {1}, {});  // stages[1]: sub_a, rank 0's output
+  add(0, {}, {1});  // stages[2]: sub_b, after the output
+  add(1, {0}, {});  // stages[3]: sub_d, rank 1's output
+  return spec;
+}
+
+TEST(JobSpecValidationTest, AnOutputStageBeforeASendingStagePasses) {
+  Status status = validate_job_spec(non_connected_graph2_spec());
+  EXPECT_TRUE(status.ok()) << status.to_string();
+}
+
+TEST(JobSpecValidationTest, ARankGivesOneOutputAndNoStageTalksToItsOwnRank) {
+  // A second stage on rank 0 without rank_out: the chain would drop one of the outputs.
+  cohort::v1::JobSpec spec = non_connected_graph2_spec();
+  spec.mutable_model_parallel()->mutable_stages(2)->clear_rank_out();
+  spec.mutable_model_parallel()->mutable_stages(3)->clear_rank_in();
+  expect_invalid(spec, {"model_parallel.stages[1] and stages[2] both run on rank 0 without rank_out"});
+
+  spec = non_connected_graph2_spec();
+  spec.mutable_model_parallel()->mutable_stages(1)->set_rank_in(0, 0);
+  expect_invalid(spec, {"model_parallel.stages[1].rank_in[0] is 0, the stage's own rank"});
+
+  spec = non_connected_graph2_spec();
+  spec.mutable_model_parallel()->mutable_stages(0)->set_rank_out(0, 1);
+  expect_invalid(spec, {"model_parallel.stages[0].rank_out[0] is 1, the stage's own rank"});
+}
+
 TEST(JobSpecValidationTest, CheckpointingNeedsAnInterval) {
   cohort::v1::JobSpec spec = valid_spec();
   spec.mutable_checkpoint()->set_dir("ckpt");

@@ -52,20 +52,43 @@ const at::Tensor& MultiNodeChainList::single_input(const std::vector<at::Tensor>
   return inputs[0];
 }
 
+void MultiNodeChainList::check_single_input(const LinkRanks& rank_in) const {
+  if (rank_in.ranks().size() > 1) {
+    throw std::invalid_argument(fmt::format(
+        "MultiNodeChainList::add_link: link {} (rank {}) is a module taking one tensor, but its rank_in names {} "
+        "ranks; pass a LinkFunction that combines the inputs",
+        links_.size(), comm_.rank(), rank_in.ranks().size()));
+  }
+}
+
 void MultiNodeChainList::check_rank(int peer, const char* what) const {
   if (peer < 0 || peer >= comm_.size() || peer == comm_.rank()) {
-    throw std::invalid_argument(
-        fmt::format("MultiNodeChainList::add_link: {} {} must be another rank in [0, {}) (this is rank {})",
-                    what, peer, comm_.size(), comm_.rank()));
+    throw std::invalid_argument(fmt::format(
+        "MultiNodeChainList::add_link: link {} (rank {}): {} {} must be another rank in [0, {}); a link "
+        "cannot send to or receive from its own rank",
+        links_.size(), comm_.rank(), what, peer, comm_.size()));
   }
 }
 
 void MultiNodeChainList::add_link(std::shared_ptr<torch::nn::Module> module, LinkFunction fn,
                                   LinkRanks rank_in, LinkRanks rank_out) {
-  if (!fn) throw std::invalid_argument("MultiNodeChainList::add_link: empty link function");
+  if (!fn) {
+    throw std::invalid_argument(
+        fmt::format("MultiNodeChainList::add_link: link {} (rank {}): empty link function", links_.size(),
+                    comm_.rank()));
+  }
   for (int peer : rank_in.ranks()) check_rank(peer, "rank_in");
   for (int peer : rank_out.ranks()) check_rank(peer, "rank_out");
+  // forward returns one tensor; a second output would be dropped and its backward never run.
+  if (rank_out.empty() && output_link_ >= 0) {
+    throw std::invalid_argument(fmt::format(
+        "MultiNodeChainList::add_link: link {} (rank {}) has rank_out none, but link {} already gives the "
+        "chain's output; a chain has one output (as in ChainerMN): send one of them on, or combine them in "
+        "one link",
+        links_.size(), comm_.rank(), output_link_));
+  }
   if (module != nullptr) register_module("link" + std::to_string(links_.size()), std::move(module));
+  if (rank_out.empty()) output_link_ = static_cast<int>(links_.size());
   links_.push_back(Link{std::move(fn), rank_in.ranks(), rank_out.ranks()});
 }
 
@@ -104,9 +127,12 @@ at::Tensor MultiNodeChainList::recv_from(int peer, const at::Tensor& delegate,
 at::Tensor MultiNodeChainList::forward(const at::Tensor& x) {
   std::map<int, uint32_t> sent;
   std::map<int, uint32_t> received;
-  // The delegates of sends not yet attached to anything later in this rank's graph.
+  // The delegates of sends (and the output) not yet attached to anything later in this rank's
+  // graph. Whatever a later link attaches gets a zero gradient from it, so its own backward
+  // waits until that later link's backward ran.
   at::Tensor pending;
-  at::Tensor y;
+  // The output of the link with rank_out none.
+  at::Tensor output;
   for (const Link& link : links_) {
     std::vector<at::Tensor> inputs;
     if (link.rank_in.empty()) {
@@ -119,13 +145,23 @@ at::Tensor MultiNodeChainList::forward(const at::Tensor& x) {
       for (int peer : link.rank_in) inputs.push_back(recv_from(peer, pending, received));
       pending = at::Tensor();
     }
-    y = link.fn(inputs);
-    if (!link.rank_out.empty()) {
+    at::Tensor y = link.fn(inputs);
+    if (link.rank_out.empty()) {
+      // The chain's output. Earlier unattached sends hang off it; links after it take it as their
+      // delegate (ChainerMN's delegate_variable = y), so in backward the output's own graph runs
+      // only after theirs: their transfers were later in forward and must come first in reverse.
+      // (An output without gradient orders nothing: a receive taking it would lose its anchor.)
+      output = join(pending, y);
+      pending = output.requires_grad() ? output : at::Tensor();
+    } else {
       for (int peer : link.rank_out) pending = join(pending, send_to(peer, y, sent));
-      y = at::Tensor();
     }
   }
-  return join(pending, y);
+  // The output came last (or nothing is pending): it is the result as it is. Otherwise the later
+  // links' delegates are attached to it (NonConnectedGraph2), or, with no output, returned.
+  if (!output.defined()) return pending;
+  if (!pending.defined() || pending.is_same(output)) return output;
+  return autograd::pseudo_connect(pending, output);
 }
 
 }  // namespace cohort::train

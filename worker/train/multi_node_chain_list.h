@@ -13,6 +13,16 @@
 //   at::Tensor y = chain.forward(x);                       // x is only used by rank 0
 //   if (rank == 2) loss_of(y).backward(); else y.backward();  // y is a delegate on 0 and 1
 //
+// A link with rank_out none need not be the last (ChainerMN's NonConnectedGraph2): its output is
+// the chain's output, the links after it run after it, and forward returns that output with the
+// later links' send delegates attached (pseudo_connect), so backward reaches them first:
+//
+//   // rank 0: sub_a turns what rank 1 sent into the output; then sub_b sends f(x) to rank 1.
+//   chain.add_link(sub_a, 1, kNone);
+//   chain.add_link(sub_b, kNone, 1);
+//   at::Tensor y = chain.forward(x);   // sub_a's output, with sub_b's send hanging off it
+//   loss_of(y).backward();             // receives sub_b's gradient, then sends sub_a's input's
+//
 // Shapes and dtypes travel with the data (a small header message before each tensor), so a link
 // need not know what it receives. Backward runs the transfers in reverse without deadlock: each
 // receive takes the delegate of this rank's earlier sends, so their gradients are received only
@@ -68,15 +78,21 @@ class MultiNodeChainList : public torch::nn::Module {
   at::Device device() const { return device_; }
 
   // Appends a link running `fn`; `module` (may be null) holds its parameters and is registered
-  // as a submodule "link<i>" so parameters(), to() and state dicts see it. Throws for a rank out
-  // of range or equal to this rank. Not thread-safe.
+  // as a submodule "link<i>" so parameters(), to() and state dicts see it. Refuses, with
+  // std::invalid_argument naming the link, what forward could not run: a rank out of range or
+  // equal to this rank (ChainerMN's send-to-self queue is not supported), and a second link with
+  // rank_out none (a chain has one output). Layouts that only fail across ranks (a receive no
+  // peer sends, a cycle of waits) cannot be seen here; graph jobs are checked for them before
+  // they start (graph::validate_model simulates the stages' transfers; validate_job_spec refuses
+  // what this method refuses). Not thread-safe.
   void add_link(std::shared_ptr<torch::nn::Module> module, LinkFunction fn, LinkRanks rank_in,
                 LinkRanks rank_out);
 
   // A module whose forward takes one tensor (Linear, Sequential, Conv2d, ...); its rank_in must
-  // name at most one rank.
+  // name at most one rank (refused here otherwise).
   template <typename M>
   void add_link(std::shared_ptr<M> module, LinkRanks rank_in, LinkRanks rank_out) {
+    check_single_input(rank_in);
     M* raw = module.get();
     add_link(
         std::static_pointer_cast<torch::nn::Module>(module),
@@ -89,15 +105,18 @@ class MultiNodeChainList : public torch::nn::Module {
   }
 
   // Runs the links in add order: receive each input from rank_in (or take `x`), run the link,
-  // send the output to each rank in rank_out. Returns the output of the last link when it has no
-  // rank_out, otherwise a 0-dim delegate whose backward() runs this rank's part of the backward.
-  // Every earlier send's delegate is joined into what is returned (pseudo_connect), so one
-  // backward() per rank suffices. Blocking (each transfer within the communicator's timeout; a
-  // missing peer is an error, not a hang); throws std::runtime_error on failure. `x` may be
-  // undefined on ranks whose links all receive.
+  // send the output to each rank in rank_out. Returns the output of the link with no rank_out
+  // (wherever it stands in the list), otherwise a 0-dim delegate whose backward() runs this
+  // rank's part of the backward. Every send's delegate is joined into what is returned
+  // (pseudo_connect), so one backward() per rank suffices; links after the output link follow
+  // it in forward and precede it in backward, as ChainerMN orders them. Blocking (each transfer
+  // within the communicator's timeout; a missing peer is an error, not a hang); throws
+  // std::runtime_error on failure. `x` may be undefined on ranks whose links all receive.
   at::Tensor forward(const at::Tensor& x = at::Tensor());
 
   size_t num_links() const { return links_.size(); }
+  // Whether a link has rank_out none, i.e. forward returns a model output rather than a delegate.
+  bool has_output() const { return output_link_ >= 0; }
 
  private:
   struct Link {
@@ -107,6 +126,7 @@ class MultiNodeChainList : public torch::nn::Module {
   };
 
   static const at::Tensor& single_input(const std::vector<at::Tensor>& inputs);
+  void check_single_input(const LinkRanks& rank_in) const;
   void check_rank(int peer, const char* what) const;
   // One tensor to / from `peer` with its dtype and shape; tags count the messages exchanged with
   // that peer in this forward, so both sides agree without a global numbering.
@@ -116,6 +136,7 @@ class MultiNodeChainList : public torch::nn::Module {
   comm::Communicator& comm_;
   at::Device device_;
   std::vector<Link> links_;
+  int output_link_ = -1;  // the link with rank_out none, or -1
 };
 
 }  // namespace cohort::train

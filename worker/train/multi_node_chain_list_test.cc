@@ -219,5 +219,138 @@ TEST(MultiNodeChainListTest, RejectsThisRankAsPeer) {
   EXPECT_EQ(failures, "");
 }
 
+// ChainerMN's NonConnectedGraph2 over two ranks:
+//   rank 0: link 0 = sub_a (rank_in 1, rank_out none: the model output); link 1 = sub_b (rank_in
+//           none, rank_out 1), after the output link.
+//   rank 1: link 0 = sub_c (rank_in none, rank_out 0); link 1 = sub_d (rank_in 0, rank_out none).
+// In one process: out0 = sub_a(sub_c(x)), out1 = sub_d(sub_b(x)). Each rank's forward must
+// return its own output (rank 0's is not the last link's), and backward of loss0 on rank 0 and
+// loss1 on rank 1 must give the one-process gradients of loss0 + loss1.
+TEST(MultiNodeChainListTest, NonConnectedGraph2ReturnsTheMiddleLinksOutput) {
+  torch::nn::Linear sub_a = make_linear(6, 3, 0.9), sub_b = make_linear(4, 5, 1.7);
+  torch::nn::Linear sub_c = make_linear(4, 6, 0.55), sub_d = make_linear(5, 2, 1.1);
+  const at::Tensor x_value = at::arange(5 * 4, at::kDouble).mul(0.37).sin().reshape({5, 4});
+  const at::Tensor up0 = at::arange(5 * 3, at::kDouble).mul(0.61).cos().add(0.5).reshape({5, 3});
+  const at::Tensor up1 = at::arange(5 * 2, at::kDouble).mul(0.29).sin().sub(0.4).reshape({5, 2});
+  at::Tensor x = x_value.clone().set_requires_grad(true);
+  const at::Tensor out0 = sub_a->forward(at::tanh(sub_c->forward(x)));
+  const at::Tensor out1 = sub_d->forward(at::tanh(sub_b->forward(x)));
+  out0.mul(up0).sum().add(out1.mul(up1).sum()).backward();
+
+  std::vector<at::Tensor> x_grads(2);
+  std::string failures = run_autograd_ranks(2, [&](int rank, comm::Communicator& comm) {
+    MultiNodeChainList chain(comm);
+    std::vector<torch::nn::Linear> mine;
+    if (rank == 0) {
+      mine = {copy_of(sub_a), copy_of(sub_b)};
+      chain.add_link(mine[0], 1, kNone);
+      chain.add_link(mine[1].ptr(), tanh_of(mine[1]), kNone, 1);
+    } else {
+      mine = {copy_of(sub_c), copy_of(sub_d)};
+      chain.add_link(mine[0].ptr(), tanh_of(mine[0]), kNone, 0);
+      chain.add_link(mine[1], 0, kNone);
+    }
+    EXPECT_TRUE(chain.has_output());
+    at::Tensor xr = x_value.clone().set_requires_grad(true);
+    at::Tensor y = chain.forward(xr);
+    const at::Tensor& want = rank == 0 ? out0 : out1;
+    ASSERT_EQ(y.sizes(), want.sizes()) << "rank " << rank << " returned " << y.sizes();
+    EXPECT_TRUE(at::allclose(y, want.detach())) << "rank " << rank << " output";
+    y.mul(rank == 0 ? up0 : up1).sum().backward();
+    expect_same_gradients(mine[0], rank == 0 ? sub_a : sub_c, "rank " + std::to_string(rank) + " link 0");
+    expect_same_gradients(mine[1], rank == 0 ? sub_b : sub_d, "rank " + std::to_string(rank) + " link 1");
+    x_grads[rank] = xr.grad();
+  });
+  ASSERT_EQ(failures, "");
+  // x feeds sub_b on rank 0 and sub_c on rank 1: the one-process gradient is the sum.
+  ASSERT_TRUE(x_grads[0].defined() && x_grads[1].defined());
+  EXPECT_TRUE(at::allclose(x_grads[0] + x_grads[1], x.grad()));
+}
+
+// The output link between sends on both sides, over three ranks: rank 0 sends h to rank 1
+// (link 0), takes rank 1's answer as its output (link 1), then sends g(x) to rank 2 (link 2),
+// whose link returns rank 2's output. Backward must run rank 0's transfers in reverse: link 2's
+// gradient from rank 2, then link 1's gradient to rank 1, then link 0's from rank 1.
+TEST(MultiNodeChainListTest, OutputLinkBetweenSendsRunsBackwardInReverse) {
+  Reference ref = make_reference();
+  torch::nn::Linear g = make_linear(4, 5, 0.8), tail = make_linear(5, 2, 1.9);
+  const at::Tensor up2 = at::arange(5 * 2, at::kDouble).mul(0.43).cos().reshape({5, 2});
+  at::Tensor x = ref.x.clone().set_requires_grad(true);
+  const at::Tensor out0 =
+      ref.stages[2]->forward(at::tanh(ref.stages[1]->forward(at::tanh(ref.stages[0]->forward(x)))));
+  const at::Tensor out2 = tail->forward(at::tanh(g->forward(x)));
+  out0.mul(ref.upstream).sum().add(out2.mul(up2).sum()).backward();
+
+  std::vector<at::Tensor> x_grads(3);
+  std::string failures = run_autograd_ranks(3, [&](int rank, comm::Communicator& comm) {
+    MultiNodeChainList chain(comm);
+    std::vector<torch::nn::Linear> mine;
+    if (rank == 0) {
+      mine = {copy_of(ref.stages[0]), copy_of(ref.stages[2]), copy_of(g)};
+      chain.add_link(mine[0].ptr(), tanh_of(mine[0]), kNone, 1);
+      chain.add_link(mine[1], 1, kNone);
+      chain.add_link(mine[2].ptr(), tanh_of(mine[2]), kNone, 2);
+    } else if (rank == 1) {
+      mine = {copy_of(ref.stages[1])};
+      chain.add_link(mine[0].ptr(), tanh_of(mine[0]), 0, 0);
+    } else {
+      mine = {copy_of(tail)};
+      chain.add_link(mine[0], 0, kNone);
+    }
+    at::Tensor xr = ref.x.clone().set_requires_grad(true);
+    at::Tensor y = chain.forward(rank == 1 ? at::Tensor() : xr);
+    if (rank == 1) {
+      EXPECT_FALSE(chain.has_output());
+      EXPECT_EQ(y.dim(), 0);
+      y.backward();
+      expect_same_gradients(mine[0], ref.stages[1], "rank 1");
+      return;
+    }
+    const at::Tensor& want = rank == 0 ? out0 : out2;
+    ASSERT_EQ(y.sizes(), want.sizes()) << "rank " << rank;
+    EXPECT_TRUE(at::allclose(y, want.detach())) << "rank " << rank << " output";
+    y.mul(rank == 0 ? ref.upstream : up2).sum().backward();
+    if (rank == 0) {
+      expect_same_gradients(mine[0], ref.stages[0], "rank 0 link 0");
+      expect_same_gradients(mine[1], ref.stages[2], "rank 0 link 1");
+      expect_same_gradients(mine[2], g, "rank 0 link 2");
+    } else {
+      expect_same_gradients(mine[0], tail, "rank 2");
+    }
+    x_grads[rank] = xr.grad();
+  });
+  ASSERT_EQ(failures, "");
+  ASSERT_TRUE(x_grads[0].defined());
+  EXPECT_TRUE(at::allclose(x_grads[0], x.grad()));
+}
+
+// What forward could not run is refused by add_link, naming the link.
+TEST(MultiNodeChainListTest, RefusesASecondOutputAndAModuleWithSeveralInputs) {
+  std::string failures = run_autograd_ranks(3, [&](int rank, comm::Communicator& comm) {
+    if (rank != 0) return;
+    MultiNodeChainList chain(comm);
+    torch::nn::Linear a(2, 2), b(2, 2), c(4, 2);
+    chain.add_link(a, 1, kNone);
+    try {
+      chain.add_link(b, 2, kNone);
+      ADD_FAILURE() << "a second rank_out none link was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("link 1 (rank 0) has rank_out none, but link 0 already gives"),
+                std::string::npos)
+          << e.what();
+    }
+    try {
+      chain.add_link(c, {1, 2}, 1);
+      ADD_FAILURE() << "a module link with two rank_in was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("link 1 (rank 0) is a module taking one tensor"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_EQ(chain.num_links(), 1u);
+    EXPECT_EQ(chain.parameters().size(), 2u);  // the refused links registered nothing
+  });
+  EXPECT_EQ(failures, "");
+}
+
 }  // namespace
 }  // namespace cohort::train
