@@ -48,8 +48,11 @@ class VggImpl : public torch::nn::Module {
     const int64_t channels[][2] = {{1, 32}, {32, 32}, {32, 64}, {64, 64}};
     for (int i = 0; i < 4; ++i) {
       auto options = torch::nn::Conv2dOptions(channels[i][0], channels[i][1], 3).padding(1);
-      convs_.push_back(register_module("conv" + std::to_string(i),
-                                       cohort::train::ParallelConvolution2D(comm, options)));
+      // Output-channel split: every layer equals a full Conv2d (the first has one input channel,
+      // which ChainerMN's input-channel split could not share).
+      convs_.push_back(register_module(
+          "conv" + std::to_string(i),
+          cohort::train::ParallelConvolution2D(comm, options, cohort::train::ChannelSplit::kOutput)));
       bns_.push_back(register_module("bn" + std::to_string(i), torch::nn::BatchNorm2d(channels[i][1])));
     }
   }

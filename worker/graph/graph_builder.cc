@@ -162,7 +162,9 @@ Status append_layer(torch::nn::Sequential& seq, const LayerReader& r, const std:
       return invalid_argument_error("{}: out_channels {} is fewer than the {} ranks that share it", r.where(),
                                     p.out, comm->size());
     }
-    add(seq, name, train::ParallelConvolution2D(*comm, conv_options(p)));
+    // The spec's parallel_conv2d is a full Conv2d split by output channels (shape inference and
+    // the memory estimate count it so); ChainerMN's input-channel split is a library option.
+    add(seq, name, train::ParallelConvolution2D(*comm, conv_options(p), train::ChannelSplit::kOutput));
   } else if (type == "batchnorm1d" || type == "batchnorm2d" || type == "multi_node_batchnorm") {
     COHORT_ASSIGN_OR_RETURN(torch::nn::BatchNormOptions bn, batch_norm_options(r));
     if (type == "batchnorm1d") {
