@@ -14,6 +14,9 @@ using namespace cli;
 
 constexpr const char* kDescription =
     "Lists the live nodes (agents that registered and heartbeat) with their capacity and what is free.\n"
+    "STATE is ready, draining (its cohortd is stopping) or suspect (its agent did not answer a launch;\n"
+    "nothing is placed there until it heartbeats again; why is printed below the table) or restored\n"
+    "(known from etcd since this coordinator took over; its agent has not registered with it yet).\n"
     "-o wide adds the host name and each GPU; -o json and -o yaml print {nodes: [...]}\n"
     "(cohort.v1.ListNodesResponse).";
 
@@ -40,6 +43,7 @@ int run(const CommandContext& context) {
   }
   const bool wide = context.format == OutputFormat::kWide;
   std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> suspects;  // "node-b is suspect: why", printed below the table
   for (const cohort::v1::NodeStatus& status : *nodes) {
     const cohort::v1::NodeInfo& node = status.node();
     std::string gpus = "-";
@@ -51,6 +55,12 @@ int run(const CommandContext& context) {
                                     fmt::format("{}/{}", node.free_slots(), node.slots()), gpus,
                                     std::to_string(node.cores()), format_bytes(node.memory_bytes()),
                                     format_duration(status.lease_remaining_ms() / 1000)};
+    const char* state = !status.suspect_reason().empty()   ? "suspect"
+                        : status.draining()                ? "draining"
+                        : status.awaiting_registration() ? "restored"
+                                                           : "ready";
+    row.insert(row.begin() + 2, state);
+    if (!status.suspect_reason().empty()) suspects.push_back(node.node_id() + " is suspect: " + status.suspect_reason());
     if (wide) {
       // Every GPU: "0:A100 40.0 GiB,1:A100 40.0 GiB".
       std::string each;
@@ -65,10 +75,12 @@ int run(const CommandContext& context) {
   }
   if (wide) {
     print_table(*context.out,
-                {"NODE", "ADDRESS", "HOSTNAME", "FREE/SLOTS", "GPUS", "CORES", "MEMORY", "LEASE", "GPU LIST"}, rows);
+                {"NODE", "ADDRESS", "HOSTNAME", "STATE", "FREE/SLOTS", "GPUS", "CORES", "MEMORY", "LEASE", "GPU LIST"},
+                rows);
   } else {
-    print_table(*context.out, {"NODE", "ADDRESS", "FREE/SLOTS", "GPUS", "CORES", "MEMORY", "LEASE"}, rows);
+    print_table(*context.out, {"NODE", "ADDRESS", "STATE", "FREE/SLOTS", "GPUS", "CORES", "MEMORY", "LEASE"}, rows);
   }
+  for (const std::string& line : suspects) *context.out << line << "\n";
   return kExitOk;
 }
 

@@ -76,6 +76,21 @@ Status Coordinator::recover_locked(JobStore::Snapshot snapshot) {
     const std::string id = job.id;
     jobs_.emplace(id, std::move(job));
   }
+  // Nodes known from the store's records (a takeover on a shared store): listed at once, each with
+  // a fresh lease, so one that died during the failover is lost one lease from now.
+  for (NodeInfo& node : snapshot.nodes) {
+    const std::string id = node.node_id;
+    Status restored = nodes_.restore_node(node, clock_->now());
+    if (!restored.ok()) {
+      spdlog::warn("coordinator: ignoring the stored record of node {}: {}", id, restored.to_string());
+      continue;
+    }
+    stored_nodes_.emplace(id, std::move(node));
+  }
+  if (!stored_nodes_.empty()) {
+    spdlog::info("coordinator: restored {} node(s) from {}; each takes new work once its agent registers",
+                 stored_nodes_.size(), store_->path());
+  }
   AgentOrders unused;  // no node is registered yet, so there is nobody to send stops to
   for (auto& item : jobs_) {
     Job& job = item.second;
@@ -103,6 +118,15 @@ Status Coordinator::recover_locked(JobStore::Snapshot snapshot) {
             live.live_ranks.insert(rank);
         }
         live.rendezvous = std::make_shared<Rendezvous>(job.id, job.attempt(), live.placement);
+        // Its tasks may hold slots on restored nodes; the node's registration reserves them anew.
+        for (const NodeAssignment& node : live.placement.nodes) {
+          if (!nodes_.contains(node.node_id)) continue;
+          Status reserved = nodes_.reserve(node.node_id, node.num_ranks, node.gpus);
+          if (!reserved.ok()) {
+            spdlog::warn("coordinator: job {} attempt {}: cannot reserve its slots on restored node {}: {}", job.id,
+                         job.attempt(), node.node_id, reserved.to_string());
+          }
+        }
         const Duration window = options_.reconcile_window.count() > 0 ? options_.reconcile_window : nodes_.lease();
         live.reconcile_deadline = clock_->now() + window;
         attempts_.emplace(AttemptKey{job.id, job.attempt()}, std::move(live));
@@ -132,7 +156,8 @@ StatusOr<AgentOrders> Coordinator::register_node(NodeInfo info, const std::vecto
   AgentOrders orders;
   const std::string id = info.node_id;
   const std::string address = info.address;
-  const bool was_alive = nodes_.contains(id);
+  // A node only restored from the store's records registers for the first time with this coordinator.
+  const bool was_alive = nodes_.registered(id);
   // What the agent runs that is still ours: placed on this node, with ranks there not yet counted
   // as exited. The rest is stopped (a fenced or partitioned agent may return with tasks of an
   // attempt that has since failed and been relaunched elsewhere).
@@ -188,6 +213,7 @@ StatusOr<AgentOrders> Coordinator::register_node(NodeInfo info, const std::vecto
     forget_if_drained_locked(key);
   }
   COHORT_RETURN_IF_ERROR(nodes_.register_node(std::move(info), clock_->now()));
+  sync_node_records_locked();
   // The kept attempts hold their slots on the new record, as when they were placed.
   for (const AttemptKey& key : kept) {
     LiveAttempt& live = attempts_.at(key);
@@ -237,7 +263,8 @@ void Coordinator::expire_unreconciled_locked(AgentOrders& orders) {
     // Stored first: when the write fails, the deadline stays and the next tick tries again.
     if (fails && !record_attempt_failure_locked(jobs_.at(key.first), reason).ok()) return;
     live.reconcile_deadline.reset();
-    // Never registered since the restart: no slots are held for them.
+    // Never registered since the restart: no slots are held for them (a restored node's reservation
+    // goes when its agent registers, which starts a clean record, or when its lease ends).
     for (const NodeAssignment* node : missing) {
       for (int rank = node->first_rank; rank < node->first_rank + node->num_ranks; ++rank)
         rank_exited_locked(key, rank, /*node_is_gone=*/true);
@@ -413,6 +440,7 @@ AgentOrders Coordinator::remove_node(const std::string& node_id, const std::stri
   // The node is no longer trusted: nothing is sent to it.
   auto to_node = [&](const auto& order) { return order.node_id == node_id; };
   orders.stops.erase(std::remove_if(orders.stops.begin(), orders.stops.end(), to_node), orders.stops.end());
+  sync_node_records_locked();
   place_locked(orders);
   return orders;
 }
@@ -434,9 +462,43 @@ AgentOrders Coordinator::tick() {
         orders);
   }
   expire_unreconciled_locked(orders);
+  sync_node_records_locked();
   delete_expired_jobs_locked();
   place_locked(orders);
   return orders;
+}
+
+void Coordinator::sync_node_records_locked() {
+  std::vector<std::string> gone;
+  for (const auto& item : stored_nodes_) {
+    if (!nodes_.contains(item.first)) gone.push_back(item.first);
+  }
+  Status failed = ok_status();
+  for (const std::string& id : gone) {
+    Status deleted = store_->delete_node(id);
+    if (deleted.ok()) {
+      stored_nodes_.erase(id);
+    } else {
+      failed = deleted.with_context("cannot delete the record of node " + id);
+    }
+  }
+  for (const NodeStatus& node : nodes_.list()) {
+    if (node.awaiting_registration) continue;  // its record is where it came from
+    auto stored = stored_nodes_.find(node.info.node_id);
+    if (stored != stored_nodes_.end() && stored->second == node.info) continue;
+    Status written = store_->put_node(node.info);
+    if (written.ok()) {
+      stored_nodes_[node.info.node_id] = node.info;
+    } else {
+      failed = written.with_context("cannot store the record of node " + node.info.node_id);
+    }
+  }
+  if (!failed.ok() && !node_sync_failing_) {
+    spdlog::warn("coordinator: node records are behind the registry (tried again every tick; a coordinator "
+                 "taking over meanwhile learns those nodes when their agents register): {}",
+                 failed.to_string());
+  }
+  node_sync_failing_ = !failed.ok();
 }
 
 void Coordinator::delete_expired_jobs_locked() {
@@ -523,10 +585,20 @@ StatusOr<AgentOrders> Coordinator::report_task_exit(const TaskExit& exit) {
 
 StatusOr<AgentOrders> Coordinator::report_launch_failure(const std::string& node_id,
                                                          const std::string& job_id, int attempt,
-                                                         const std::string& error) {
+                                                         const std::string& error, LaunchFailure kind) {
   std::lock_guard<std::mutex> lock(mu_);
   COHORT_ASSIGN_OR_RETURN(Job * job, find_job_locked(job_id));
   COHORT_RETURN_IF_ERROR(check_attempt_locked(*job, attempt));
+  // Needs no store write, and holds whatever becomes of the attempt: the next placement must not
+  // pick a node whose agent just did not answer.
+  if (kind == LaunchFailure::kUnreachable && nodes_.contains(node_id)) {
+    const std::string reason =
+        fmt::format("its agent did not answer a launch (job {} attempt {}: {}); schedulable again at its next "
+                    "heartbeat, lost if none comes within its lease",
+                    job_id, attempt, error);
+    nodes_.mark_suspect(node_id, reason).ignore_error();  // known: contains() above
+    spdlog::warn("coordinator: node {} is suspect: {}", node_id, reason);
+  }
   COHORT_RETURN_IF_ERROR(check_store_locked());
   AgentOrders orders;
   const AttemptKey key{job_id, attempt};
@@ -845,6 +917,17 @@ void Coordinator::place_locked(AgentOrders& orders) {
     }
     attempts_.emplace(key, std::move(live));
   }
+  // What the head waits for includes the nodes it may not use now, so `cohort status` explains
+  // why a job waits while `cohort nodes` lists enough nodes.
+  std::string unusable;
+  for (const NodeStatus& node : nodes_.list()) {
+    if (node.schedulable()) continue;
+    const std::string why =
+        !node.suspect_reason.empty() ? "suspect: " + node.suspect_reason
+        : node.unschedulable         ? std::string("draining")
+                                     : std::string("restored from the job store, waiting for its agent to register");
+    unusable += fmt::format("; node {} is {}", node.info.node_id, why);
+  }
   for (const std::string& id : scheduler_.queued()) {
     if (store_failed) {
       jobs_.at(id).waiting_for = "the coordinator cannot write its job store; placement resumes once it can";
@@ -852,7 +935,7 @@ void Coordinator::place_locked(AgentOrders& orders) {
     }
     jobs_.at(id).waiting_for =
         id == result.blocked_job_id
-            ? result.blocked_reason
+            ? result.blocked_reason + unusable
             : fmt::format("queued behind job {} (first in line)", result.blocked_job_id);
   }
 }

@@ -148,6 +148,16 @@ struct AgentOrders {
   bool empty() const { return launches.empty() && stops.empty(); }
 };
 
+// How a launch failed, which decides what it says about the node.
+enum class LaunchFailure {
+  // The agent answered and could not start the tasks (a spawn error, a missing binary): the node
+  // itself is fine.
+  kRefused,
+  // The agent did not answer (UNAVAILABLE, DEADLINE_EXCEEDED): it is dead, stopped or cut off, and
+  // the node is suspect until it heartbeats again.
+  kUnreachable,
+};
+
 // An agent saw a task exit.
 struct TaskExit {
   std::string node_id;
@@ -166,7 +176,9 @@ class Coordinator {
   // Opens the job store in options.data_dir, reloads every job and event, and recovers: queued
   // jobs re-enter the queue; attempts that were PLACED or RUNNING when the last coordinator stopped
   // wait up to options.reconcile_window for their nodes to register and report them (see
-  // register_node), and fail through the restart policy if some node does not. `clock` is not owned
+  // register_node), and fail through the restart policy if some node does not. Nodes the store
+  // keeps records of (etcd) are restored with a lease from now (NodeRegistry::restore_node), the
+  // slots of the recovered attempts reserved on them, and take new work once their agents register. `clock` is not owned
   // and must outlive the coordinator. Blocks on disk I/O.
   static StatusOr<std::unique_ptr<Coordinator>> open(CoordinatorOptions options, const Clock* clock);
 
@@ -243,9 +255,15 @@ class Coordinator {
   // spawn error, the agent unreachable): its ranks count as exited without having run, and the
   // attempt fails through the restart policy with a reason naming the node and `error`; the orders
   // stop the attempt's tasks on its other nodes. Reports for attempts that are over are ignored.
+  // With LaunchFailure::kUnreachable the node also becomes suspect (NodeRegistry::mark_suspect):
+  // placement skips it until its agent heartbeats or registers again, so a dead or stopped agent
+  // whose lease has not run out yet costs the restarted attempt nothing (found by the chaos test:
+  // without it every restart landed on the same dead node until all restarts were used). The node
+  // is marked even when the attempt is over or the store cannot be written.
   // NOT_FOUND for an unknown job; INVALID_ARGUMENT for a node outside the attempt's placement.
   StatusOr<AgentOrders> report_launch_failure(const std::string& node_id, const std::string& job_id,
-                                              int attempt, const std::string& error);
+                                              int attempt, const std::string& error,
+                                              LaunchFailure kind = LaunchFailure::kRefused);
 
   // The attempt's launch order for `node_id` was never sent because the attempt was over before
   // its turn came (failed, cancelled or restarted while the order was queued): nothing runs
@@ -365,6 +383,12 @@ class Coordinator {
   // Recovered attempts whose reconcile deadline passed with nodes missing: those nodes' ranks count
   // as lost and the attempt fails through its restart policy.
   void expire_unreconciled_locked(AgentOrders& orders);
+  // Brings the store's node records in step with the registry: writes the record of each
+  // registered node whose info differs from the stored one (a registration, never a heartbeat) and
+  // deletes the records of nodes that are gone (lost or removed). A failed write is logged and
+  // tried again at the next call (tick); node records are a head start for a coordinator taking
+  // over, so a failure does not stop job changes.
+  void sync_node_records_locked();
   // Deletes the jobs that finished more than options_.job_retention ago (and hold no slots any
   // more) from memory and from the store. A store failure is logged; the job is tried again at
   // the next tick.
@@ -390,6 +414,10 @@ class Coordinator {
   TimePoint next_store_retry_{};
   // Nodes found gone whose attempts could not be failed because a write failed: node id → reason.
   std::map<std::string, std::string> lost_nodes_;
+  // The node records the store holds (JobStore::put_node), by node id: loaded at open, kept in step
+  // with the registry by sync_node_records_locked.
+  std::map<std::string, NodeInfo> stored_nodes_;
+  bool node_sync_failing_ = false;  // a node record write failed (logged once until one succeeds)
 };
 
 }  // namespace cohort::coordinator

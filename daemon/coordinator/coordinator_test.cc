@@ -339,6 +339,104 @@ TEST_F(CoordinatorTest, ASkippedLaunchFreesTheSlotsItsNodeHeldForTheAttempt) {
   EXPECT_EQ(coordinator_->report_launch_skipped("node-a", "no-such-job", 1).code(), StatusCode::kNotFound);
 }
 
+// Found by the chaos test: a SIGSTOPped or killed agent keeps its lease for up to 15 s, and each
+// restart was placed on it again, its launch failing and costing another restart, until the job had
+// none left. An unreachable agent's node is suspect until it heartbeats again.
+TEST_F(CoordinatorTest, ALaunchTheAgentDidNotAnswerSendsTheRestartToAnotherNode) {
+  add_node("node-b", 1);
+  add_node("node-c", 1);
+  cohort::v1::JobSpec spec = valid_spec("unreachable", 1, 1);
+  spec.mutable_restart_policy()->set_max_restarts(2);
+  const std::string id = submit(spec);
+  AgentOrders placed = coordinator_->tick();
+  ASSERT_EQ(placed.launches.size(), 1u);
+  ASSERT_EQ(placed.launches[0].node.node_id, "node-b");  // best fit, ties by node id
+
+  auto failed = coordinator_->report_launch_failure("node-b", id, 1, "Agent.LaunchTasks: deadline exceeded",
+                                                    LaunchFailure::kUnreachable);
+  ASSERT_TRUE(failed.ok()) << failed.status().to_string();
+  EXPECT_EQ(job(id).state(), JobState::kPending);
+  EXPECT_EQ(job(id).attempt(), 2);
+  EXPECT_TRUE(contains(job(id).machine.reason(), "on node node-b failed: Agent.LaunchTasks: deadline exceeded"))
+      << job(id).machine.reason();
+  EXPECT_EQ(free_slots("node-b"), 0) << "suspect: placement sees no free capacity there";
+
+  AgentOrders restarted = coordinator_->tick();
+  ASSERT_EQ(restarted.launches.size(), 1u);
+  EXPECT_EQ(restarted.launches[0].node.node_id, "node-c");
+  EXPECT_EQ(restarted.launches[0].attempt, 2);
+
+  // Listing says why node-b takes nothing.
+  const std::vector<NodeStatus> nodes = coordinator_->list_nodes();
+  ASSERT_EQ(nodes.size(), 2u);
+  EXPECT_FALSE(nodes[0].schedulable());
+  EXPECT_TRUE(contains(nodes[0].suspect_reason, "did not answer a launch (job " + id + " attempt 1"))
+      << nodes[0].suspect_reason;
+  EXPECT_TRUE(nodes[1].schedulable());
+}
+
+TEST_F(CoordinatorTest, ARestartWaitsWhileItsOnlyNodeIsSuspectAndRunsOnceItHeartbeats) {
+  add_node("node-b", 1);
+  cohort::v1::JobSpec spec = valid_spec("wait", 1, 1);
+  spec.mutable_restart_policy()->set_max_restarts(1);
+  const std::string id = submit(spec);
+  ASSERT_EQ(coordinator_->tick().launches.size(), 1u);
+  ASSERT_TRUE(coordinator_
+                  ->report_launch_failure("node-b", id, 1, "Agent.LaunchTasks: connection refused",
+                                          LaunchFailure::kUnreachable)
+                  .ok());
+  ASSERT_EQ(job(id).state(), JobState::kPending);
+
+  // The restart does not go to the node whose agent just did not answer: it waits, saying why.
+  EXPECT_TRUE(coordinator_->tick().launches.empty());
+  EXPECT_EQ(job(id).state(), JobState::kPending);
+  EXPECT_TRUE(contains(job(id).waiting_for, "node node-b is suspect: its agent did not answer a launch"))
+      << job(id).waiting_for;
+  clock_.advance(seconds(3));
+  EXPECT_TRUE(coordinator_->tick().launches.empty()) << "still no heartbeat: still suspect";
+
+  // The agent was only slow: its next heartbeat makes the node schedulable again.
+  ASSERT_TRUE(coordinator_->heartbeat("node-b").ok());
+  AgentOrders orders = coordinator_->tick();
+  ASSERT_EQ(orders.launches.size(), 1u);
+  EXPECT_EQ(orders.launches[0].node.node_id, "node-b");
+  EXPECT_EQ(orders.launches[0].attempt, 2);
+  EXPECT_EQ(job(id).state(), JobState::kPlaced);
+  EXPECT_TRUE(job(id).waiting_for.empty()) << job(id).waiting_for;
+}
+
+TEST_F(CoordinatorTest, ASuspectNodeThatNeverHeartbeatsIsLostAndItsRestartWaitsForANewNode) {
+  add_node("node-b", 1);
+  cohort::v1::JobSpec spec = valid_spec("dead", 1, 1);
+  spec.mutable_restart_policy()->set_max_restarts(1);
+  const std::string id = submit(spec);
+  ASSERT_EQ(coordinator_->tick().launches.size(), 1u);
+  ASSERT_TRUE(
+      coordinator_->report_launch_failure("node-b", id, 1, "unavailable", LaunchFailure::kUnreachable).ok());
+  clock_.advance(kLease + seconds(1));
+  EXPECT_TRUE(coordinator_->tick().launches.empty());
+  EXPECT_TRUE(coordinator_->list_nodes().empty()) << "the suspect node's lease ran out";
+  add_node("node-c", 1);
+  AgentOrders orders = coordinator_->tick();
+  ASSERT_EQ(orders.launches.size(), 1u);
+  EXPECT_EQ(orders.launches[0].node.node_id, "node-c");
+  EXPECT_EQ(job(id).attempt(), 2) << "one restart for the one failed launch";
+}
+
+TEST_F(CoordinatorTest, ALaunchTheAgentRefusedLeavesTheNodeSchedulable) {
+  add_node("node-b", 1);
+  cohort::v1::JobSpec spec = valid_spec("refused", 1, 1);
+  spec.mutable_restart_policy()->set_max_restarts(1);
+  const std::string id = submit(spec);
+  ASSERT_EQ(coordinator_->tick().launches.size(), 1u);
+  // The agent answered (a spawn error): the node itself is fine.
+  ASSERT_TRUE(coordinator_->report_launch_failure("node-b", id, 1, "exec cohort-worker: no such file").ok());
+  EXPECT_TRUE(coordinator_->list_nodes()[0].schedulable());
+  AgentOrders orders = coordinator_->tick();
+  ASSERT_EQ(orders.launches.size(), 1u);
+  EXPECT_EQ(orders.launches[0].node.node_id, "node-b");
+}
+
 TEST_F(CoordinatorTest, ReRegisteringALiveNodeMeansItsAgentRestartedAndItsTasksAreLost) {
   add_node("node-a", 1);
   add_node("node-b", 1);

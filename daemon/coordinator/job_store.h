@@ -11,7 +11,8 @@
 // What is stored: each job's spec (the JobSpec wire bytes), state, reason, attempt, timestamps,
 // last metrics and placement; every state-change event; and the job's metrics history, one row per
 // report (bounded per job by kMaxMetricsPerJob, thinned when full), so `cohort metrics` shows the
-// whole training curve after a restart. The newest metrics also ride along in the job record.
+// whole training curve after a restart. The newest metrics also ride along in the job record. A
+// shared store also keeps the registered nodes (put_node).
 //
 // Not thread-safe: the Coordinator serializes calls. Every method blocks on I/O (disk or network),
 // and a write is durable when it returns OK.
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "daemon/coordinator/job.h"
+#include "daemon/coordinator/node_registry.h"
 #include "worker/base/status.h"
 
 namespace cohort::coordinator {
@@ -55,6 +57,8 @@ class JobStore {
     // never reused, so new ones start above these too.
     int64_t retired_job_seq = 0;
     int64_t retired_event_seq = 0;
+    // The node records (see put_node), by node id; always empty from a store that keeps none.
+    std::vector<NodeInfo> nodes;
   };
 
   // Opens the default store, SQLite in `data_dir` (SqliteJobStore::open): creates the directory
@@ -85,8 +89,20 @@ class JobStore {
   // it when a finished job's retention period is over. OK for an unknown job.
   virtual Status delete_job(const std::string& job_id) = 0;
 
-  // Reads everything back (jobs, state-change events; not the metrics history, which is read per
-  // job with load_metrics). DATA_LOSS when a record cannot be decoded.
+  // Node records (issue 16): a store that several coordinators share (etcd) keeps each registered
+  // node's NodeInfo, so a coordinator taking over knows the cluster at once (Snapshot::nodes)
+  // instead of only as agents find it and register again. The Coordinator writes a record when a
+  // node registers with info that differs from the stored one (never per heartbeat) and deletes it
+  // when the node is lost or removed. The records are a head start, not the truth: a node is
+  // schedulable again only once its agent registers with the new coordinator, so a failed or stale
+  // write costs a takeover a few seconds, never a job. A store that one coordinator owns (SQLite)
+  // keeps none: put_node and delete_node are no-ops there (see SqliteJobStore).
+  virtual Status put_node(const NodeInfo& node) = 0;
+  // OK for a node without a record.
+  virtual Status delete_node(const std::string& node_id) = 0;
+
+  // Reads everything back (jobs, state-change events, node records; not the metrics history, which
+  // is read per job with load_metrics). DATA_LOSS when a record cannot be decoded.
   virtual StatusOr<Snapshot> load_all() const = 0;
 
   // Where the records live, for logs: the database file, or etcd://<endpoints><prefix>.

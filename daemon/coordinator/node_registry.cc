@@ -35,6 +35,18 @@ Status NodeRegistry::register_node(NodeInfo info, TimePoint now) {
   return ok_status();
 }
 
+Status NodeRegistry::restore_node(NodeInfo info, TimePoint now) {
+  COHORT_RETURN_IF_ERROR(validate(info));
+  if (nodes_.count(info.node_id) != 0) return ok_status();  // registered since: that record is newer
+  Entry entry;
+  entry.info = std::move(info);
+  entry.lease_expiry = now + lease_;
+  entry.awaiting_registration = true;
+  const std::string id = entry.info.node_id;
+  nodes_[id] = std::move(entry);
+  return ok_status();
+}
+
 Status NodeRegistry::heartbeat(const std::string& node_id, TimePoint now, bool unschedulable) {
   auto it = nodes_.find(node_id);
   if (it == nodes_.end()) {
@@ -42,8 +54,24 @@ Status NodeRegistry::heartbeat(const std::string& node_id, TimePoint now, bool u
         "node '{}' is not registered (its lease expired or the coordinator restarted); register again",
         node_id);
   }
+  if (it->second.awaiting_registration) {
+    // The lease is not renewed either: only a registration (with the attempts the agent runs) makes
+    // the node this coordinator's.
+    return not_found_error(
+        "node '{}' is known from the job store but has not registered with this coordinator since it took "
+        "over; register again, reporting the tasks it runs",
+        node_id);
+  }
   it->second.lease_expiry = now + lease_;
   it->second.unschedulable = unschedulable;
+  it->second.suspect_reason.clear();  // the agent is alive after all
+  return ok_status();
+}
+
+Status NodeRegistry::mark_suspect(const std::string& node_id, std::string reason) {
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end()) return not_found_error("cannot mark node '{}' suspect: it is not registered", node_id);
+  it->second.suspect_reason = std::move(reason);
   return ok_status();
 }
 
@@ -99,7 +127,9 @@ NodeStatus NodeRegistry::status_of(const Entry& entry) {
   std::sort(status.free_gpus.begin(), status.free_gpus.end());
   status.lease_expiry = entry.lease_expiry;
   status.unschedulable = entry.unschedulable;
-  if (entry.unschedulable) {  // draining: placement must not pick it
+  status.suspect_reason = entry.suspect_reason;
+  status.awaiting_registration = entry.awaiting_registration;
+  if (!status.schedulable()) {  // draining, suspect or restored: placement must not pick it
     status.free_slots = 0;
     status.free_gpus.clear();
   }

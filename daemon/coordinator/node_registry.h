@@ -45,6 +45,15 @@ struct NodeInfo {
   int slots = 0;  // worker processes it runs at once (>= 1)
 };
 
+inline bool operator==(const GpuInfo& a, const GpuInfo& b) {
+  return a.index == b.index && a.model == b.model && a.memory_bytes == b.memory_bytes;
+}
+inline bool operator==(const NodeInfo& a, const NodeInfo& b) {
+  return a.node_id == b.node_id && a.address == b.address && a.hostname == b.hostname && a.cores == b.cores &&
+         a.memory_bytes == b.memory_bytes && a.gpus == b.gpus && a.slots == b.slots;
+}
+inline bool operator!=(const NodeInfo& a, const NodeInfo& b) { return !(a == b); }
+
 // A node with its current free capacity, for listing and placement.
 struct NodeStatus {
   NodeInfo info;
@@ -52,6 +61,15 @@ struct NodeStatus {
   std::vector<int> free_gpus;  // GPU indexes not reserved, ascending
   TimePoint lease_expiry;      // lost if no heartbeat arrives by then
   bool unschedulable = false;  // draining: free_slots and free_gpus read as none
+  // Non-empty while the node is suspect (see NodeRegistry::mark_suspect): why. free_slots and
+  // free_gpus read as none then too.
+  std::string suspect_reason{};
+  // Restored from the job store when this coordinator took over (NodeRegistry::restore_node), and
+  // its agent has not registered with it since: free_slots and free_gpus read as none.
+  bool awaiting_registration = false;
+
+  // Whether placement may pick the node (not draining, suspect or awaiting its registration).
+  bool schedulable() const { return !unschedulable && suspect_reason.empty() && !awaiting_registration; }
 };
 
 class NodeRegistry {
@@ -63,15 +81,32 @@ class NodeRegistry {
   // OK when `info` can be registered; INVALID_ARGUMENT naming the problem otherwise.
   static Status validate(const NodeInfo& info);
 
-  // Adds a node, or replaces the one with the same id (dropping its reservations: the caller has
-  // treated the old incarnation as lost), and starts its lease at `now`. INVALID_ARGUMENT when the
+  // Adds a node, or replaces the one with the same id (dropping its reservations and suspicion: the
+  // caller has treated the old incarnation as lost), and starts its lease at `now`. INVALID_ARGUMENT when the
   // info is malformed (empty id or address, slots < 1, repeated GPU index).
   Status register_node(NodeInfo info, TimePoint now);
 
+  // Adds a node known from the job store's node records (a coordinator taking over from another,
+  // issue 16), with a lease from `now`, so listings and capacity checks see the cluster at once and
+  // a node that died during the failover is lost after one lease. Until its agent registers, it
+  // takes no new work and its heartbeats answer NOT_FOUND: the registration carries the attempts
+  // the agent still runs, which the new coordinator must reconcile. Replaces nothing: a node
+  // already registered stays as it is. INVALID_ARGUMENT for malformed info.
+  Status restore_node(NodeInfo info, TimePoint now);
+
   // Renews a node's lease from `now` and records whether it takes new work (`unschedulable`: it
-  // is draining, so list() and placement see no free capacity on it). NOT_FOUND when the node is
-  // unknown (never registered, or already expired): its agent must register again.
+  // is draining, so list() and placement see no free capacity on it). A heartbeat proves the agent
+  // alive, so a suspect node is schedulable again. NOT_FOUND when the node is
+  // unknown (never registered, or already expired) or only restored: its agent must register again.
   Status heartbeat(const std::string& node_id, TimePoint now, bool unschedulable = false);
+
+  // Marks a node suspect: its agent could not be reached to launch tasks (it is dead, stopped or cut
+  // off, but its lease has not run out yet). Until its next heartbeat or registration proves the
+  // agent alive, the node is listed with no free capacity (as a draining node is), so placement
+  // does not pick it again and again, each failed launch costing a job a restart, until its lease
+  // ends. `reason` is shown in listings and in the waiting jobs' waiting_for. NOT_FOUND for an
+  // unknown node.
+  Status mark_suspect(const std::string& node_id, std::string reason);
 
   // Removes every node whose lease ended before `now` and returns their ids, ascending.
   std::vector<std::string> expire(TimePoint now);
@@ -79,6 +114,11 @@ class NodeRegistry {
   bool remove(const std::string& node_id) { return nodes_.erase(node_id) != 0; }
 
   bool contains(const std::string& node_id) const { return nodes_.count(node_id) != 0; }
+  // Whether the node's agent registered (contains it, and not only restored from the job store).
+  bool registered(const std::string& node_id) const {
+    auto it = nodes_.find(node_id);
+    return it != nodes_.end() && !it->second.awaiting_registration;
+  }
 
   // Reserves `slots` slots and the given GPU indexes on a node. NOT_FOUND for an unknown node;
   // RESOURCE_EXHAUSTED when they are not free (nothing is reserved then).
@@ -97,6 +137,8 @@ class NodeRegistry {
     int used_slots = 0;
     std::set<int> used_gpus;
     bool unschedulable = false;  // per the latest heartbeat
+    std::string suspect_reason;  // non-empty: suspect until the next heartbeat or registration
+    bool awaiting_registration = false;  // restored from the job store, not registered since
   };
 
   static NodeStatus status_of(const Entry& entry);

@@ -49,6 +49,80 @@ TEST(NodeRegistryTest, ADrainingNodeShowsNoFreeCapacityUntilItHeartbeatsAgain) {
   EXPECT_EQ(registry.list()[0].free_slots, 4);
 }
 
+TEST(NodeRegistryTest, ASuspectNodeShowsNoFreeCapacityUntilItsAgentHeartbeatsOrRegisters) {
+  NodeRegistry registry(seconds(15));
+  const TimePoint t0;
+  ASSERT_TRUE(registry.register_node(node("node-a", 4, 2), t0).ok());
+  ASSERT_TRUE(registry.register_node(node("node-b", 2), t0).ok());
+  ASSERT_TRUE(registry.mark_suspect("node-a", "its agent did not answer a launch").ok());
+  std::vector<NodeStatus> nodes = registry.list();
+  ASSERT_EQ(nodes.size(), 2u);
+  EXPECT_FALSE(nodes[0].schedulable());
+  EXPECT_FALSE(nodes[0].unschedulable) << "suspect is not draining";
+  EXPECT_EQ(nodes[0].suspect_reason, "its agent did not answer a launch");
+  EXPECT_EQ(nodes[0].free_slots, 0);
+  EXPECT_TRUE(nodes[0].free_gpus.empty());
+  EXPECT_EQ(nodes[0].lease_expiry, t0 + seconds(15)) << "suspicion does not shorten the lease";
+  EXPECT_TRUE(nodes[1].schedulable());
+  EXPECT_EQ(nodes[1].free_slots, 2);
+
+  // A heartbeat proves the agent alive: schedulable again with its capacity.
+  ASSERT_TRUE(registry.heartbeat("node-a", t0 + seconds(5)).ok());
+  nodes = registry.list();
+  EXPECT_TRUE(nodes[0].schedulable());
+  EXPECT_TRUE(nodes[0].suspect_reason.empty());
+  EXPECT_EQ(nodes[0].free_slots, 4);
+  EXPECT_EQ(nodes[0].free_gpus, (std::vector<int>{0, 1}));
+
+  // So does a registration (the agent restarted).
+  ASSERT_TRUE(registry.mark_suspect("node-b", "launch timed out").ok());
+  EXPECT_EQ(registry.list()[1].free_slots, 0);
+  ASSERT_TRUE(registry.register_node(node("node-b", 2), t0 + seconds(6)).ok());
+  EXPECT_TRUE(registry.list()[1].schedulable());
+  EXPECT_EQ(registry.list()[1].free_slots, 2);
+
+  // A suspect node that never heartbeats again is lost when its lease ends, as any node.
+  ASSERT_TRUE(registry.mark_suspect("node-a", "launch timed out").ok());
+  EXPECT_EQ(registry.expire(t0 + seconds(21)), (std::vector<std::string>{"node-a"}));
+  EXPECT_EQ(registry.mark_suspect("node-a", "again").code(), StatusCode::kNotFound);
+}
+
+TEST(NodeRegistryTest, ARestoredNodeIsListedButTakesNoWorkOrHeartbeatsUntilItRegisters) {
+  NodeRegistry registry(seconds(15));
+  const TimePoint takeover = TimePoint() + seconds(100);
+  ASSERT_TRUE(registry.restore_node(node("node-a", 2), takeover).ok());
+  ASSERT_TRUE(registry.contains("node-a"));
+  EXPECT_FALSE(registry.registered("node-a"));
+  NodeStatus status = registry.list().front();
+  EXPECT_TRUE(status.awaiting_registration);
+  EXPECT_FALSE(status.schedulable());
+  EXPECT_EQ(status.free_slots, 0);
+  EXPECT_EQ(status.lease_expiry, takeover + seconds(15));
+  // Reservations of recovered attempts are taken on it (they show once it is schedulable).
+  ASSERT_TRUE(registry.reserve("node-a", 1, {}).ok());
+
+  // A heartbeat does not make it ours: its agent must register (reporting what it runs).
+  Status beat = registry.heartbeat("node-a", takeover + seconds(1));
+  EXPECT_EQ(beat.code(), StatusCode::kNotFound);
+  EXPECT_NE(beat.message().find("register again"), std::string::npos) << beat.message();
+  EXPECT_EQ(registry.list().front().lease_expiry, takeover + seconds(15)) << "not renewed";
+
+  ASSERT_TRUE(registry.register_node(node("node-a", 2), takeover + seconds(2)).ok());
+  EXPECT_TRUE(registry.registered("node-a"));
+  status = registry.list().front();
+  EXPECT_TRUE(status.schedulable());
+  EXPECT_EQ(status.free_slots, 2) << "registration starts from a clean record";
+  EXPECT_TRUE(registry.heartbeat("node-a", takeover + seconds(3)).ok());
+
+  // Restoring never replaces a registered node; a restored node that never registers expires.
+  ASSERT_TRUE(registry.restore_node(node("node-a", 9), takeover + seconds(4)).ok());
+  EXPECT_EQ(registry.list().front().info.slots, 2);
+  EXPECT_TRUE(registry.registered("node-a"));
+  ASSERT_TRUE(registry.restore_node(node("node-z", 1), takeover).ok());
+  EXPECT_EQ(registry.expire(takeover + seconds(16)), (std::vector<std::string>{"node-z"}));
+  EXPECT_EQ(registry.restore_node(node("node-y", 0), takeover).code(), StatusCode::kInvalidArgument);
+}
+
 TEST(NodeRegistryTest, MalformedRegistrationsAreRejectedWithTheProblemNamed) {
   NodeRegistry registry;
   NodeInfo no_slots = node("node-a", 0);

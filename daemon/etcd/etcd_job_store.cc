@@ -123,6 +123,22 @@ StatusOr<JobEvent> decode_event(const KeyValue& kv) {
   return event;
 }
 
+StatusOr<coordinator::NodeInfo> decode_node(const KeyValue& kv) {
+  etcdstore::StoredNode stored;
+  if (!stored.ParseFromString(kv.value))
+    return data_loss_error("etcd key {}: not a StoredNode record", kv.key);
+  coordinator::NodeInfo node;
+  node.node_id = stored.node_id();
+  node.address = stored.address();
+  node.hostname = stored.hostname();
+  node.cores = stored.cores();
+  node.memory_bytes = stored.memory_bytes();
+  for (const etcdstore::StoredGpu& gpu : stored.gpus())
+    node.gpus.push_back(coordinator::GpuInfo{gpu.index(), gpu.model(), gpu.memory_bytes()});
+  node.slots = stored.slots();
+  return node;
+}
+
 }  // namespace
 
 EtcdJobStore::EtcdJobStore(EtcdClient* client, std::string prefix)
@@ -152,6 +168,8 @@ std::string EtcdJobStore::event_key(const std::string& job_id, int64_t seq) cons
 std::string EtcdJobStore::metrics_prefix(const std::string& job_id) const {
   return prefix_ + "/metrics/" + job_id + "/";
 }
+
+std::string EtcdJobStore::node_key(const std::string& node_id) const { return prefix_ + "/nodes/" + node_id; }
 
 Status EtcdJobStore::write(etcdserverpb::TxnRequest request, const std::string& what,
                            const std::string& must_exist) {
@@ -362,6 +380,34 @@ Status EtcdJobStore::delete_job(const std::string& job_id) {
   return ok_status();
 }
 
+Status EtcdJobStore::put_node(const coordinator::NodeInfo& node) {
+  etcdstore::StoredNode stored;
+  stored.set_node_id(node.node_id);
+  stored.set_address(node.address);
+  stored.set_hostname(node.hostname);
+  stored.set_cores(node.cores);
+  stored.set_memory_bytes(node.memory_bytes);
+  for (const coordinator::GpuInfo& gpu : node.gpus) {
+    etcdstore::StoredGpu* out = stored.add_gpus();
+    out->set_index(gpu.index);
+    out->set_model(gpu.model);
+    out->set_memory_bytes(gpu.memory_bytes);
+  }
+  stored.set_slots(node.slots);
+  std::string bytes;
+  if (!stored.SerializeToString(&bytes))
+    return internal_error("node '{}': cannot serialize its record", node.node_id);
+  etcdserverpb::TxnRequest request;
+  *request.add_success() = put_op(node_key(node.node_id), bytes);
+  return write(std::move(request), "writing the record of node " + node.node_id);
+}
+
+Status EtcdJobStore::delete_node(const std::string& node_id) {
+  etcdserverpb::TxnRequest request;
+  *request.add_success() = delete_op(node_key(node_id));
+  return write(std::move(request), "deleting the record of node " + node_id);
+}
+
 StatusOr<coordinator::JobStore::Snapshot> EtcdJobStore::load_all() const {
   Snapshot snapshot;
   COHORT_ASSIGN_OR_RETURN(std::vector<KeyValue> jobs, range_all(prefix_ + "/jobs/"));
@@ -378,6 +424,11 @@ StatusOr<coordinator::JobStore::Snapshot> EtcdJobStore::load_all() const {
   }
   std::sort(snapshot.events.begin(), snapshot.events.end(),
             [](const JobEvent& a, const JobEvent& b) { return a.seq < b.seq; });
+  COHORT_ASSIGN_OR_RETURN(std::vector<KeyValue> nodes, range_all(prefix_ + "/nodes/"));
+  for (const KeyValue& kv : nodes) {  // key order: by node id
+    COHORT_ASSIGN_OR_RETURN(coordinator::NodeInfo node, decode_node(kv));
+    snapshot.nodes.push_back(std::move(node));
+  }
   COHORT_ASSIGN_OR_RETURN(snapshot.max_metrics_seq, read_counter(prefix_ + "/meta/max_metrics_seq"));
   COHORT_ASSIGN_OR_RETURN(snapshot.retired_job_seq, read_counter(prefix_ + "/meta/retired_job_seq"));
   COHORT_ASSIGN_OR_RETURN(snapshot.retired_event_seq, read_counter(prefix_ + "/meta/retired_event_seq"));

@@ -12,6 +12,7 @@
 //   <prefix>/meta/max_metrics_seq             decimal: the newest metrics report's seq
 //   <prefix>/meta/retired_job_seq             decimal: highest seq of a deleted job
 //   <prefix>/meta/retired_event_seq           decimal: highest event seq of a deleted job
+//   <prefix>/nodes/<node id>                  StoredNode (a registered node, JobStore::put_node)
 //
 // Fencing: with a fence set (set_fence, the LeaderKey this coordinator won), every write is one
 // etcd transaction that first compares the leader key's create revision; a coordinator that has
@@ -21,7 +22,9 @@
 //
 // Cost: save / upsert_job / append_event are one Txn request each; append_metrics is one Txn
 // (plus, once per job after a restart, one Range counting its history, and a thinning pass of a
-// few Txns when the bound is hit); load_all reads the three prefixes page by page.
+// few Txns when the bound is hit); put_node / delete_node are one Txn each, made when a node
+// registers with changed info or is lost, never per heartbeat; load_all reads the four prefixes
+// page by page.
 //
 // Not thread-safe (the Coordinator serializes calls, as with the SQLite store); every method blocks
 // on etcd round trips, bounded by the EtcdClient's call timeout.
@@ -66,6 +69,8 @@ class EtcdJobStore final : public coordinator::JobStore {
                                                                  int64_t after_seq = 0,
                                                                  int attempt = 0) const override;
   Status delete_job(const std::string& job_id) override;
+  Status put_node(const coordinator::NodeInfo& node) override;
+  Status delete_node(const std::string& node_id) override;
   StatusOr<Snapshot> load_all() const override;
   const std::string& path() const override { return description_; }
 
@@ -73,6 +78,7 @@ class EtcdJobStore final : public coordinator::JobStore {
   std::string job_key(const std::string& job_id) const;
   std::string event_key(const std::string& job_id, int64_t seq) const;
   std::string metrics_prefix(const std::string& job_id) const;
+  std::string node_key(const std::string& node_id) const;
 
  private:
   EtcdJobStore(EtcdClient* client, std::string prefix);

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -65,6 +66,23 @@ class EtcdJobStoreTest : public testing::EtcdClusterTest {
     auto store = EtcdJobStore::open(client_.get(), prefix_);
     EXPECT_TRUE(store.ok()) << store.status().to_string();
     return store.ok() ? std::move(store).value() : nullptr;
+  }
+
+  // A Coordinator on this test's prefix (another instance on the same prefix is a coordinator
+  // taking over), fenced on `fence` when given.
+  std::unique_ptr<coordinator::Coordinator> open_coordinator(const coordinator::Clock* clock,
+                                                             std::optional<LeaderKey> fence = std::nullopt) {
+    coordinator::CoordinatorOptions options;
+    EtcdClient* client = client_.get();
+    const std::string prefix = prefix_;
+    options.open_store = [client, prefix, fence]() -> StatusOr<std::unique_ptr<JobStore>> {
+      COHORT_ASSIGN_OR_RETURN(std::unique_ptr<EtcdJobStore> store, EtcdJobStore::open(client, prefix));
+      store->set_fence(fence);
+      return std::unique_ptr<JobStore>(std::move(store));
+    };
+    auto opened = coordinator::Coordinator::open(options, clock);
+    EXPECT_TRUE(opened.ok()) << opened.status().to_string();
+    return opened.ok() ? std::move(opened).value() : nullptr;
   }
 
   std::string prefix_;
@@ -221,6 +239,128 @@ TEST_F(EtcdJobStoreTest, ADeposedLeadersWriteIsRefusedAndChangesNothing) {
   EXPECT_EQ(snapshot->events.size(), 1u);
   EXPECT_EQ(snapshot->max_metrics_seq, 0);
   ASSERT_TRUE(client_->lease_revoke(*lease_new).ok());
+}
+
+coordinator::NodeInfo node_info(const std::string& id, int slots, int gpus = 0) {
+  coordinator::NodeInfo info;
+  info.node_id = id;
+  info.address = id + ":7071";
+  info.hostname = id + ".example";
+  info.cores = 8;
+  info.memory_bytes = int64_t{16} << 30;
+  info.slots = slots;
+  for (int i = 0; i < gpus; ++i) info.gpus.push_back(coordinator::GpuInfo{i, "test-gpu", int64_t{1} << 30});
+  return info;
+}
+
+const coordinator::NodeStatus* find_node(const std::vector<coordinator::NodeStatus>& nodes, const std::string& id) {
+  for (const coordinator::NodeStatus& node : nodes) {
+    if (node.info.node_id == id) return &node;
+  }
+  return nullptr;
+}
+
+// Issue 16: the node registry's records live in etcd. The leader writes a node's record when it
+// registers (once: heartbeats and unchanged re-registrations write nothing) and deletes it when the
+// node is lost or removed; a coordinator taking over lists the nodes at once, each with a fresh
+// lease, reserves the slots of the attempts it recovers on them, and gives them new work once their
+// agents register.
+TEST_F(EtcdJobStoreTest, ACoordinatorTakingOverKnowsTheNodesItsPredecessorRegistered) {
+  coordinator::FakeClock clock;
+  auto first = open_coordinator(&clock);
+  ASSERT_NE(first, nullptr);
+  client_->reset_request_counts();
+  ASSERT_TRUE(first->register_node(node_info("node-a", 3, 2)).ok());
+  ASSERT_TRUE(first->register_node(node_info("node-b", 2)).ok());
+  ASSERT_TRUE(first->register_node(node_info("node-c", 1)).ok());
+  EXPECT_EQ(client_->total_requests(), 3) << "one Txn per registration";
+  client_->reset_request_counts();
+  ASSERT_TRUE(first->heartbeat("node-a").ok());
+  ASSERT_TRUE(first->register_node(node_info("node-b", 2)).ok());  // the same info again
+  first->tick();
+  EXPECT_EQ(client_->total_requests(), 0) << "heartbeats and unchanged registrations write nothing";
+  first->remove_node("node-c", "its certificate was revoked");
+  EXPECT_EQ(client_->total_requests(), 1) << "the removed node's record is deleted";
+
+  // A job runs on node-a; node-b is idle.
+  auto id = first->submit(valid_spec("mlp", 1, 2));
+  ASSERT_TRUE(id.ok()) << id.status().to_string();
+  coordinator::AgentOrders orders = first->tick();
+  ASSERT_EQ(orders.launches.size(), 1u);
+  ASSERT_EQ(orders.launches[0].node.node_id, "node-b");  // best fit: the fewest free slots
+  ASSERT_TRUE(first->report_tasks_started("node-b", *id, 1).ok());
+
+  // The leader dies; another coordinator opens the same records 10 s later.
+  first.reset();
+  clock.advance(std::chrono::seconds(10));
+  auto second = open_coordinator(&clock);
+  ASSERT_NE(second, nullptr);
+  std::vector<coordinator::NodeStatus> nodes = second->list_nodes();
+  ASSERT_EQ(nodes.size(), 2u) << "node-c was removed; its record with it";
+  const coordinator::NodeStatus* a = find_node(nodes, "node-a");
+  const coordinator::NodeStatus* b = find_node(nodes, "node-b");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(a->info, node_info("node-a", 3, 2)) << "every field of the record";
+  EXPECT_TRUE(a->awaiting_registration);
+  EXPECT_FALSE(a->schedulable());
+  EXPECT_EQ(a->lease_expiry, clock.now() + coordinator::kDefaultNodeLease) << "a fresh lease from the takeover";
+  // A submission right after the takeover is checked against the restored nodes, not refused.
+  EXPECT_TRUE(second->check_capacity(valid_spec("mlp", 2, 2), coordinator::CapacityRequest{}).ok());
+
+  // Heartbeats are refused until the agent registers (its registration reconciles its tasks).
+  EXPECT_EQ(second->heartbeat("node-b").code(), StatusCode::kNotFound);
+  auto queued = second->submit(valid_spec("next", 1, 2));
+  ASSERT_TRUE(queued.ok()) << queued.status().to_string();
+  EXPECT_TRUE(second->tick().launches.empty()) << "no new work before the agents register";
+  EXPECT_NE(second->get_job(*queued)->waiting_for.find("node node-a is restored from the job store"),
+            std::string::npos)
+      << second->get_job(*queued)->waiting_for;
+
+  // node-b's agent registers with the attempt it still runs: re-adopted, its slots held.
+  auto registered = second->register_node(node_info("node-b", 2), {coordinator::RunningAttempt{*id, 1, {0, 1}}});
+  ASSERT_TRUE(registered.ok()) << registered.status().to_string();
+  EXPECT_TRUE(registered->stops.empty());
+  EXPECT_EQ(second->get_job(*id)->state(), JobState::kRunning);
+  b = find_node(second->list_nodes(), "node-b");
+  ASSERT_NE(b, nullptr);
+  EXPECT_TRUE(b->schedulable());
+  EXPECT_EQ(b->free_slots, 0) << "the re-adopted attempt holds both slots";
+
+  // node-a died during the failover: it never registers and is lost one lease after the takeover,
+  // its record deleted.
+  clock.advance(coordinator::kDefaultNodeLease - std::chrono::seconds(1));
+  ASSERT_TRUE(second->heartbeat("node-b").ok());
+  clock.advance(std::chrono::seconds(2));
+  second->tick();
+  ASSERT_EQ(second->list_nodes().size(), 1u);
+  auto snapshot = open_store()->load_all();
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status().to_string();
+  ASSERT_EQ(snapshot->nodes.size(), 1u);
+  EXPECT_EQ(snapshot->nodes[0], node_info("node-b", 2));
+}
+
+TEST_F(EtcdJobStoreTest, ADeposedLeaderCannotWriteOrDeleteNodeRecords) {
+  const std::string election = prefix_ + "/election";
+  auto lease = client_->lease_grant(std::chrono::seconds(10));
+  ASSERT_TRUE(lease.ok());
+  auto key = client_->campaign(election, *lease, "old:1", std::chrono::milliseconds(5000));
+  ASSERT_TRUE(key.ok()) << key.status().to_string();
+  auto store = open_store();
+  store->set_fence(*key);
+  ASSERT_TRUE(store->put_node(node_info("node-a", 1)).ok());
+  ASSERT_TRUE(client_->lease_revoke(*lease).ok());
+  EXPECT_EQ(store->put_node(node_info("node-b", 1)).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store->delete_node("node-a").code(), StatusCode::kFailedPrecondition);
+  auto snapshot = open_store()->load_all();
+  ASSERT_TRUE(snapshot.ok());
+  ASSERT_EQ(snapshot->nodes.size(), 1u);
+  EXPECT_EQ(snapshot->nodes[0].node_id, "node-a");
+  // Unfenced (a single coordinator), deleting works, and deleting a missing record is OK.
+  store->set_fence(std::nullopt);
+  EXPECT_TRUE(store->delete_node("node-a").ok());
+  EXPECT_TRUE(store->delete_node("node-a").ok());
+  EXPECT_TRUE(open_store()->load_all()->nodes.empty());
 }
 
 // The measurement the README quotes: etcd requests for one job start on a Coordinator whose store

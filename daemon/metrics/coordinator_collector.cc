@@ -106,18 +106,28 @@ std::vector<MetricFamily> CoordinatorCollector::Collect() const {
 
   int ready = 0;
   int draining = 0;
+  int suspect = 0;
+  int restored = 0;
   int slots = 0;
   int free_slots = 0;
   MetricFamily node_free = gauge_family("cohort_node_free_slots", "Free worker slots per node.");
   for (const coordinator::NodeStatus& node : nodes) {
-    ++(node.unschedulable ? draining : ready);
+    ++(!node.suspect_reason.empty() ? suspect
+       : node.unschedulable         ? draining
+       : node.awaiting_registration ? restored
+                                    : ready);
     slots += node.info.slots;
     free_slots += node.free_slots;
     add_gauge(node_free, node.free_slots, {{"node", node.info.node_id}});
   }
-  MetricFamily node_count = gauge_family("cohort_nodes", "Registered nodes, by state (ready, draining).");
+  MetricFamily node_count =
+      gauge_family("cohort_nodes", "Registered nodes, by state (ready, draining, suspect: its agent did not "
+                                   "answer a launch, restored: known from etcd, not registered since a "
+                                   "takeover).");
   add_gauge(node_count, ready, {{"state", "ready"}});
   add_gauge(node_count, draining, {{"state", "draining"}});
+  add_gauge(node_count, suspect, {{"state", "suspect"}});
+  add_gauge(node_count, restored, {{"state", "restored"}});
   families.push_back(std::move(node_count));
   MetricFamily slot_count = gauge_family("cohort_slots", "Worker slots of all registered nodes.");
   add_gauge(slot_count, slots);

@@ -396,15 +396,19 @@ void DaemonServer::send_launch(const coordinator::LaunchOrder& order) {
     // what follows) instead of leaving it PLACED until someone cancels it.
     spdlog::error("launch of job {} attempt {} on node {} failed: {}", order.job_id, order.attempt,
                   order.node.node_id, status.to_string());
+    // No answer: the agent is dead, stopped or cut off, and the node must not get the restart too.
+    const bool unreachable =
+        status.code() == StatusCode::kDeadlineExceeded || status.code() == StatusCode::kUnavailable;
     StatusOr<coordinator::AgentOrders> orders = coordinator_->report_launch_failure(
-        order.node.node_id, order.job_id, order.attempt, status.message());
+        order.node.node_id, order.job_id, order.attempt, status.message(),
+        unreachable ? coordinator::LaunchFailure::kUnreachable : coordinator::LaunchFailure::kRefused);
     if (!orders.ok()) {
       spdlog::warn("job {} attempt {}: the coordinator refused the launch failure report: {}", order.job_id,
                    order.attempt, orders.status().to_string());
       return;
     }
     dispatch(std::move(orders).value());
-    if (status.code() == StatusCode::kDeadlineExceeded || status.code() == StatusCode::kUnavailable) {
+    if (unreachable) {
       // The call may have reached the agent and started tasks before the answer was lost: stop
       // them, or they run unaccounted for (an agent that knows no such attempt answers OK).
       coordinator::StopOrder stop;

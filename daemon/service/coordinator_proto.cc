@@ -91,6 +91,9 @@ void to_proto(const coordinator::NodeStatus& status, coordinator::TimePoint now,
   const auto left = std::chrono::duration_cast<coordinator::Duration>(status.lease_expiry - now);
   out->set_lease_remaining_ms(left.count() > 0 ? left.count() : 0);
   for (int gpu : status.free_gpus) out->add_free_gpus(gpu);
+  out->set_draining(status.unschedulable);
+  out->set_suspect_reason(status.suspect_reason);
+  out->set_awaiting_registration(status.awaiting_registration);
 }
 
 coordinator::Metrics from_proto(const cohort::v1::Metrics& metrics) {
