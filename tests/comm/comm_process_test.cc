@@ -118,6 +118,44 @@ TEST_F(ProcessTest, FileInitMethodBuildsACommunicator) {
   EXPECT_EQ(failed_ranks(ranks.wait_all(kTestDeadline)), "");
 }
 
+// file:// without ranks (assigned in arrival order) on a file an earlier job left behind, then
+// COHORT_DEBUG=detail's point-to-point check over UCX: a receive that posted another size and
+// dtype than the send fails naming both sides; a matching pair still moves its data.
+TEST_F(ProcessTest, FileInitAssignsRanksAndDetailChecksPointToPointOverUcx) {
+  std::string store = dir_.path() + "/file_store_assigned";
+  for (int job = 0; job < 2; ++job) {
+    ProcessRanks ranks(dir_.path());
+    ranks.fork_ranks(2, [&](int) -> Status {
+      InitOptions init = InitOptions::from_url("file://" + store + "?world_size=2");
+      init.timeout = seconds(30);
+      init.env = environment_from({});  // no RANK from the test's environment
+      CommunicatorOptions options;
+      options.debug_checks = true;
+      options.timeout = seconds(20);
+      COHORT_ASSIGN_OR_RETURN(auto comm, create_communicator("flat", init, options));
+      COHORT_ASSIGN_OR_RETURN(double rank_sum, comm->allreduce_obj(comm->rank()));
+      if (comm->size() != 2 || rank_sum != 1) return internal_error("ranks {} of {}", comm->rank(), comm->size());
+      std::vector<uint8_t> buffer(64, 0);
+      if (comm->rank() == 0) {
+        Status sent = comm->send(buffer.data(), 4, DataType::kInt64, 1, 5);
+        if (sent.code() == StatusCode::kDeadlineExceeded) return sent;  // drained, not left hanging
+      } else {
+        Status status = comm->recv(buffer.data(), 2, DataType::kFloat32, 0, 5);
+        if (status.code() != StatusCode::kInvalidArgument ||
+            status.message().find("rank 1 posted recv of f32 x 2 (8 bytes, tag 5) from rank 0, but rank 0's send "
+                                  "is i64 x 4 (32 bytes, tag 5)") == std::string::npos) {
+          return internal_error("expected the mismatch naming both sides, got {}", status.to_string());
+        }
+      }
+      std::vector<int32_t> x(3, comm->rank() == 0 ? 42 : 0);
+      if (comm->rank() == 0) return comm->send(x.data(), 3, DataType::kInt32, 1, 6);
+      COHORT_RETURN_IF_ERROR(comm->recv(x.data(), 3, DataType::kInt32, 0, 6));
+      return x == std::vector<int32_t>(3, 42) ? ok_status() : internal_error("received {}", x[0]);
+    });
+    EXPECT_EQ(failed_ranks(ranks.wait_all(kTestDeadline)), "") << "job " << job;
+  }
+}
+
 TEST_F(ProcessTest, KilledRankMakesTheOthersFailNamingItWithinTwiceTheTimeout) {
   ProcessRanks ranks(dir_.path());
   int port = this->port();
