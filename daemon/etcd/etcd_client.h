@@ -184,6 +184,9 @@ class EtcdClient {
   void reset_request_counts();
 
   const EtcdOptions& options() const { return options_; }
+  // The member calls go to first: the one that answered last (0..members-1). A long poll (Campaign,
+  // Observe) waits on it alone.
+  size_t preferred_member() const { return preferred_.load() % members_.size(); }
 
   // The end of the range of every key that starts with `prefix` (etcd's prefix convention).
   static std::string prefix_end(const std::string& prefix);

@@ -138,8 +138,16 @@ void LeaderElection::campaign_loop() {
         std::lock_guard<std::mutex> lock(mutex_);
         if (stopping_ || lease_ != *lease) break;  // stopping, or the keep-alive lost this lease
       }
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        campaign_member_ = client_->preferred_member();
+      }
       StatusOr<LeaderKey> key = client_->campaign(options_.name, *lease, options_.value,
                                                   kCampaignRoundTimeout, &campaign_canceller_);
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        campaign_member_.reset();
+      }
       if (key.ok()) {
         // etcd's Campaign returns once every older candidate is gone; this candidate's own key
         // may have expired meanwhile (its lease lost while it waited): check that it still exists.
@@ -224,6 +232,21 @@ void LeaderElection::keep_alive_loop() {
       if (ttl.ok()) {
         std::lock_guard<std::mutex> lock(mutex_);
         if (lease_ == lease) last_renewal_ = Clock::now();
+        // A standby's campaign waits on one member. When the renewal had to go to another, that
+        // one stopped answering (cut off from the others with the leader, or hung), and the
+        // campaign would not learn that the leader's key is gone until it answers again: the
+        // chaos test saw a takeover wait for the partition's heal. Start over through a member
+        // that answers, with a new lease (so a new key): etcd resigns a cancelled campaign's key
+        // when its member hears of the cancel, which may come after the same key was reused.
+        if (!leading && lease_ == lease && campaign_member_.has_value() &&
+            *campaign_member_ != client_->preferred_member()) {
+          spdlog::warn("leader election '{}': {}'s campaign waits on etcd member {}, which stopped answering; "
+                       "campaigning again through member {} with a new lease",
+                       options_.name, options_.value, client_->options().endpoints[*campaign_member_],
+                       client_->options().endpoints[client_->preferred_member()]);
+          lease_ = 0;
+          campaign_canceller_.cancel();
+        }
       } else if (ttl.status().code() == StatusCode::kNotFound) {
         // etcd says the lease is gone: whatever this candidate held under it is gone too.
         {

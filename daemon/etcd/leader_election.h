@@ -101,6 +101,9 @@ class LeaderElection {
   std::string leader_address_;
   int terms_ = 0;
   CallCanceller campaign_canceller_;
+  // The etcd member (EtcdClient::preferred_member) the campaign in flight waits on; none between
+  // campaigns.
+  std::optional<size_t> campaign_member_;
   std::thread campaign_thread_;
   std::thread keep_alive_thread_;
 };

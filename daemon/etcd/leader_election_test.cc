@@ -184,5 +184,35 @@ TEST_F(LeaderElectionTest, LeaderCutOffFromEtcdStepsDownBeforeTheOtherLeads) {
                                  << " ms after the cut";
 }
 
+TEST_F(LeaderElectionTest, StandbyWhoseCampaignMemberHangsTakesOverThroughAnother) {
+  // b's campaign waits on member 0 (a fresh client's first choice); a talks to members 1 and 2.
+  // Member 0 hangs, then a resigns: b must lead through another member while member 0 still
+  // hangs, not once it answers again (its campaign round is 60 s).
+  EtcdOptions a_options = cluster_->client_options();
+  a_options.endpoints = {cluster_->endpoints()[1], cluster_->endpoints()[2]};
+  Candidate a(a_options, "/t/hung-member", "a:1");
+  ASSERT_TRUE(a.election->start().ok());
+  ASSERT_TRUE(a.election->wait_until_leader(milliseconds(10000)));
+  Candidate b(cluster_->client_options(), "/t/hung-member", "b:2");
+  ASSERT_TRUE(b.election->start().ok());
+  ASSERT_TRUE(eventually([&] { return b.election->leader_address() == "a:1"; }, milliseconds(3000)));
+  ASSERT_EQ(b.client->preferred_member(), 0u);
+
+  struct Continue {
+    EtcdCluster* cluster;
+    ~Continue() { cluster->continue_member(0); }  // the suite's cluster serves the other tests
+  } continue_member{cluster_};
+  cluster_->stop_member(0);
+  const auto hung = Clock::now();
+  a.election->stop();  // resigns through member 1 or 2
+  ASSERT_TRUE(b.election->wait_until_leader(milliseconds(10000)))
+      << "the standby did not take over while the member its campaign waited on hung";
+  const auto took_over = Clock::now() - hung;
+  EXPECT_NE(b.client->preferred_member(), 0u);
+  // Its renewal times out on member 0 (attempt_timeout), then it campaigns anew elsewhere.
+  EXPECT_LT(took_over, b.client->options().attempt_timeout + kTtl * 2)
+      << std::chrono::duration_cast<milliseconds>(took_over).count() << " ms";
+}
+
 }  // namespace
 }  // namespace cohort::etcd
