@@ -39,8 +39,9 @@ packages=(
   # dpkg-shlibdeps, RUNPATH removal and the package check.
   cmake pkg-config dpkg-dev patchelf lintian adduser
   # tests/cluster: simulated hosts in network and UTS namespaces (ip, unshare, nsenter); jq reads
-  # the CLI's JSON.
-  iproute2 util-linux jq
+  # the CLI's JSON; the HA chaos test makes etcd's certificates with openssl and asks coordinators'
+  # gRPC health with curl (HTTP/2).
+  iproute2 util-linux jq openssl curl
   # One flag library for every binary (header-only CLI11 under /usr/include/CLI, third_party:cli11);
   # tests/cli drives `cohort submit --follow` on a real terminal in tmux.
   libcli11-dev tmux
