@@ -489,6 +489,7 @@ Status Communicator::run_recorded(uint64_t sequence_hint, const OpInfo& info, De
     spdlog::error("{} #{} on {} timed out; last operations of this communicator:\n{}", info.op, sequence_hint,
                   description(), dump);
     suffix += "\nlast operations of this communicator:\n" + dump;
+    dump_flight_recorders_on_timeout();
   }
   return status
       .with_context(fmt::format("{} #{} ({}) on {}", info.op, sequence_hint, info.detail(), description()))

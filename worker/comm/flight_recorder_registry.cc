@@ -172,6 +172,13 @@ StatusOr<std::string> dump_flight_recorders(const std::string& path) {
   return target;
 }
 
+void dump_flight_recorders_on_timeout() {
+  const char* dir = std::getenv(kFlightRecorderDirEnv);
+  if (dir == nullptr || *dir == '\0') return;
+  StatusOr<std::string> path = dump_flight_recorders();
+  if (!path.ok()) spdlog::error("flight recorder dump on timeout failed: {}", path.status().to_string());
+}
+
 Status install_flight_recorder_signal_handler(int signal) {
   if (signal <= 0 || signal >= NSIG || signal == SIGKILL || signal == SIGSTOP) {
     return invalid_argument_error("flight recorder: signal {} cannot be caught; use SIGUSR1 or SIGUSR2", signal);

@@ -12,6 +12,8 @@
 //     made, only if the signal's disposition is still the default (a program's own handler
 //     wins); COHORT_FLIGHT_RECORDER_SIGNAL=USR2 (or a number) picks another, =off installs none;
 //     install_flight_recorder_signal_handler() installs it explicitly.
+//   - a timeout: when COHORT_FLIGHT_RECORDER_DIR is set, a collective that times out also writes
+//     the trace there (the text dump is always in the error and the log).
 // Files go to $COHORT_FLIGHT_RECORDER_DIR, else $TMPDIR, else /tmp, named
 // cohort-flight-recorder-rank<R>-pid<P>-<N>.json; every dump logs the path.
 //
@@ -43,6 +45,10 @@ std::string flight_recorder_trace_json();
 // Writes flight_recorder_trace_json() to `path` ("": a new file in the dump directory, see
 // above), atomically (a temporary file renamed), logs where, and returns the path. Thread-safe.
 StatusOr<std::string> dump_flight_recorders(const std::string& path = "");
+
+// What a timed-out collective calls: dump_flight_recorders() when COHORT_FLIGHT_RECORDER_DIR is
+// set (a failure is logged, never returned), else nothing. Thread-safe.
+void dump_flight_recorders_on_timeout();
 
 // Makes `signal` dump the recorders (see above). Idempotent per signal; the first call starts the
 // dump thread. INVALID_ARGUMENT for a signal that cannot be caught.

@@ -241,5 +241,37 @@ TEST(FlightRecorderTest, SigusrOneDumpsIntoTheDirectoryInAChildProcess) {
   EXPECT_NE(summary->find("1 barrier collective "), std::string::npos) << *summary;
 }
 
+// A process: with COHORT_FLIGHT_RECORDER_DIR set, a collective that times out writes the trace
+// there, naming the operation that hung as running... and then timed out.
+TEST(FlightRecorderTest, ATimeoutWritesTheTraceWhenTheDirectoryIsSet) {
+  testing::TempDir dir;
+  std::vector<std::string> child_failures = testing::run_children(1, [&](int) {
+    ::setenv(kFlightRecorderDirEnv, dir.path().c_str(), 1);
+    auto worlds = loopback_worlds(2);
+    auto statuses = run_ranks(2, [&](int rank) -> Status {
+      CommunicatorOptions options;
+      options.timeout = std::chrono::milliseconds(200);
+      COHORT_ASSIGN_OR_RETURN(auto comm, create_communicator("flat", worlds[rank], options));
+      if (rank == 1) return ok_status();  // never joins the allreduce
+      std::vector<float> x(4, 1.0f);
+      Status status = comm->allreduce(x.data(), x.data(), 4, DataType::kFloat32, ReduceOp::kSum)->wait();
+      if (status.code() != StatusCode::kDeadlineExceeded) return internal_error("got {}", status.to_string());
+      return ok_status();
+    });
+    return failures(statuses).empty() ? 0 : 1;
+  });
+  ASSERT_TRUE(child_failures.empty()) << fmt::format("{}", fmt::join(child_failures, "; "));
+  FILE* ls = ::popen(fmt::format("ls {}/cohort-flight-recorder-rank*-pid*-*.json", dir.path()).c_str(), "r");
+  ASSERT_NE(ls, nullptr);
+  char name[4096] = {};
+  ASSERT_NE(std::fgets(name, sizeof(name), ls), nullptr) << "no trace written on timeout";
+  ::pclose(ls);
+  std::string file(name);
+  file.erase(file.find_last_not_of('\n') + 1);
+  StatusOr<std::string> summary = run_python(kTraceCheck, file);
+  ASSERT_TRUE(summary.ok()) << summary.status().to_string();
+  EXPECT_NE(summary->find("0 allreduce collective DEADLINE_EXCEEDED"), std::string::npos) << *summary;
+}
+
 }  // namespace
 }  // namespace cohort::comm
