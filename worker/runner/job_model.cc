@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -82,8 +83,13 @@ StatusOr<Model> build_data_parallel(const v1::Graph& graph, comm::Communicator& 
 
 Status check_stage_ranks(const v1::ModelParallelModel& spec, int world_size) {
   if (spec.stages_size() == 0) return invalid_argument_error("model_parallel: no stages");
+  std::map<int, int> output_stage;  // rank → its stage without rank_out (MultiNodeChainList allows one)
   for (int i = 0; i < spec.stages_size(); ++i) {
     const v1::Stage& stage = spec.stages(i);
+    if (stage.rank_out().empty() && !output_stage.emplace(stage.rank(), i).second) {
+      return invalid_argument_error("stages {} and {} both run on rank {} without rank_out; a rank gives one output",
+                                    output_stage[stage.rank()], i, stage.rank());
+    }
     auto bad = [&](int r) { return r < 0 || r >= world_size || r == stage.rank(); };
     if (stage.rank() < 0 || stage.rank() >= world_size) {
       return invalid_argument_error("stage {}: rank {} is outside the world of {} ranks", i, stage.rank(),
@@ -110,7 +116,6 @@ StatusOr<Model> build_model_parallel(const v1::ModelParallelModel& spec, comm::C
   auto chain = std::make_shared<train::MultiNodeChainList>(comm);
   graph::GraphBuildOptions options;
   options.comm = &comm;
-  bool last_has_rank_out = false;
   for (int i = 0; i < spec.stages_size(); ++i) {
     const v1::Stage& stage = spec.stages(i);
     if (stage.rank() != comm.rank()) continue;
@@ -122,13 +127,13 @@ StatusOr<Model> build_model_parallel(const v1::ModelParallelModel& spec, comm::C
     chain->add_link(body->module, std::move(fn),
                     train::LinkRanks(std::vector<int>(stage.rank_in().begin(), stage.rank_in().end())),
                     train::LinkRanks(std::vector<int>(stage.rank_out().begin(), stage.rank_out().end())));
-    last_has_rank_out = stage.rank_out_size() > 0;
   }
   Model model;
   model.module = chain;
   model.forward = [chain](const at::Tensor& x) { return chain->forward(x); };
   model.is_chain = true;
-  model.computes_loss = chain->num_links() > 0 && !last_has_rank_out;
+  // The stage without rank_out gives the output, wherever it stands (ChainerMN's NonConnectedGraph2).
+  model.computes_loss = chain->has_output();
   return model;
 }
 
