@@ -1,11 +1,13 @@
 #include "worker/train/multi_node_chain_list.h"
 
 #include <array>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "worker/autograd/point_to_point_functions.h"
 #include "worker/autograd/tensor_comm.h"
@@ -26,6 +28,45 @@ at::Tensor join(const at::Tensor& joined, const at::Tensor& next) {
   if (!joined.defined()) return next;
   if (!next.defined()) return joined;
   return autograd::pseudo_connect(joined, next);
+}
+
+// "in1,2>out3;" per link: what check_layout gathers from each rank.
+std::string encode_links(const std::vector<std::vector<int>>& rank_ins, const std::vector<std::vector<int>>& rank_outs) {
+  std::string out;
+  for (size_t i = 0; i < rank_ins.size(); ++i) {
+    out += fmt::format("{}>{};", fmt::join(rank_ins[i], ","), fmt::join(rank_outs[i], ","));
+  }
+  return out;
+}
+
+std::vector<int> parse_ranks(const std::string& text) {
+  std::vector<int> ranks;
+  std::istringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (!item.empty()) ranks.push_back(std::stoi(item));
+  }
+  return ranks;
+}
+
+// One transfer of a rank's program: its link, the peer, and the direction.
+struct Transfer {
+  int link;
+  int peer;
+  bool send;
+};
+
+std::vector<Transfer> decode_program(const std::string& links) {
+  std::vector<Transfer> program;
+  std::istringstream in(links);
+  std::string link;
+  for (int i = 0; std::getline(in, link, ';'); ++i) {
+    const size_t arrow = link.find('>');
+    if (arrow == std::string::npos) continue;
+    for (int peer : parse_ranks(link.substr(0, arrow))) program.push_back({i, peer, false});
+    for (int peer : parse_ranks(link.substr(arrow + 1))) program.push_back({i, peer, true});
+  }
+  return program;
 }
 
 }  // namespace
@@ -90,6 +131,56 @@ void MultiNodeChainList::add_link(std::shared_ptr<torch::nn::Module> module, Lin
   if (module != nullptr) register_module("link" + std::to_string(links_.size()), std::move(module));
   if (rank_out.empty()) output_link_ = static_cast<int>(links_.size());
   links_.push_back(Link{std::move(fn), rank_in.ranks(), rank_out.ranks()});
+}
+
+void MultiNodeChainList::check_layout() {
+  std::vector<std::vector<int>> rank_ins, rank_outs;
+  for (const Link& link : links_) {
+    rank_ins.push_back(link.rank_in);
+    rank_outs.push_back(link.rank_out);
+  }
+  StatusOr<std::vector<std::string>> gathered = comm_.allgather_obj(encode_links(rank_ins, rank_outs));
+  autograd::throw_if_error(gathered.status(), "MultiNodeChainList::check_layout: gathering the ranks' links");
+  std::vector<std::vector<Transfer>> programs;
+  for (const std::string& links : *gathered) programs.push_back(decode_program(links));
+  // Run every rank's program as far as it goes: a transfer completes when both ends are at it.
+  // Messages between two ranks pair up in order (the tags count them), so the current steps match.
+  const int size = static_cast<int>(programs.size());
+  std::vector<size_t> at(size, 0);
+  auto current = [&](int rank) -> const Transfer* {
+    return rank >= 0 && rank < size && at[rank] < programs[rank].size() ? &programs[rank][at[rank]] : nullptr;
+  };
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int rank = 0; rank < size; ++rank) {
+      const Transfer* mine = current(rank);
+      if (mine == nullptr) continue;
+      const Transfer* theirs = current(mine->peer);
+      if (theirs != nullptr && theirs->peer == rank && theirs->send != mine->send) {
+        ++at[rank];
+        ++at[mine->peer];
+        progress = true;
+      }
+    }
+  }
+  std::vector<std::string> stuck;
+  for (int rank = 0; rank < size; ++rank) {
+    if (const Transfer* mine = current(rank)) {
+      const Transfer* theirs = current(mine->peer);
+      stuck.push_back(fmt::format(
+          "rank {} waits at link {} to {} rank {}, which {}", rank, mine->link,
+          mine->send ? "send to" : "receive from", mine->peer,
+          theirs == nullptr ? fmt::format("has no further link that {} rank {}", mine->send ? "receives from" : "sends to", rank)
+                            : fmt::format("waits at link {} to {} rank {}", theirs->link,
+                                          theirs->send ? "send to" : "receive from", theirs->peer)));
+    }
+  }
+  if (!stuck.empty()) {
+    throw std::invalid_argument(fmt::format(
+        "MultiNodeChainList::check_layout: the ranks' links cannot run: each rank runs its links in order and a "
+        "send waits for its receive, so {}; reorder the links or their rank_in / rank_out",
+        fmt::join(stuck, "; ")));
+  }
 }
 
 at::Tensor MultiNodeChainList::send_to(int peer, const at::Tensor& y, std::map<int, uint32_t>& sent) {

@@ -82,9 +82,9 @@ class MultiNodeChainList : public torch::nn::Module {
   // std::invalid_argument naming the link, what forward could not run: a rank out of range or
   // equal to this rank (ChainerMN's send-to-self queue is not supported), and a second link with
   // rank_out none (a chain has one output). Layouts that only fail across ranks (a receive no
-  // peer sends, a cycle of waits) cannot be seen here; graph jobs are checked for them before
-  // they start (graph::validate_model simulates the stages' transfers; validate_job_spec refuses
-  // what this method refuses). Not thread-safe.
+  // peer sends, a cycle of waits) cannot be seen here: check_layout() (collective) refuses them,
+  // and graph jobs are checked before they start (graph::validate_model simulates the stages'
+  // transfers; validate_job_spec refuses what this method refuses). Not thread-safe.
   void add_link(std::shared_ptr<torch::nn::Module> module, LinkFunction fn, LinkRanks rank_in,
                 LinkRanks rank_out);
 
@@ -113,6 +113,17 @@ class MultiNodeChainList : public torch::nn::Module {
   // within the communicator's timeout; a missing peer is an error, not a hang); throws
   // std::runtime_error on failure. `x` may be undefined on ranks whose links all receive.
   at::Tensor forward(const at::Tensor& x = at::Tensor());
+
+  // Collective: every rank of the communicator calls it (a rank without links too), once the
+  // links are added. Gathers every rank's links and throws std::invalid_argument, on every rank
+  // alike, when their transfers cannot all meet: a receive no peer sends, a send no peer
+  // receives, or a cycle of waits. Each rank runs its links in order (receives in rank_in order,
+  // then sends in rank_out order) and a send is taken to wait for its receive, as large tensors
+  // do over UCX, so an order that only buffered sends would save is refused too (the check
+  // graph::validate_model runs for graph jobs). Backward runs the transfers in reverse, so a
+  // layout that passes cannot deadlock there either. Blocking (one allgather_obj); throws
+  // std::runtime_error when that fails.
+  void check_layout();
 
   size_t num_links() const { return links_.size(); }
   // Whether a link has rank_out none, i.e. forward returns a model output rather than a delegate.

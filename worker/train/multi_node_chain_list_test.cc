@@ -1,5 +1,6 @@
 #include "worker/train/multi_node_chain_list.h"
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -251,6 +252,7 @@ TEST(MultiNodeChainListTest, NonConnectedGraph2ReturnsTheMiddleLinksOutput) {
       chain.add_link(mine[1], 0, kNone);
     }
     EXPECT_TRUE(chain.has_output());
+    chain.check_layout();  // collective; NonConnectedGraph2's transfers meet
     at::Tensor xr = x_value.clone().set_requires_grad(true);
     at::Tensor y = chain.forward(xr);
     const at::Tensor& want = rank == 0 ? out0 : out1;
@@ -350,6 +352,53 @@ TEST(MultiNodeChainListTest, RefusesASecondOutputAndAModuleWithSeveralInputs) {
     EXPECT_EQ(chain.parameters().size(), 2u);  // the refused links registered nothing
   });
   EXPECT_EQ(failures, "");
+}
+
+// Layouts whose transfers cannot meet are refused by check_layout on every rank, before a
+// forward would wait for its timeout.
+TEST(MultiNodeChainListTest, CheckLayoutRefusesTransfersThatCannotMeet) {
+  auto refusal = [](int size, const std::function<void(int, MultiNodeChainList&)>& build) {
+    std::vector<std::string> messages(size);
+    std::string failures = run_autograd_ranks(size, [&](int rank, comm::Communicator& comm) {
+      MultiNodeChainList chain(comm);
+      build(rank, chain);
+      try {
+        chain.check_layout();
+      } catch (const std::invalid_argument& e) {
+        messages[rank] = e.what();
+      }
+    });
+    EXPECT_EQ(failures, "");
+    for (int rank = 1; rank < size; ++rank) EXPECT_EQ(messages[rank], messages[0]) << "rank " << rank;
+    return messages[0];
+  };
+  // Both ranks send first, then receive: each send waits for a receive the peer has not reached.
+  std::string both_send = refusal(2, [](int rank, MultiNodeChainList& chain) {
+    chain.add_link(torch::nn::Linear(2, 2), kNone, 1 - rank);
+    chain.add_link(torch::nn::Linear(2, 2), 1 - rank, kNone);
+  });
+  EXPECT_NE(both_send.find("rank 0 waits at link 0 to send to rank 1, which waits at link 0 to send to rank 0"),
+            std::string::npos)
+      << both_send;
+  // Rank 0 sends twice to rank 1, which receives once.
+  std::string unmatched = refusal(2, [](int rank, MultiNodeChainList& chain) {
+    if (rank == 0) {
+      chain.add_link(torch::nn::Linear(2, 2), kNone, {1, 1});
+    } else {
+      chain.add_link(torch::nn::Linear(2, 2), 0, kNone);
+    }
+  });
+  EXPECT_NE(unmatched.find("rank 0 waits at link 0 to send to rank 1, which has no further link that receives"),
+            std::string::npos)
+      << unmatched;
+  // The working three-stage pipeline passes (and a rank with no links takes part).
+  EXPECT_EQ(refusal(4,
+                    [](int rank, MultiNodeChainList& chain) {
+                      if (rank == 3) return;
+                      chain.add_link(torch::nn::Linear(2, 2), rank == 0 ? kNone : LinkRanks(rank - 1),
+                                     rank == 2 ? kNone : LinkRanks(rank + 1));
+                    }),
+            "");
 }
 
 }  // namespace
