@@ -256,7 +256,18 @@ TEST_F(HaFailoverTest, StandbyTakesOverWithinTenSecondsAndNoJobIsLost) {
   ASSERT_TRUE(eventually([&] { return leads(address_a_); }, 30s)) << tail_of(log_a);
   start_coordinator(&coordinator_b_, config_b, log_b);
   ASSERT_TRUE(eventually([&] { return client.nodes().ok() && !leads(address_b_); }, 10s)) << tail_of(log_b);
-  ASSERT_TRUE(eventually([&] { auto nodes = client.nodes(); return nodes.ok() && nodes->size() == 2; }, 30s))
+  // The restarted leader lists both nodes at once from their etcd records (awaiting_registration);
+  // wait until both agents have registered with it.
+  ASSERT_TRUE(eventually(
+      [&] {
+        auto nodes = client.nodes();
+        if (!nodes.ok() || nodes->size() != 2) return false;
+        for (const cohort::v1::NodeStatus& node : *nodes) {
+          if (node.awaiting_registration()) return false;
+        }
+        return true;
+      },
+      30s))
       << "the agents did not register with the restarted leader";
 
   // 4. Four jobs on two slots: two run, two wait.
