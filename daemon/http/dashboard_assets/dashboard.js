@@ -316,7 +316,11 @@ function nodesView() {
           const n = s.node;
           const gpus = (n.gpus || []).map((g) => g.index + ': ' + g.model).join(', ') || 'none';
           const lease = Number(s.lease_remaining_ms || 0);
-          const health = lease > 0 ? 'healthy (lease ' + (lease / 1000).toFixed(1) + ' s left)' : 'lease expired';
+          // Why a node takes no new work (cohort nodes' STATE): suspect, draining, or restored from etcd.
+          const state = s.suspect_reason ? 'suspect: ' + s.suspect_reason
+            : s.draining ? 'draining'
+            : s.awaiting_registration ? 'restored, waiting for its agent to register' : 'healthy';
+          const health = lease > 0 ? state + ' (lease ' + (lease / 1000).toFixed(1) + ' s left)' : 'lease expired';
           return [n.node_id, n.hostname, n.address, n.slots, n.free_slots, gpus, (s.free_gpus || []).join(',') || '-',
                   n.cores, (Number(n.memory_bytes) / 2 ** 30).toFixed(1) + ' GiB', health];
         }))
