@@ -167,8 +167,9 @@ fi
 # test. With HA it is given every coordinator (cluster_cli does that too).
 declare -a CCLI_WHERE=()
 ((HA)) && CCLI_WHERE=(--coordinator "${CLUSTER_COORDINATORS}")
+CCLI_TIMEOUT_S="${CLI_TIMEOUT_S}"
 ccli() {
-  timeout "${CLI_TIMEOUT_S}" ip netns exec "$(cluster_hub_ns)" "${COHORT_CLI}" --credentials "${CLUSTER_CREDENTIALS}" \
+  timeout "${CCLI_TIMEOUT_S}" ip netns exec "$(cluster_hub_ns)" "${COHORT_CLI}" --credentials "${CLUSTER_CREDENTIALS}" \
     "${CCLI_WHERE[@]}" "$@"
 }
 
@@ -354,6 +355,16 @@ current_leader() {
   ((${#LEADERS[@]} == 1)) || return 1
   echo "${LEADERS[0]}"
 }
+# Whether a standby is ready to take over from leader $1: another coordinator runs and answers
+# NOT_SERVING. A leader fault waits for one; otherwise it would measure a restart, not a failover.
+standby_ready() {
+  local i
+  for i in "${CLUSTER_HA_DAEMONS[@]}"; do
+    [[ "${i}" == "$1" ]] && continue
+    cluster_daemon_alive "${i}" && [[ "$(cluster_coordinator_health "${i}" 0.5)" == NOT_SERVING ]] && return 0
+  done
+  return 1
+}
 
 # Prints "pid job host" of every running rank (a process group leader carrying the run's marker in
 # a host's namespace), one a line.
@@ -440,6 +451,7 @@ inject_fault() {
     leader_kill | leader_stop)
       # Asked, not guessed: the coordinator whose health is SERVING (none during an election).
       leader="$(current_leader)" || return 1
+      standby_ready "${leader}" || return 1
       if [[ "${kind}" == leader_kill ]]; then rand 500 3000; else rand 1000 8000; fi
       delay="${R}"
       tick_now
@@ -508,6 +520,9 @@ end_fault() {
 }
 
 # --- the chaos phase
+# With HA, the CLI waits at most 5 s for a leader: while none leads (a leader fault with the other
+# coordinator restarting) the loop must go on ending faults and restarting daemons on time.
+((HA)) && CCLI_TIMEOUT_S=5
 tick_now
 readonly START_MS="${NOW_MS}"
 END_MS=$((NOW_MS + DURATION_S * 1000))
@@ -543,6 +558,7 @@ done
 
 # --- recovery: end the last fault, resume and heal everything, every daemon up
 cluster_log "chaos over: ${#JOB_IDS[@]} jobs submitted, ${#FAULT_KIND[@]} faults; healing"
+CCLI_TIMEOUT_S="${CLI_TIMEOUT_S}"
 ((PENDING_DUE > 0)) && end_fault
 for ((host = 1; host <= HOSTS; host++)); do
   cluster_heal "${host}"
