@@ -134,7 +134,8 @@ TEST_F(ProcessTest, FileInitAssignsRanksAndDetailChecksPointToPointOverUcx) {
       options.timeout = seconds(20);
       COHORT_ASSIGN_OR_RETURN(auto comm, create_communicator("flat", init, options));
       COHORT_ASSIGN_OR_RETURN(double rank_sum, comm->allreduce_obj(comm->rank()));
-      if (comm->size() != 2 || rank_sum != 1) return internal_error("ranks {} of {}", comm->rank(), comm->size());
+      if (comm->size() != 2 || rank_sum != 1)
+        return internal_error("ranks {} of {}", comm->rank(), comm->size());
       std::vector<uint8_t> buffer(64, 0);
       if (comm->rank() == 0) {
         Status sent = comm->send(buffer.data(), 4, DataType::kInt64, 1, 5);
@@ -142,8 +143,9 @@ TEST_F(ProcessTest, FileInitAssignsRanksAndDetailChecksPointToPointOverUcx) {
       } else {
         Status status = comm->recv(buffer.data(), 2, DataType::kFloat32, 0, 5);
         if (status.code() != StatusCode::kInvalidArgument ||
-            status.message().find("rank 1 posted recv of f32 x 2 (8 bytes, tag 5) from rank 0, but rank 0's send "
-                                  "is i64 x 4 (32 bytes, tag 5)") == std::string::npos) {
+            status.message().find(
+                "rank 1 posted recv of f32 x 2 (8 bytes, tag 5) from rank 0, but rank 0's send "
+                "is i64 x 4 (32 bytes, tag 5)") == std::string::npos) {
           return internal_error("expected the mismatch naming both sides, got {}", status.to_string());
         }
       }

@@ -155,7 +155,8 @@ struct P2PSignature {
 
   std::string describe() const {
     const DataType type = static_cast<DataType>(dtype);
-    return fmt::format("{} x {} ({} bytes, tag {})", data_type_name(type), count, count * element_size(type), tag);
+    return fmt::format("{} x {} ({} bytes, tag {})", data_type_name(type), count, count * element_size(type),
+                       tag);
   }
 };
 
@@ -165,7 +166,7 @@ struct P2PCheck {
   std::unique_ptr<P2PSignature> buffer;  // the send's signature, or where the receive's lands
   P2PSignature posted;                   // this side's own signature
   bool is_send = false;
-  std::string description;               // the communicator's, for messages
+  std::string description;  // the communicator's, for messages
 };
 
 // A point-to-point transfer bounded by its deadline: waiting past it cancels the transfer and
@@ -182,7 +183,8 @@ class P2PWork final : public Work {
         record_(record),
         check_(std::move(check)) {}
   ~P2PWork() override {
-    if (check_ && !check_->header->is_completed()) check_->header->cancel(cancelled_error("{} dropped", what_));
+    if (check_ && !check_->header->is_completed())
+      check_->header->cancel(cancelled_error("{} dropped", what_));
   }
 
   Status wait(Duration timeout) override {
@@ -206,11 +208,13 @@ class P2PWork final : public Work {
       if (!bounded_by_deadline) return status;  // the caller's shorter wait; still running
       inner_->cancel(status);
       if (check_) check_->header->cancel(status);
-      status = deadline_exceeded_error("{}: timed out after {}; is the peer alive and issuing the matching call?",
-                                       what_, format_duration(deadline_.budget()));
+      status =
+          deadline_exceeded_error("{}: timed out after {}; is the peer alive and issuing the matching call?",
+                                  what_, format_duration(deadline_.budget()));
       return finish(status);
     }
-    return finish(status.ok() || status.code() == StatusCode::kInvalidArgument ? status : status.with_context(what_));
+    return finish(status.ok() || status.code() == StatusCode::kInvalidArgument ? status
+                                                                               : status.with_context(what_));
   }
   bool is_completed() override {
     if (check_ && !check_->header->is_completed()) return false;
@@ -961,8 +965,9 @@ std::shared_ptr<Work> Communicator::p2p(bool is_send, void* buf, size_t count, D
     check->posted.count = count;
     check->buffer = std::make_unique<P2PSignature>(check->posted);
     if (!is_send) check->buffer->magic = 0;  // overwritten by a real header
-    check->header = is_send ? world_->transport->isend(global_peer, wire_tag, check->buffer.get(), sizeof(P2PSignature))
-                            : world_->transport->irecv(global_peer, wire_tag, check->buffer.get(), sizeof(P2PSignature));
+    check->header =
+        is_send ? world_->transport->isend(global_peer, wire_tag, check->buffer.get(), sizeof(P2PSignature))
+                : world_->transport->irecv(global_peer, wire_tag, check->buffer.get(), sizeof(P2PSignature));
   }
   std::shared_ptr<TransportWork> inner;
   if (bytes > 0 && any_device(buf, nullptr)) {

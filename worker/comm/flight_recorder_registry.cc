@@ -95,8 +95,9 @@ void register_flight_recorder(const std::shared_ptr<FlightRecorder>& recorder, i
   std::lock_guard<std::mutex> lock(table.mutex);
   // Communicators come and go (split, new_group): forget the dead ones here.
   auto& list = table.recorders;
-  list.erase(std::remove_if(list.begin(), list.end(), [](const Registered& r) { return r.recorder.expired(); }),
-             list.end());
+  list.erase(
+      std::remove_if(list.begin(), list.end(), [](const Registered& r) { return r.recorder.expired(); }),
+      list.end());
   list.push_back(Registered{recorder, world_rank, context_id, name});
 }
 
@@ -123,8 +124,10 @@ std::string flight_recorder_trace_json() {
     processes.insert(info.world_rank);
   }
   for (int rank : processes) {
-    out += fmt::format("{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{},\"tid\":0,\"args\":{{\"name\":\"rank {}\"}}}},\n",
-                       rank, rank);
+    out += fmt::format(
+        "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{},\"tid\":0,\"args\":{{\"name\":\"rank "
+        "{}\"}}}},\n",
+        rank, rank);
   }
   // The last element carries no trailing comma; it also records who wrote the file.
   out += fmt::format(
@@ -157,13 +160,13 @@ StatusOr<std::string> dump_flight_recorders(const std::string& path) {
     file << json;
     file.flush();
     if (!file) {
-      return unavailable_error(
-          "flight recorder dump: cannot write {}: {}; set {} to a writable directory", temporary,
-          std::strerror(errno), kFlightRecorderDirEnv);
+      return unavailable_error("flight recorder dump: cannot write {}: {}; set {} to a writable directory",
+                               temporary, std::strerror(errno), kFlightRecorderDirEnv);
     }
   }
   if (std::rename(temporary.c_str(), target.c_str()) != 0) {
-    Status status = errno_status("rename", errno).with_context(fmt::format("flight recorder dump to {}", target));
+    Status status =
+        errno_status("rename", errno).with_context(fmt::format("flight recorder dump to {}", target));
     std::remove(temporary.c_str());
     return status;
   }
@@ -181,7 +184,8 @@ void dump_flight_recorders_on_timeout() {
 
 Status install_flight_recorder_signal_handler(int signal) {
   if (signal <= 0 || signal >= NSIG || signal == SIGKILL || signal == SIGSTOP) {
-    return invalid_argument_error("flight recorder: signal {} cannot be caught; use SIGUSR1 or SIGUSR2", signal);
+    return invalid_argument_error("flight recorder: signal {} cannot be caught; use SIGUSR1 or SIGUSR2",
+                                  signal);
   }
   Registry& table = registry();
   std::lock_guard<std::mutex> lock(table.signal_mutex);
@@ -189,7 +193,8 @@ Status install_flight_recorder_signal_handler(int signal) {
   if (table.signals.count(signal) > 0) return ok_status();
   if (table.dump_thread_pid != ::getpid()) {
     int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) return errno_status("pipe2", errno).with_context("flight recorder signal");
+    if (::pipe2(fds, O_CLOEXEC) != 0)
+      return errno_status("pipe2", errno).with_context("flight recorder signal");
     // The handler must never block: a full pipe already has a dump pending.
     ::fcntl(fds[1], F_SETFL, ::fcntl(fds[1], F_GETFL) | O_NONBLOCK);
     g_pipe_write_fd = fds[1];

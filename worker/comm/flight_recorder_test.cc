@@ -84,7 +84,8 @@ TEST(FlightRecorderTest, PointToPointOperationsAreRecorded) {
     COHORT_RETURN_IF_ERROR(comm->barrier({std::nullopt, true})->wait());
     const std::string dump = comm->flight_recorder_dump();
     COHORT_RETURN_IF_ERROR(expect_contains(
-        dump, rank == 0 ? "#0 send f32 x 8, peer 1, tag 3: OK" : "#0 recv f32 x 8, peer 0, tag 3: OK", "dump"));
+        dump, rank == 0 ? "#0 send f32 x 8, peer 1, tag 3: OK" : "#0 recv f32 x 8, peer 0, tag 3: OK",
+        "dump"));
     return expect_contains(dump, "#0 barrier", "dump");
   });
   EXPECT_EQ(failures(statuses), "");
@@ -105,7 +106,8 @@ Status mismatch(int rank, Communicator& comm, DataType send_type, size_t send_co
   if (status.code() != StatusCode::kInvalidArgument) {
     return internal_error("expected INVALID_ARGUMENT, got {}", status.to_string());
   }
-  for (const std::string& part : expected) COHORT_RETURN_IF_ERROR(expect_contains(status.message(), part, "error"));
+  for (const std::string& part : expected)
+    COHORT_RETURN_IF_ERROR(expect_contains(status.message(), part, "error"));
   return expect_contains(comm.flight_recorder_dump(), "recv " + std::string(data_type_name(recv_type)),
                          "dump");
 }
@@ -125,8 +127,8 @@ TEST(FlightRecorderTest, DebugDetailNamesBothSidesOfAPointToPointMismatch) {
     COHORT_RETURN_IF_ERROR(mismatch(rank, *comm, DataType::kInt32, 2, DataType::kFloat32, 2,
                                     {"recv of f32 x 2", "send is i32 x 2"}));
     // A shorter send than the receive.
-    COHORT_RETURN_IF_ERROR(
-        mismatch(rank, *comm, DataType::kFloat32, 1, DataType::kFloat32, 3, {"recv of f32 x 3", "send is f32 x 1"}));
+    COHORT_RETURN_IF_ERROR(mismatch(rank, *comm, DataType::kFloat32, 1, DataType::kFloat32, 3,
+                                    {"recv of f32 x 3", "send is f32 x 1"}));
     // A matching pair still moves its data.
     std::vector<double> x(5, rank == 0 ? 2.5 : 0.0);
     if (rank == 0) return comm->send(x.data(), x.size(), DataType::kFloat64, 1, 6);
@@ -212,12 +214,14 @@ TEST(FlightRecorderTest, SigusrOneDumpsIntoTheDirectoryInAChildProcess) {
     auto statuses = run_ranks(2, [&](int rank) -> Status {
       COHORT_ASSIGN_OR_RETURN(auto comm, create_communicator("flat", worlds[rank]));
       std::vector<float> x(4, 1.0f);
-      COHORT_RETURN_IF_ERROR(comm->allreduce(x.data(), x.data(), 4, DataType::kFloat32, ReduceOp::kMax)->wait());
+      COHORT_RETURN_IF_ERROR(
+          comm->allreduce(x.data(), x.data(), 4, DataType::kFloat32, ReduceOp::kMax)->wait());
       COHORT_RETURN_IF_ERROR(comm->barrier()->wait());
       if (rank == 0) ::kill(::getpid(), SIGUSR1);
       // Keep the communicators alive until the dump thread has written.
       for (int i = 0; i < 200; ++i) {
-        std::ifstream probe(fmt::format("{}/cohort-flight-recorder-rank0-pid{}-0.json", dir.path(), ::getpid()));
+        std::ifstream probe(
+            fmt::format("{}/cohort-flight-recorder-rank0-pid{}-0.json", dir.path(), ::getpid()));
         if (probe.good()) return ok_status();
         std::this_thread::sleep_for(std::chrono::milliseconds(25));
       }

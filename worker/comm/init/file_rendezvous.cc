@@ -84,8 +84,7 @@ class Joiner {
     // 2. A generation opened longer ago than the join window is dead.
     const int64_t now = now_ms_();
     const std::string opened_key = key(generation, "opened_ms");
-    COHORT_ASSIGN_OR_RETURN(std::string opened_text,
-                            file_->compare_set(opened_key, "", std::to_string(now)));
+    COHORT_ASSIGN_OR_RETURN(std::string opened_text, file_->compare_set(opened_key, "", std::to_string(now)));
     COHORT_ASSIGN_OR_RETURN(int64_t opened, read_int(opened_key, opened_text));
     const int64_t window_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(options_.join_window).count();
@@ -157,8 +156,9 @@ Status check_group_name(const std::string& group_name) {
     valid = valid && allowed;
   }
   if (valid) return ok_status();
-  return invalid_argument_error("group_name {:?} is not 1..{} characters of letters, digits, '_', '-' and '.'",
-                                group_name, kMaxFileGroupNameBytes);
+  return invalid_argument_error(
+      "group_name {:?} is not 1..{} characters of letters, digits, '_', '-' and '.'", group_name,
+      kMaxFileGroupNameBytes);
 }
 
 StatusOr<FileRendezvous> join_file_rendezvous(const std::shared_ptr<Store>& file,

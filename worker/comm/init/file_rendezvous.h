@@ -42,10 +42,10 @@ inline constexpr size_t kMaxFileGroupNameBytes = 128;
 inline constexpr int kMaxFileJoinAttempts = 64;
 
 struct FileRendezvousOptions {
-  std::string path;          // the file (for messages)
-  std::string group_name;    // "": the default group; several groups may share one file
-  int rank = -1;             // -1: assigned in arrival order
-  int world_size = -1;       // required
+  std::string path;                             // the file (for messages)
+  std::string group_name;                       // "": the default group; several groups may share one file
+  int rank = -1;                                // -1: assigned in arrival order
+  int world_size = -1;                          // required
   Duration join_window = kDefaultStoreTimeout;  // generations older than this are dead (the init timeout)
   // Wall clock in milliseconds since the epoch (shared by every host on the filesystem); a test
   // seam, defaults to std::chrono::system_clock.

@@ -52,7 +52,8 @@ void expect_one_job(std::vector<StatusOr<Bootstrap>>& boots) {
     ASSERT_TRUE(boot.ok()) << boot.status().to_string();
     EXPECT_EQ(boot->world_size, static_cast<int>(boots.size()));
     ranks.insert(boot->rank);
-    ASSERT_TRUE(boot->store->set(fmt::format("hello/{}", boot->rank), fmt::format("from {}", boot->rank)).ok());
+    ASSERT_TRUE(
+        boot->store->set(fmt::format("hello/{}", boot->rank), fmt::format("from {}", boot->rank)).ok());
   }
   ASSERT_EQ(ranks.size(), boots.size());
   EXPECT_EQ(*ranks.begin(), 0);

@@ -198,7 +198,8 @@ StatusOr<ExplicitRanks> explicit_ranks(const InitUrl& url, const InitOptions& op
         "{}: the world size is not set; add &world_size=N to the URL or set InitOptions::world_size, or "
         "start it under a launcher that sets one of {}{}",
         context, fmt::join(kWorldSizeField.variables, ", "),
-        out.rank.value < 0 ? " (file:// assigns missing ranks in arrival order, but needs the world size)" : "");
+        out.rank.value < 0 ? " (file:// assigns missing ranks in arrival order, but needs the world size)"
+                           : "");
   }
   if (out.rank.value >= 0) COHORT_RETURN_IF_ERROR(check_rank(context, out.rank, out.world_size));
   COHORT_ASSIGN_OR_RETURN(Sourced local_rank, read_field(env, kLocalRankField, options.local_rank));
@@ -217,8 +218,8 @@ StatusOr<std::string> file_group_name(const InitUrl& url, const InitOptions& opt
   if (it != url.query.end()) {
     if (!name.empty() && name != it->second) {
       return invalid_argument_error(
-          "init URL {:?}: group_name is {:?} in InitOptions but {:?} in the URL; give it once", url.text, name,
-          it->second);
+          "init URL {:?}: group_name is {:?} in InitOptions but {:?} in the URL; give it once", url.text,
+          name, it->second);
     }
     name = it->second;
   }
