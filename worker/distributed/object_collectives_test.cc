@@ -4,6 +4,8 @@
 
 #include "worker/distributed/object_collectives.h"
 
+#include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,7 @@ namespace {
 
 using autograd::testing::run_autograd_ranks;
 using testing::expect_equal;
+using namespace std::chrono_literals;
 
 void expect(bool ok, const std::string& what) {
   if (!ok) throw std::runtime_error(what);
@@ -94,6 +97,77 @@ TEST(ObjectCollectivesTest, SendObjRecvObj) {
                                    expect_object(recv_obj(comm, prev, 5), prev, "recv_obj");
                                    send_obj(comm, object_of(rank), next, 5);
                                  }
+                               }),
+            "");
+}
+
+// Each object call with a 300 ms per-call timeout, on ranks 0 and 1 of 3, while rank 2 (the root or
+// peer each call needs data from) never joins: the call must fail naming itself well before the
+// communicator's own 10 s timeout (run_autograd_ranks' kTestOpTimeout), so the option reaches the
+// transfers. async_op is refused, naming the call.
+TEST(ObjectCollectivesTest, EachCallFailsAfterItsOwnTimeoutWhenAPeerNeverJoins) {
+  const OpOptions timeout{.async_op = false, .timeout = 300ms};
+  const std::vector<std::pair<std::string, std::function<void(int, comm::Communicator&)>>> calls = {
+      {"broadcast_object_list",
+       [&](int, comm::Communicator& comm) {
+         std::vector<c10::IValue> list;
+         broadcast_object_list(comm, list, 2, timeout);
+       }},
+      {"all_gather_object",
+       [&](int rank, comm::Communicator& comm) {
+         std::vector<c10::IValue> all;
+         all_gather_object(comm, all, object_of(rank), timeout);
+       }},
+      {"gather_object",
+       [&](int rank, comm::Communicator& comm) {
+         std::vector<c10::IValue> gathered;
+         gather_object(comm, object_of(rank), rank == 0 ? &gathered : nullptr, 0, timeout);
+       }},
+      {"scatter_object_list",
+       [&](int, comm::Communicator& comm) {
+         std::vector<c10::IValue> output;
+         scatter_object_list(comm, output, {}, 2, timeout);
+       }},
+      // send_obj / recv_obj fail with the error of the transfer they made (a send or recv naming
+      // the peer and the tag).
+      {"send to rank 2 (tag 4)",
+       [&](int, comm::Communicator& comm) { send_obj(comm, object_of(0), 2, 4, timeout); }},
+      {"recv from rank 2 (tag 4)", [&](int, comm::Communicator& comm) { recv_obj(comm, 2, 4, timeout); }},
+  };
+  for (const auto& [name, call] : calls) {
+    EXPECT_EQ(run_autograd_ranks(3,
+                                 [&, name = name, call = call](int rank, comm::Communicator& comm) {
+                                   if (rank == 2) return;  // never joins
+                                   const auto start = std::chrono::steady_clock::now();
+                                   std::string error;
+                                   try {
+                                     call(rank, comm);
+                                   } catch (const std::exception& e) {
+                                     error = e.what();
+                                   }
+                                   // gather_object: only the destination surely waits for rank 2
+                                   // (rank 1's part may be taken before rank 0 times out).
+                                   if (name == "gather_object" && rank == 1) return;
+                                   expect(error.find(name) != std::string::npos,
+                                          name + " did not fail naming itself: '" + error + "'");
+                                   expect(std::chrono::steady_clock::now() - start < 5s,
+                                          name + ": the 300 ms timeout took over 5 s");
+                                 }),
+              "")
+        << name;
+  }
+  EXPECT_EQ(run_autograd_ranks(2,
+                               [](int rank, comm::Communicator& comm) {
+                                 std::vector<c10::IValue> list = {c10::IValue(1)};
+                                 try {
+                                   broadcast_object_list(comm, list, 0, {.async_op = true, .timeout = {}});
+                                 } catch (const std::exception& e) {
+                                   expect(std::string(e.what()).find("async_op is not supported") !=
+                                              std::string::npos,
+                                          std::string("unexpected error: ") + e.what());
+                                   return;
+                                 }
+                                 throw std::runtime_error("async_op was accepted by broadcast_object_list");
                                }),
             "");
 }
