@@ -5,10 +5,13 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <spdlog/sinks/systemd_sink.h>
 #include <spdlog/spdlog.h>
 
 namespace cohort::daemon {
@@ -41,6 +44,28 @@ TEST(JournalLoggingTest, OutsideSystemdTheLoggerIsLeftAlone) {
   const size_t sinks = spdlog::default_logger()->sinks().size();
   EXPECT_FALSE(log_to_journal_if_attached("cohortd"));
   EXPECT_EQ(spdlog::default_logger()->sinks().size(), sinks);
+}
+
+// Under systemd (JOURNAL_STREAM names stderr), the default logger writes through spdlog's systemd
+// sink only, at the level it had, so records reach journald with their priority (journalctl -p err).
+TEST(JournalLoggingTest, WhenStderrIsTheJournalTheSystemdSinkReplacesTheOthers) {
+  std::shared_ptr<spdlog::logger> logger = spdlog::default_logger();
+  const std::vector<spdlog::sink_ptr> saved = logger->sinks();
+  const spdlog::level::level_enum level = logger->level();
+  logger->set_level(spdlog::level::warn);
+  ::setenv("JOURNAL_STREAM", id_of(STDERR_FILENO).c_str(), 1);
+  const bool attached = log_to_journal_if_attached("cohortd-test");
+  ::unsetenv("JOURNAL_STREAM");
+  const std::vector<spdlog::sink_ptr> sinks = logger->sinks();
+  const spdlog::level::level_enum level_after = logger->level();
+  // Restore the test's own logging before asserting anything.
+  logger->sinks() = saved;
+  logger->set_level(level);
+  EXPECT_TRUE(attached);
+  ASSERT_EQ(sinks.size(), 1u);
+  EXPECT_NE(std::dynamic_pointer_cast<spdlog::sinks::systemd_sink_mt>(sinks[0]), nullptr)
+      << "the only sink is not spdlog's systemd sink";
+  EXPECT_EQ(level_after, spdlog::level::warn);
 }
 
 }  // namespace

@@ -56,6 +56,25 @@ rc=$?
 [[ ${rc} -eq 2 ]] || fail "cohortd --slots 0 exited ${rc}"
 grep -q -- '--slots' "${tmp}/err" || fail "cohortd --slots 0: $(cat "${tmp}/err")"
 
+# An unknown COHORT_LOG_LEVEL is a usage error naming the variable, the value and every accepted
+# level (issue 15: it used to turn logging off silently).
+for bin in daemon/cohortd worker/runner/cohort-worker bench/cohort-bench; do
+  name="$(basename "${bin}")"
+  args=()
+  case "${name}" in
+    cohortd) args=(--role all --data-dir "${tmp}/loglevel" --listen 127.0.0.1:0) ;;
+    cohort-worker) args=(--init env://) ;;
+    cohort-bench) args=(-np 1) ;;
+  esac
+  COHORT_LOG_LEVEL=loud timeout 20 "${root}/${bin}" "${args[@]}" > "${tmp}/out" 2> "${tmp}/err"
+  rc=$?
+  [[ ${rc} -eq 2 ]] || fail "${name} with COHORT_LOG_LEVEL=loud exited ${rc}, not 2: $(head -n 3 "${tmp}/err")"
+  [[ "$(head -n 1 "${tmp}/err")" == "${name}: "*"COHORT_LOG_LEVEL=loud"* ]] ||
+    fail "${name}: the COHORT_LOG_LEVEL error does not name the variable and value: $(head -n 1 "${tmp}/err")"
+  grep -q "trace, debug, info, warn, error, critical, off" "${tmp}/err" ||
+    fail "${name}: the COHORT_LOG_LEVEL error does not list the accepted levels: $(cat "${tmp}/err")"
+done
+
 # cohort-bench keeps mpirun's -np spelling.
 timeout 20 "${root}/bench/cohort-bench" -np 0 > /dev/null 2> "${tmp}/err"
 rc=$?

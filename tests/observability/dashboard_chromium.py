@@ -181,6 +181,19 @@ def check(args):
         log_in(browser, base, args.token, args.user)
         browser.wait_for("!!document.querySelector('#jobs tr[data-job-id=%s]')" % json.dumps(args.job),
                          "job %s in %s's jobs list" % (args.job, args.user))
+        # The list's columns for the running job: state, owner, age and a progress bar with its step.
+        row = "Array.from(document.querySelector('#jobs tr[data-job-id=%s]').cells).map(c => c.textContent)" % (
+            json.dumps(args.job))
+        try:
+            browser.wait_for("(() => { const c = %s; return c[1] === 'RUNNING' && c[2] === %s && "
+                             "/^[0-9]+(s|m[0-9]{2}s)$/.test(c[3]) && "
+                             "/^[0-9]+%% \\(step [0-9]+\\/[0-9]+\\)$/.test(c[5].trim()); })()"
+                             % (row, json.dumps(args.user)),
+                             "the jobs list's state, owner, age and progress of " + args.job)
+        except Failure as failure:
+            raise Failure("%s; the row's cells: %r" % (failure, browser.eval(row)))
+        if not browser.eval("!!document.querySelector('#jobs tr[data-job-id=%s] .progress')" % json.dumps(args.job)):
+            raise Failure("the jobs list shows no progress bar for %s: %r" % (args.job, browser.eval(row)))
 
         # 3: the job's page, live.
         browser.goto(base + "/job?id=" + args.job)
@@ -218,9 +231,38 @@ def check(args):
         browser.wait_for("(document.getElementById('log') || {textContent: ''}).textContent"
                          ".includes('dashboard-test step 1 ')",
                          "rank 0's log on the job page")
+        # Placement, events and spec of the job.
+        browser.wait_for("Array.from(document.querySelectorAll('#job section')).some(s => s.querySelector('h3')"
+                         ".textContent === 'Placement' && Array.from(s.querySelectorAll('td')).some(td => "
+                         "td.textContent === 'node-a'))", "node-a in the job's placement table")
+        events = browser.eval("Array.from(document.querySelectorAll('#job section')).filter(s => s.querySelector('h3')"
+                              ".textContent === 'Events').map(s => Array.from(s.querySelectorAll('tbody tr')).map("
+                              "r => r.cells[3].textContent))[0] || []")
+        if "RUNNING" not in events or "SUCCEEDED" not in events:
+            raise Failure("the job's events table does not show RUNNING and SUCCEEDED: %r" % events)
+        spec = json.loads(browser.eval("document.getElementById('spec').textContent") or "null")
+        if not spec or not any(word.endswith("metrics_job") for word in spec.get("command", [])):
+            raise Failure("the job page's spec does not show the job's command: %r" % spec)
         browser.screenshot(args.screenshot)
         print("dashboard: %s's job page showed %d points, as cohort metrics -o json; counts seen while it ran: %r"
               % (args.user, page["points"], seen))
+
+        # The nodes page: the node with its slots, GPUs and health.
+        browser.goto(base + "/nodes")
+        headers = browser.wait_for("(() => { const t = document.querySelector('#nodes table'); return t && "
+                                   "Array.from(t.tHead.rows[0].cells).map(c => c.textContent); })()",
+                                   "the nodes table")
+        for column in ("Slots", "Free slots", "GPUs", "Health"):
+            if column not in headers:
+                raise Failure("the nodes table has no %r column: %r" % (column, headers))
+        node = browser.wait_for("(() => { const r = Array.from(document.querySelectorAll('#nodes tbody tr'))"
+                                ".find(r => r.cells[0].textContent === 'node-a'); return r && "
+                                "Array.from(r.cells).map(c => c.textContent); })()", "node-a on the nodes page")
+        cell = dict(zip(headers, node))
+        if cell["Slots"] != "2" or not cell["Free slots"].isdigit() or not cell["GPUs"] or \
+                not cell["Health"].startswith("healthy (lease"):
+            raise Failure("node-a's row on the nodes page: %r" % cell)
+        print("dashboard: jobs list (state, owner, age, progress), placement, events, spec and nodes page shown")
 
         # 4: user B sees nothing of it.
         browser.eval("document.getElementById('logout').click(); true")

@@ -5,6 +5,9 @@
 #include "worker/train/comm_hook.h"
 
 #include <atomic>
+#include <cmath>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -104,6 +107,45 @@ TEST(CommHookTest, TheOptimizerAppliesTheHooksResultBucketByBucket) {
                            }
                          }),
       "");
+}
+
+// The compression hooks really send the bucket in 16 bits (an allreduce in Float would also pass the
+// averaging tests above, whose values are exact in Half): with 2 ranks each holding g, the average
+// is g for the allreduce hook; 1 + 2^-9 survives Half (10 mantissa bits) but not BFloat16 (7), and
+// 1 + 2^-13 survives neither, so those hooks return 1.0 there. The result keeps the bucket's dtype.
+TEST(CommHookTest, CompressionHooksRoundTheBucketToTheirPrecision) {
+  const double fine = 1.0 + std::ldexp(1.0, -9), finer = 1.0 + std::ldexp(1.0, -13);
+  struct Case {
+    const char* name;
+    CommHook hook;
+    double value;
+    double expected;
+  };
+  const std::vector<Case> cases = {
+      {"allreduce", allreduce_hook, finer, finer},          {"fp16", fp16_compress_hook, fine, fine},
+      {"fp16", fp16_compress_hook, finer, 1.0},             {"bf16", bf16_compress_hook, fine, 1.0},
+      {"bf16", bf16_compress_hook, 1.0 + std::ldexp(1.0, -6), 1.0 + std::ldexp(1.0, -6)},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(run_autograd_ranks(2,
+                                 [&](int, comm::Communicator& comm) {
+                                   GradBucket bucket;
+                                   bucket.buffer = at::full({5}, c.value, at::kFloat);
+                                   bucket.is_last = true;
+                                   BucketFuture future = c.hook(comm, bucket);
+                                   future.work->wait();
+                                   if (future.result.scalar_type() != at::kFloat ||
+                                       !at::equal(future.result, at::full({5}, c.expected, at::kFloat))) {
+                                     std::ostringstream out;
+                                     out.precision(10);
+                                     out << c.name << " of " << c.value << ": expected " << c.expected
+                                         << " (Float), got " << future.result;
+                                     throw std::runtime_error(out.str());
+                                   }
+                                 }),
+              "")
+        << c.name << " " << c.value;
+  }
 }
 
 }  // namespace
