@@ -4,12 +4,16 @@
 Run by dashboard_test (a live coordinator + agent with http_listen and TLS, a command job of
 user A reporting metrics). Steps, each bounded by --timeout:
   1. log in as user A (the token typed into the login form);
-  2. the jobs page lists the job;
+  2. the jobs page lists the job with its state, owner, age and progress bar;
   3. open the job's page while it runs; the chart's point count (data-points) must grow while the
      job trains and, once the job has ended, equal the number of points `cohort metrics JOB -o
      json` prints; the Chart.js chart itself holds that many points; rank 0's log pane shows the
-     job's output; a screenshot of the page is saved (the test's artefact);
-  4. log out, log in as user B: B's jobs page does not list the job, B's job page says there is no
+     job's output; placement, events and spec are shown; a screenshot of the page is saved (the
+     test's artefact);
+  4. meanwhile `cohort metrics JOB -o json -f`, started before the browser while the job runs, ends
+     with the job having printed the whole stored series, reports stored after it started included;
+  5. the nodes page shows the node's slots, GPUs and health;
+  6. log out, log in as user B: B's jobs page does not list the job, B's job page says there is no
      such job, and B's request for the job's JSON is 404.
 TLS stays on: Chromium trusts exactly the coordinator's key, by its SPKI hash
 (--ignore-certificate-errors-spki-list), computed here from the certificate with openssl.
@@ -173,9 +177,71 @@ def cli_points(args):
     return points
 
 
+class Follower:
+    """`cohort metrics JOB -o json -f` started while the job runs: it prints the stored history, then
+    each new report from the coordinator's watch, and ends by itself with the job."""
+
+    def __init__(self, args):
+        self.args = args
+        fd, self.path = tempfile.mkstemp(prefix="cohort-metrics-follow-")
+        err_fd, self.err_path = tempfile.mkstemp(prefix="cohort-metrics-follow-err-")
+        with os.fdopen(fd, "w") as out, os.fdopen(err_fd, "w") as err:
+            self.process = subprocess.Popen([args.cohort, "--credentials", args.credentials, "--coordinator",
+                                             args.coordinator, "metrics", args.job, "-o", "json", "-f"],
+                                            stdout=out, stderr=err, start_new_session=True)
+        # Its first line means it has read the history; whatever is stored after that moment reaches it
+        # only through the watch. The series' length now bounds what its history read could hold.
+        deadline = time.monotonic() + args.timeout
+        while not self._text().count("\n"):
+            if self.process.poll() is not None:
+                raise Failure("cohort metrics -f exited with %s before printing anything: %s"
+                              % (self.process.returncode, self._text(self.err_path)))
+            if time.monotonic() > deadline:
+                raise Failure("cohort metrics -f printed nothing within %.0f s" % args.timeout)
+            time.sleep(POLL_S)
+        self.stored_at_start = len(cli_points(args))
+
+    def _text(self, path=None):
+        with open(path or self.path) as f:
+            return f.read()
+
+    def check(self, expected):
+        """The follower ended with the job (exit 0) having printed exactly the stored series, in order,
+        including reports stored after it started."""
+        try:
+            code = self.process.wait(timeout=self.args.timeout)
+        except subprocess.TimeoutExpired:
+            raise Failure("cohort metrics -f did not end within %.0f s of the job's end" % self.args.timeout)
+        text = self._text()
+        if code != 0:
+            raise Failure("cohort metrics -f exited %d: %s%s" % (code, text, self._text(self.err_path)))
+        printed = [json.loads(line)["seq"] for line in text.splitlines() if line.strip()]
+        stored = [point["seq"] for point in expected]
+        if printed != stored:
+            raise Failure("cohort metrics -f printed seqs %r; the stored series is %r" % (printed, stored))
+        if self.stored_at_start >= len(stored):
+            raise Failure("the job had stored all %d reports before cohort metrics -f started, so following was "
+                          "not tested; raise COHORT_DASHBOARD_TEST_STEPS" % len(stored))
+        print("dashboard: cohort metrics -f printed all %d reports, %d or more of them live"
+              % (len(stored), len(stored) - self.stored_at_start))
+
+    def close(self):
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        os.unlink(self.path)
+        os.unlink(self.err_path)
+
+
 def check(args):
     base = args.url.rstrip("/")
-    browser = Browser(args.chromium, spki_hash(args.cert), args.timeout, args.chromium_log)
+    # Started first, while the job has sent only a few of its reports.
+    follower = Follower(args)
+    try:
+        browser = Browser(args.chromium, spki_hash(args.cert), args.timeout, args.chromium_log)
+    except BaseException:
+        follower.close()
+        raise
     try:
         # 1-2: user A logs in and sees the job in the list.
         log_in(browser, base, args.token, args.user)
@@ -218,6 +284,7 @@ def check(args):
             if time.monotonic() > deadline:
                 raise Failure("the job did not end within %.0f s (page: %r)" % (args.job_timeout, page))
             time.sleep(POLL_S)
+        follower.check(expected)
         if len([n for n in seen if n > 0]) < 2:
             raise Failure("the chart never updated while the job trained (point counts seen: %r)" % seen)
         chart_points = browser.eval("Chart.getChart('chart-loss').data.datasets[0].data.length")
@@ -264,7 +331,7 @@ def check(args):
             raise Failure("node-a's row on the nodes page: %r" % cell)
         print("dashboard: jobs list (state, owner, age, progress), placement, events, spec and nodes page shown")
 
-        # 4: user B sees nothing of it.
+        # 6: user B sees nothing of it.
         browser.eval("document.getElementById('logout').click(); true")
         browser.wait_for("location.pathname === '/login'", "the login page after logging out")
         log_in(browser, base, args.other_token, args.other_user)
@@ -284,6 +351,7 @@ def check(args):
         print("dashboard: %s does not see the job (list, page, API 404)" % args.other_user)
     finally:
         browser.close()
+        follower.close()
 
 
 def main():
