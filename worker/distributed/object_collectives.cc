@@ -41,8 +41,9 @@ std::vector<c10::IValue> unpickle_list(const std::string& bytes) {
 // thread, so they cannot return a pending Work; async_op is refused rather than ignored.
 comm::CallOptions object_call(const OpOptions& options, const std::string& op) {
   if (options.async_op) {
-    fail(op, "object collectives are blocking, as torch.distributed's; async_op is not supported "
-             "(use the tensor calls for async_op)");
+    fail(op,
+         "object collectives are blocking, as torch.distributed's; async_op is not supported "
+         "(use the tensor calls for async_op)");
   }
   comm::CallOptions call;
   call.timeout = options.timeout;
@@ -122,7 +123,8 @@ void gather_object(Communicator& group, const c10::IValue& obj, std::vector<c10:
     counts[group.rank()] = bytes.size();  // off dst only this rank's count matters
   }
   std::string received(is_dst ? std::accumulate(counts.begin(), counts.end(), size_t{0}) : 0, '\0');
-  check(group.gatherv(bytes.data(), received.data(), counts, comm::DataType::kUInt8, dst, call)->wait(), name);
+  check(group.gatherv(bytes.data(), received.data(), counts, comm::DataType::kUInt8, dst, call)->wait(),
+        name);
   if (!is_dst) return;
   std::vector<std::string> all = split_bytes(received, counts);
   if (object_gather_list == nullptr) fail(name, "object_gather_list is null on the destination rank");

@@ -122,8 +122,10 @@ TEST(CommHookTest, CompressionHooksRoundTheBucketToTheirPrecision) {
     double expected;
   };
   const std::vector<Case> cases = {
-      {"allreduce", allreduce_hook, finer, finer},          {"fp16", fp16_compress_hook, fine, fine},
-      {"fp16", fp16_compress_hook, finer, 1.0},             {"bf16", bf16_compress_hook, fine, 1.0},
+      {"allreduce", allreduce_hook, finer, finer},
+      {"fp16", fp16_compress_hook, fine, fine},
+      {"fp16", fp16_compress_hook, finer, 1.0},
+      {"bf16", bf16_compress_hook, fine, 1.0},
       {"bf16", bf16_compress_hook, 1.0 + std::ldexp(1.0, -6), 1.0 + std::ldexp(1.0, -6)},
   };
   for (const Case& c : cases) {
