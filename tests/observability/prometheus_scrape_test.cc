@@ -3,7 +3,8 @@
 // started here on a free port with a 1 s scrape interval, scrapes it over TLS (the cluster CA,
 // server name cohort-coordinator) with a user's bearer token from a credentials file. Prometheus'
 // HTTP API must then show up == 1 and the job among cohort_jobs{state="succeeded"}. `promtool
-// check metrics` must pass on the page, and the page refuses requests without a valid token.
+// check metrics` must pass on the page (also on one with a running job's training gauges), and the
+// page refuses requests without a valid token.
 // An agent (no users) serves the page only to the scrape token in its http_token_file.
 
 #include <fcntl.h>
@@ -15,6 +16,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <regex>
@@ -42,6 +44,8 @@ using coordinator::testing::TempDir;
 
 constexpr const char* kPrometheus = "/usr/bin/prometheus";
 constexpr const char* kPromtool = "/usr/bin/promtool";
+// A command job that reports training metrics (the BUILD rule's data), from the test's runfiles.
+constexpr const char* kMetricsJobRunfile = "tests/observability/metrics_job";
 // Every wait of this test ends well within this: a hang is a failure, not a stuck CI job.
 constexpr auto kTimeout = std::chrono::seconds(30);
 constexpr auto kPoll = std::chrono::milliseconds(100);
@@ -265,6 +269,50 @@ TEST_F(PrometheusScrapeTest, PromtoolAcceptsThePage) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "promtool check metrics failed:\n"
                                                              << read_all(log) << "\npage:\n"
                                                              << page->body;
+}
+
+// The training gauges exist only while a job runs and has reported: lint a page that has them.
+TEST_F(PrometheusScrapeTest, PromtoolAcceptsARunningJobsTrainingGauges) {
+  cohort::v1::SubmitJobRequest request;
+  cohort::v1::JobSpec* spec = request.mutable_spec();
+  spec->set_name("gauges");
+  spec->set_nodes(1);
+  spec->set_procs_per_node(1);
+  // Reports every 500 ms for longer than this test waits; the server's shutdown stops it.
+  for (const std::string& arg : {std::filesystem::absolute(kMetricsJobRunfile).string(), std::string("--steps"),
+                                 std::string("120"), std::string("--interval-ms"), std::string("500")})
+    spec->add_command(arg);
+  request.set_wait_for_capacity(true);
+  cohort::v1::SubmitJobResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kTimeout);
+  grpc::Status submitted = coordinator_->SubmitJob(&context, request, &response);
+  ASSERT_TRUE(submitted.ok()) << submitted.error_message();
+  const std::string label = "{job=\"" + response.job_id() + "\"}";
+
+  std::string body;
+  const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    httplib::Result page = get_metrics({{"Authorization", "Bearer " + token_}});
+    ASSERT_TRUE(page);
+    body = page->body;
+    if (body.find("cohort_job_loss" + label) != std::string::npos) break;
+    std::this_thread::sleep_for(kPoll);
+  }
+  for (const char* family : {"cohort_job_step", "cohort_job_loss", "cohort_job_accuracy",
+                             "cohort_job_samples_per_second", "cohort_job_comm_wait_seconds_total",
+                             "cohort_job_comm_wait_ratio"}) {
+    EXPECT_NE(body.find(family + label + " "), std::string::npos) << family << " of the running job:\n" << body;
+  }
+  const std::string page_file = dir_.path() + "/running.txt";
+  const std::string log = dir_.path() + "/promtool-running.log";
+  write_file(page_file, body, 0644);
+  ChildProcess promtool({kPromtool, "check", "metrics"}, log, page_file);
+  const int status = promtool.wait(kTimeout);
+  ASSERT_NE(status, -1) << "promtool did not finish within " << kTimeout.count() << " s";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "promtool check metrics failed:\n"
+                                                             << read_all(log) << "\npage:\n"
+                                                             << body;
 }
 
 TEST_F(PrometheusScrapeTest, RealPrometheusScrapesAShortJob) {
