@@ -18,10 +18,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "bench/bench_table.h"
+#include "worker/base/cli_flags.h"
 
 namespace {
 
@@ -29,10 +31,9 @@ constexpr int kDefaultIters = 20;
 constexpr int kDefaultWarmup = 5;
 constexpr int kRoot = 0;
 
-constexpr const char* kUsage =
-    "usage: mpirun -np N mpi_baseline [--op allreduce|broadcast|allgather|reduce_scatter] [-b SIZE] [-e "
-    "SIZE]\n"
-    "                    [-f FACTOR] [--sizes LIST] [-n ITERS] [-w WARMUP] [--check]\n";
+constexpr const char* kDescription =
+    "OpenMPI's collectives in cohort-bench's table format (float32 SUM, root 0), run under mpirun:\n"
+    "  mpirun -np N mpi_baseline [options]";
 
 struct Options {
   std::string op = "allreduce";
@@ -42,44 +43,41 @@ struct Options {
   bool check = false;
 };
 
-bool parse(int argc, char** argv, Options* o) {
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
-    if (a == "--op") {
-      o->op = next();
-      continue;
-    }
-    if (a == "-b" && cohort::bench::parse_size(next(), &o->begin)) continue;
-    if (a == "-e" && cohort::bench::parse_size(next(), &o->end)) continue;
-    if (a == "-f") {
-      o->factor = std::strtoul(next().c_str(), nullptr, 10);
-      continue;
-    }
-    if (a == "--sizes") {
-      o->sizes = next();
-      continue;
-    }
-    if (a == "-n" || a == "--iters") {
-      o->iters = std::atoi(next().c_str());
-      continue;
-    }
-    if (a == "-w" || a == "--warmup") {
-      o->warmup = std::atoi(next().c_str());
-      continue;
-    }
-    if (a == "-c" || a == "--check") {
-      o->check = true;
-      continue;
-    }
-    std::fprintf(stderr, "mpi_baseline: unknown or incomplete argument '%s'\n%s", a.c_str(), kUsage);
-    return false;
-  }
-  if (o->op != "allreduce" && o->op != "broadcast" && o->op != "allgather" && o->op != "reduce_scatter") {
-    std::fprintf(stderr, "mpi_baseline: unknown --op '%s'\n%s", o->op.c_str(), kUsage);
-    return false;
-  }
-  return true;
+// Parses the command line (CLI11, worker/base/cli_flags.h) into `o`. std::nullopt: go on;
+// otherwise the exit status (help, version, or a usage error already printed).
+std::optional<int> parse_command_line(int argc, char** argv, Options* o) {
+  auto app = cohort::cli_flags::make_app("mpi_baseline", kDescription);
+  std::string begin = "8", end = "64M";
+  app->add_option("--op", o->op, "allreduce, broadcast, allgather, reduce_scatter")
+      ->type_name("OP")
+      ->check(CLI::IsMember({"allreduce", "broadcast", "allgather", "reduce_scatter"}))
+      ->capture_default_str();
+  app->add_option("-b", begin, "smallest message in bytes, e.g. 8, 64K, 64M")->type_name("SIZE")->capture_default_str();
+  app->add_option("-e", end, "largest message in bytes")->type_name("SIZE")->capture_default_str();
+  app->add_option("-f", o->factor, "multiply the size by FACTOR each row")
+      ->type_name("FACTOR")
+      ->check(CLI::Range(size_t{2}, size_t{1} << 20))
+      ->capture_default_str();
+  app->add_option("--sizes", o->sizes, "exactly these sizes instead of -b/-e/-f, e.g. 8,1K,64K,1M,16M,64M")
+      ->type_name("LIST");
+  app->add_option("-n,--iters", o->iters, "timed calls per size, x10 at <= 64 KiB")
+      ->type_name("ITERS")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app->add_option("-w,--warmup", o->warmup, "untimed calls per size")
+      ->type_name("WARMUP")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app->add_flag("-c,--check", o->check, "verify every result against a reference; #wrong counts bad elements");
+  if (std::optional<int> exit = cohort::cli_flags::parse(*app, argc, argv)) return exit;
+  std::string error;
+  if (!cohort::bench::parse_size(begin, &o->begin)) error = "-b '" + begin + "' is not a size such as 8, 64K, 64M";
+  if (error.empty() && !cohort::bench::parse_size(end, &o->end))
+    error = "-e '" + end + "' is not a size such as 8, 64K, 64M";
+  if (error.empty() && (o->begin == 0 || o->end < o->begin)) error = "need 0 < -b <= -e";
+  if (error.empty()) return std::nullopt;
+  std::fprintf(stderr, "mpi_baseline: %s\nrun 'mpi_baseline --help' for the options\n", error.c_str());
+  return cohort::cli_flags::kExitUsage;
 }
 
 float input(int rank, size_t i) { return static_cast<float>((rank + 1) + i % 7); }
@@ -165,15 +163,13 @@ class MpiRank {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Parsed before MPI_Init, so --help and a usage error need no MPI runtime.
+  Options o;
+  if (std::optional<int> exit = parse_command_line(argc, argv, &o)) return *exit;
   MPI_Init(&argc, &argv);
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  Options o;
-  if (!parse(argc, argv, &o)) {
-    MPI_Finalize();
-    return 2;
-  }
   size_t unit = sizeof(float) * cohort::bench::block_multiple(o.op, size);
   std::vector<size_t> sizes = cohort::bench::size_sweep(o.begin, o.end, o.factor, unit);
   if (!o.sizes.empty() && !cohort::bench::parse_size_list(o.sizes, unit, &sizes)) {

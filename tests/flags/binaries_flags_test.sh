@@ -49,6 +49,8 @@ check train_fashion_mnist bench/train_fashion_mnist --epochs
 check train_mnist_dp worker/examples/train_mnist_dp --max-steps
 check train_mlp_model_parallel worker/examples/train_mlp_model_parallel --limit
 check train_vgg_parallel_conv worker/examples/train_vgg_parallel_conv --ranks
+check mpi_baseline bench/mpi_baseline -n
+check memcpy_bandwidth bench/memcpy_bandwidth -n
 
 # cohortd: a bad value caught after parsing (the settings table) is a usage error too.
 timeout 20 "${root}/daemon/cohortd" --role all --data-dir "${tmp}/d" --slots 0 > /dev/null 2> "${tmp}/err"
