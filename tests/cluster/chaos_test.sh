@@ -792,11 +792,12 @@ if ((failed != 0)); then
   # Under bazel test, keep the daemons' whole logs (bazel-testlogs/.../test.outputs/).
   [[ -n "${TEST_UNDECLARED_OUTPUTS_DIR:-}" ]] && cp "${CLUSTER_TMP}"/cohortd-*.log "${CLUSTER_TMP}"/etcd-*.log "${TEST_UNDECLARED_OUTPUTS_DIR}/" 2> /dev/null
 fi
-# COHORT_CHAOS_LOG_DIR=DIR keeps every daemon's log there, pass or fail.
+cluster_cleanup
+# COHORT_CHAOS_LOG_DIR=DIR keeps every daemon's log there, pass or fail (after the cleanup: with
+# what the daemons logged as they stopped).
 if [[ -n "${COHORT_CHAOS_LOG_DIR:-}" ]]; then
   mkdir -p "${COHORT_CHAOS_LOG_DIR}" && cp "${CLUSTER_TMP}"/cohortd-*.log "${CLUSTER_TMP}"/etcd-*.log "${COHORT_CHAOS_LOG_DIR}/" 2> /dev/null
 fi
-cluster_cleanup
 CLUSTER_ID_DONE="${CLUSTER_ID}"
 CLUSTER_ID="" # the EXIT trap has nothing left to do but remove CLUSTER_TMP
 leftover_ns="$(ip netns list 2> /dev/null | awk '{print $1}' | grep "^${CLUSTER_PREFIX}-${CLUSTER_ID_DONE}-" | tr '\n' ' ')"
