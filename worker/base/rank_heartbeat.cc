@@ -68,9 +68,11 @@ void RankHeartbeat::beat() {
     std::lock_guard<std::mutex> lock(mu_);
     count = ++beats_;
   }
+  // Fixed width, written over the old count and truncated after: a reader never finds the file
+  // empty between a truncate and the write (rank_heartbeat_test read 0 that way under load).
   char text[32];
-  int n = std::snprintf(text, sizeof(text), "%ld\n", count);
-  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, text, static_cast<size_t>(n), 0) != n) {
+  int n = std::snprintf(text, sizeof(text), "%20ld\n", count);
+  if (::pwrite(fd, text, static_cast<size_t>(n), 0) != n || ::ftruncate(fd, n) != 0) {
     ::futimens(fd, nullptr);  // at least the mtime moves
   }
   ::close(fd);
