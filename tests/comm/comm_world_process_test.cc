@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "daemon/agent/free_port.h"
+#include "daemon/coordinator/temp_dir.h"
 #include "tests/comm/process_ranks.h"
 #include "worker/comm/bootstrap.h"
 #include "worker/comm/comm_world.h"
@@ -25,21 +26,7 @@ using testing::ProcessRanks;
 
 constexpr Duration kTestDeadline = seconds(90);
 
-class TempDir {
- public:
-  TempDir() {
-    char pattern[] = "/tmp/cohort-comm-world-test-XXXXXX";
-    path_ = mkdtemp(pattern);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using coordinator::testing::TempDir;
 
 // torchrun's variables for `rank` of `size`, in this (child) process.
 void set_launch_environment(int rank, int size, int port) {

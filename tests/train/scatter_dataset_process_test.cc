@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "daemon/agent/free_port.h"
+#include "daemon/coordinator/temp_dir.h"
 #include "tests/comm/process_ranks.h"
 #include "worker/comm/bootstrap.h"
 #include "worker/train/dataset.h"
@@ -31,21 +32,7 @@ using comm::testing::ProcessRanks;
 constexpr Duration kTestDeadline = std::chrono::seconds(90);
 constexpr int64_t kSamples = 29;
 
-class TempDir {
- public:
-  TempDir() {
-    char pattern[] = "/tmp/cohort-scatter-test-XXXXXX";
-    path_ = mkdtemp(pattern);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using coordinator::testing::TempDir;
 
 // Rank 0 alone holds the dataset (sample i: input [i, i], target i); every rank checks that the
 // targets all ranks received are 0..kSamples-1, each once, not in the identity order.
