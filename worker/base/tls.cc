@@ -40,6 +40,14 @@ std::shared_ptr<grpc::Channel> make_channel(const std::string& address, const Ch
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(kKeepaliveTimeout.count()));
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  // No gRPC retries (transparent ones included): gRPC 1.51's retry filter reads the call's
+  // grpc-status from trailers without checking that there is one, and a peer that dies mid-call can
+  // end a stream without it; the process then aborts (absl optional<grpc_status_code> assertion,
+  // grpc/grpc#34683; the HA chaos test's cleanup, which kills etcd and cohortd together, hit it).
+  // Without the filter such a call fails with UNKNOWN instead. Cohort's callers handle failed calls
+  // themselves (EtcdClient fails over between members, LeaderChannel between coordinators, the
+  // agent heartbeats again), so the transparent retries lost with it are not needed.
+  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
   if (security.insecure) return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 
   grpc::SslCredentialsOptions ssl;
