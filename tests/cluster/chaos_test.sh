@@ -793,6 +793,20 @@ if ((failed != 0)); then
   [[ -n "${TEST_UNDECLARED_OUTPUTS_DIR:-}" ]] && cp "${CLUSTER_TMP}"/cohortd-*.log "${CLUSTER_TMP}"/etcd-*.log "${TEST_UNDECLARED_OUTPUTS_DIR}/" 2> /dev/null
 fi
 cluster_cleanup
+# How the cohortds ended at the cleanup's SIGTERM (they are this script's children; one already
+# reaped answers 127). SIGKILL is the cleanup's own last resort (a stopped one, one slow to drain);
+# any other signal is a crash: gRPC 1.51's retry filter once aborted cohortds here (SIGABRT, see
+# worker/base/tls.cc).
+for i in "${!CLUSTER_DAEMON_PIDS[@]}"; do
+  wait "${CLUSTER_DAEMON_PIDS[i]}" 2> /dev/null
+  rc=$?
+  if ((rc > 128 && rc != 137)); then
+    fail "cohortd ${i} (pid ${CLUSTER_DAEMON_PIDS[i]}) ended with signal $((rc - 128)) ($(kill -l $((rc - 128)) 2> /dev/null)) at the cleanup; the end of its log:"
+    tail -n 5 "${CLUSTER_TMP}/cohortd-${i}.log"
+  elif ((rc != 0 && rc != 127)); then
+    cluster_log "cohortd ${i} exited ${rc} at the cleanup"
+  fi
+done
 # COHORT_CHAOS_LOG_DIR=DIR keeps every daemon's log there, pass or fail (after the cleanup: with
 # what the daemons logged as they stopped).
 if [[ -n "${COHORT_CHAOS_LOG_DIR:-}" ]]; then
