@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "bench/bench_table.h"
+#include "bench/sweep_flags.h"
 #include "worker/base/cli_flags.h"
 #include "worker/base/logging.h"
 #include "worker/comm/bootstrap.h"
@@ -45,8 +46,6 @@ using cohort::StatusOr;
 using cohort::ok_status;
 using namespace cohort::comm;  // NOLINT(build/namespaces): a benchmark main
 
-constexpr int kDefaultIters = 20;
-constexpr int kDefaultWarmup = 5;
 constexpr const char* kChildEnv = "COHORT_BENCH_CHILD";
 
 constexpr const char* kDescription = R"(Measures cohort's collectives like nccl-tests: one row per message size with the time per call,
@@ -59,7 +58,7 @@ examples:
   cohort-bench -np 2 --kind hierarchical --op allgather -b 1K -e 16M
   RANK=.. WORLD_SIZE=.. MASTER_ADDR=.. MASTER_PORT=.. cohort-bench --init env://)";
 
-struct Options {
+struct Options : cohort::bench::SweepOptions {
   int np = 1;
   std::string init;
   std::string op = "allreduce";
@@ -67,9 +66,7 @@ struct Options {
   std::string algo = "auto";
   std::string dtype = "f32";
   std::string redop = "sum";
-  size_t begin = 8, end = size_t{64} << 20, factor = 4;
-  std::string sizes;  // --sizes: a comma-separated list replacing the -b/-e/-f sweep
-  int iters = kDefaultIters, warmup = kDefaultWarmup, root = 0;
+  int root = 0;
   bool check = false;
   std::string device = "cpu";
   int timeout_s = 300;
@@ -82,7 +79,6 @@ bool validate(Options* o, std::string* error);
 std::optional<int> parse_command_line(int argc, char** argv, Options* o) {
   auto app = cohort::cli_flags::make_app("cohort-bench", kDescription);
   app->footer(kFooter);
-  std::string begin = "8", end = "64M";
   app->add_option("--np", o->np, "start N local ranks (processes over UCX)")
       ->type_name("N")
       ->check(CLI::Range(1, 4096))
@@ -104,22 +100,7 @@ std::optional<int> parse_command_line(int argc, char** argv, Options* o) {
       ->capture_default_str();
   app->add_option("--dtype", o->dtype, "f16 bf16 f32 f64 i8 u8 i32 i64")->type_name("T")->capture_default_str();
   app->add_option("--redop", o->redop, "sum prod min max avg")->type_name("OP")->capture_default_str();
-  app->add_option("-b", begin, "smallest message in bytes, e.g. 8, 64K, 64M")->type_name("SIZE")->capture_default_str();
-  app->add_option("-e", end, "largest message in bytes")->type_name("SIZE")->capture_default_str();
-  app->add_option("-f", o->factor, "multiply the size by FACTOR each row")
-      ->type_name("FACTOR")
-      ->check(CLI::Range(size_t{2}, size_t{1} << 20))
-      ->capture_default_str();
-  app->add_option("--sizes", o->sizes, "exactly these sizes instead of -b/-e/-f, e.g. 8,1K,64K,1M,16M,64M")
-      ->type_name("LIST");
-  app->add_option("-n", o->iters, "timed calls per size, x10 at <= 64 KiB")
-      ->type_name("ITERS")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  app->add_option("-w", o->warmup, "untimed calls per size")
-      ->type_name("WARMUP")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
+  cohort::bench::SweepFlags sweep(app.get(), o);
   app->add_option("--root", o->root, "root of broadcast / reduce")->type_name("R")->capture_default_str();
   app->add_flag("-c,--check", o->check, "verify every result against a reference; #wrong counts bad elements");
   app->add_option("--device", o->device, "cpu, or cuda: buffers in GPU memory (needs a --config=cuda build)")
@@ -134,10 +115,7 @@ std::optional<int> parse_command_line(int argc, char** argv, Options* o) {
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) args.emplace_back(std::strcmp(argv[i], "-np") == 0 ? "--np" : argv[i]);
   if (std::optional<int> exit = cohort::cli_flags::parse(*app, args, std::cout, std::cerr)) return exit;
-  std::string error;
-  if (!cohort::bench::parse_size(begin, &o->begin)) error = "-b '" + begin + "' is not a size such as 8, 64K, 64M";
-  if (error.empty() && !cohort::bench::parse_size(end, &o->end))
-    error = "-e '" + end + "' is not a size such as 8, 64K, 64M";
+  std::string error = sweep.finish();
   if (error.empty()) validate(o, &error);
   if (error.empty()) return std::nullopt;
   std::cerr << "cohort-bench: " << error << "\nrun 'cohort-bench --help' for the options\n";

@@ -23,23 +23,19 @@
 #include <vector>
 
 #include "bench/bench_table.h"
+#include "bench/sweep_flags.h"
 #include "worker/base/cli_flags.h"
 
 namespace {
 
-constexpr int kDefaultIters = 20;
-constexpr int kDefaultWarmup = 5;
 constexpr int kRoot = 0;
 
 constexpr const char* kDescription =
     "OpenMPI's collectives in cohort-bench's table format (float32 SUM, root 0), run under mpirun:\n"
     "  mpirun -np N mpi_baseline [options]";
 
-struct Options {
+struct Options : cohort::bench::SweepOptions {
   std::string op = "allreduce";
-  size_t begin = 8, end = 64u << 20, factor = 4;
-  std::string sizes;  // --sizes: a comma-separated list replacing the -b/-e/-f sweep
-  int iters = kDefaultIters, warmup = kDefaultWarmup;
   bool check = false;
 };
 
@@ -47,33 +43,14 @@ struct Options {
 // otherwise the exit status (help, version, or a usage error already printed).
 std::optional<int> parse_command_line(int argc, char** argv, Options* o) {
   auto app = cohort::cli_flags::make_app("mpi_baseline", kDescription);
-  std::string begin = "8", end = "64M";
   app->add_option("--op", o->op, "allreduce, broadcast, allgather, reduce_scatter")
       ->type_name("OP")
       ->check(CLI::IsMember({"allreduce", "broadcast", "allgather", "reduce_scatter"}))
       ->capture_default_str();
-  app->add_option("-b", begin, "smallest message in bytes, e.g. 8, 64K, 64M")->type_name("SIZE")->capture_default_str();
-  app->add_option("-e", end, "largest message in bytes")->type_name("SIZE")->capture_default_str();
-  app->add_option("-f", o->factor, "multiply the size by FACTOR each row")
-      ->type_name("FACTOR")
-      ->check(CLI::Range(size_t{2}, size_t{1} << 20))
-      ->capture_default_str();
-  app->add_option("--sizes", o->sizes, "exactly these sizes instead of -b/-e/-f, e.g. 8,1K,64K,1M,16M,64M")
-      ->type_name("LIST");
-  app->add_option("-n,--iters", o->iters, "timed calls per size, x10 at <= 64 KiB")
-      ->type_name("ITERS")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  app->add_option("-w,--warmup", o->warmup, "untimed calls per size")
-      ->type_name("WARMUP")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
+  cohort::bench::SweepFlags sweep(app.get(), o);
   app->add_flag("-c,--check", o->check, "verify every result against a reference; #wrong counts bad elements");
   if (std::optional<int> exit = cohort::cli_flags::parse(*app, argc, argv)) return exit;
-  std::string error;
-  if (!cohort::bench::parse_size(begin, &o->begin)) error = "-b '" + begin + "' is not a size such as 8, 64K, 64M";
-  if (error.empty() && !cohort::bench::parse_size(end, &o->end))
-    error = "-e '" + end + "' is not a size such as 8, 64K, 64M";
+  std::string error = sweep.finish();
   if (error.empty() && (o->begin == 0 || o->end < o->begin)) error = "need 0 < -b <= -e";
   if (error.empty()) return std::nullopt;
   std::fprintf(stderr, "mpi_baseline: %s\nrun 'mpi_baseline --help' for the options\n", error.c_str());
