@@ -35,6 +35,8 @@ packages=(
   libjs-chart.js chromium python3-websocket
   # Benchmarks only: the peers cohort is measured against, never linked into cohort.
   libopenmpi-dev openmpi-bin python3-torch
+  # bench/compare_ddp.sh: peak RSS per rank with GNU time -v.
+  time
   # deploy/install.sh, deploy/package-deb.sh and tests/install: the CMake and pkg-config consumers,
   # dpkg-shlibdeps, RUNPATH removal and the package check.
   cmake pkg-config dpkg-dev patchelf lintian adduser
