@@ -71,8 +71,9 @@ std::vector<Transfer> decode_program(const std::string& links) {
 
 }  // namespace
 
-MultiNodeChainList::MultiNodeChainList(comm::Communicator& comm, at::Device device)
-    : comm_(comm), device_(device) {}
+MultiNodeChainList::MultiNodeChainList(comm::Communicator& comm, at::Device device,
+                                       MultiNodeChainListOptions options)
+    : comm_(comm), device_(device), options_(options) {}
 
 void MultiNodeChainList::to(torch::Device device, torch::Dtype dtype, bool non_blocking) {
   torch::nn::Module::to(device, dtype, non_blocking);
@@ -131,6 +132,7 @@ void MultiNodeChainList::add_link(std::shared_ptr<torch::nn::Module> module, Lin
   if (module != nullptr) register_module("link" + std::to_string(links_.size()), std::move(module));
   if (rank_out.empty()) output_link_ = static_cast<int>(links_.size());
   links_.push_back(Link{std::move(fn), rank_in.ranks(), rank_out.ranks()});
+  layout_checked_ = false;  // a new link: the next forward checks the layout again
 }
 
 void MultiNodeChainList::check_layout() {
@@ -140,7 +142,12 @@ void MultiNodeChainList::check_layout() {
     rank_outs.push_back(link.rank_out);
   }
   StatusOr<std::vector<std::string>> gathered = comm_.allgather_obj(encode_links(rank_ins, rank_outs));
-  autograd::throw_if_error(gathered.status(), "MultiNodeChainList::check_layout: gathering the ranks' links");
+  autograd::throw_if_error(
+      gathered.status(),
+      fmt::format("MultiNodeChainList::check_layout (rank {} of {}, {} links): gathering the ranks' links; every "
+                  "rank of the communicator calls check_layout or forward (a rank without links too), or "
+                  "MultiNodeChainListOptions::check_layout_before_first_forward = false leaves it out",
+                  comm_.rank(), comm_.size(), links_.size()));
   std::vector<std::vector<Transfer>> programs;
   for (const std::string& links : *gathered) programs.push_back(decode_program(links));
   // Run every rank's program as far as it goes: a transfer completes when both ends are at it.
@@ -181,6 +188,7 @@ void MultiNodeChainList::check_layout() {
         "send waits for its receive, so {}; reorder the links or their rank_in / rank_out",
         fmt::join(stuck, "; ")));
   }
+  layout_checked_ = true;
 }
 
 at::Tensor MultiNodeChainList::send_to(int peer, const at::Tensor& y, std::map<int, uint32_t>& sent) {
@@ -216,6 +224,9 @@ at::Tensor MultiNodeChainList::recv_from(int peer, const at::Tensor& delegate,
 }
 
 at::Tensor MultiNodeChainList::forward(const at::Tensor& x) {
+  // Before any transfer: a layout that cannot run is refused on every rank once they all arrived,
+  // rather than found by the first transfer that waits out the communicator's timeout.
+  if (options_.check_layout_before_first_forward && !layout_checked_) check_layout();
   std::map<int, uint32_t> sent;
   std::map<int, uint32_t> received;
   // The delegates of sends (and the output) not yet attached to anything later in this rank's

@@ -64,11 +64,21 @@ inline const LinkRanks kNone{};
 // none) → its output.
 using LinkFunction = std::function<at::Tensor(const std::vector<at::Tensor>& inputs)>;
 
+struct MultiNodeChainListOptions {
+  // Run check_layout() by itself in the first forward (and the first after an add_link), so a
+  // layout whose transfers cannot meet is an error on every rank instead of a forward that waits
+  // for the communicator's timeout. It costs one allgather_obj per (re)built chain and needs every
+  // rank of the communicator to call forward, a rank without links too; false leaves the check
+  // to an explicit check_layout() (or none).
+  bool check_layout_before_first_forward = true;
+};
+
 class MultiNodeChainList : public torch::nn::Module {
  public:
   // `comm` must outlive this object and every graph its forward builds. Received tensors are
   // allocated on `device` (CPU or CUDA), which to(device) updates. Local.
-  explicit MultiNodeChainList(comm::Communicator& comm, at::Device device = at::kCPU);
+  explicit MultiNodeChainList(comm::Communicator& comm, at::Device device = at::kCPU,
+                              MultiNodeChainListOptions options = {});
 
   // Module::to, which also makes `device` the device of received tensors (so chain->to(cuda)
   // moves the links and the activations they receive).
@@ -82,9 +92,10 @@ class MultiNodeChainList : public torch::nn::Module {
   // std::invalid_argument naming the link, what forward could not run: a rank out of range or
   // equal to this rank (ChainerMN's send-to-self queue is not supported), and a second link with
   // rank_out none (a chain has one output). Layouts that only fail across ranks (a receive no
-  // peer sends, a cycle of waits) cannot be seen here: check_layout() (collective) refuses them,
-  // and graph jobs are checked before they start (graph::validate_model simulates the stages'
-  // transfers; validate_job_spec refuses what this method refuses). Not thread-safe.
+  // peer sends, a cycle of waits) cannot be seen here: the next forward runs check_layout()
+  // (collective) first and refuses them (unless options turned that off), and graph jobs are
+  // checked before they start (graph::validate_model simulates the stages' transfers;
+  // validate_job_spec refuses what this method refuses). Not thread-safe.
   void add_link(std::shared_ptr<torch::nn::Module> module, LinkFunction fn, LinkRanks rank_in,
                 LinkRanks rank_out);
 
@@ -112,6 +123,11 @@ class MultiNodeChainList : public torch::nn::Module {
   // it in forward and precede it in backward, as ChainerMN orders them. Blocking (each transfer
   // within the communicator's timeout; a missing peer is an error, not a hang); throws
   // std::runtime_error on failure. `x` may be undefined on ranks whose links all receive.
+  // Collective the first time (and the first time after an add_link): unless
+  // options.check_layout_before_first_forward is false or check_layout() already ran on these
+  // links, it runs check_layout() before any transfer, so every rank of the communicator calls
+  // forward (a rank without links too), and a layout that cannot run throws
+  // std::invalid_argument on every rank as soon as they all arrived.
   at::Tensor forward(const at::Tensor& x = at::Tensor());
 
   // Collective: every rank of the communicator calls it (a rank without links too), once the
@@ -121,9 +137,13 @@ class MultiNodeChainList : public torch::nn::Module {
   // then sends in rank_out order) and a send is taken to wait for its receive, as large tensors
   // do over UCX, so an order that only buffered sends would save is refused too (the check
   // graph::validate_model runs for graph jobs). Backward runs the transfers in reverse, so a
-  // layout that passes cannot deadlock there either. Blocking (one allgather_obj); throws
-  // std::runtime_error when that fails.
+  // layout that passes cannot deadlock there either. Blocking (one allgather_obj within the
+  // communicator's timeout); throws std::runtime_error when that fails (a rank that never calls
+  // it or forward). forward runs it by itself (MultiNodeChainListOptions); calling it explicitly
+  // checks earlier, e.g. before loading data, and the first forward then does not repeat it.
   void check_layout();
+  // Whether check_layout() passed on the current links (forward then skips it).
+  bool layout_checked() const { return layout_checked_; }
 
   size_t num_links() const { return links_.size(); }
   // Whether a link has rank_out none, i.e. forward returns a model output rather than a delegate.
@@ -146,8 +166,10 @@ class MultiNodeChainList : public torch::nn::Module {
 
   comm::Communicator& comm_;
   at::Device device_;
+  const MultiNodeChainListOptions options_;
   std::vector<Link> links_;
-  int output_link_ = -1;  // the link with rank_out none, or -1
+  int output_link_ = -1;         // the link with rank_out none, or -1
+  bool layout_checked_ = false;  // check_layout() passed since the last add_link
 };
 
 }  // namespace cohort::train

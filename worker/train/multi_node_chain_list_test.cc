@@ -1,7 +1,9 @@
 #include "worker/train/multi_node_chain_list.h"
 
+#include <chrono>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -399,6 +401,114 @@ TEST(MultiNodeChainListTest, CheckLayoutRefusesTransfersThatCannotMeet) {
                                      rank == 2 ? kNone : LinkRanks(rank + 1));
                     }),
             "");
+}
+
+
+// A 3-stage pipeline where rank 2's layout disagrees with its peers': it receives from rank 0
+// while rank 1 sends to it.
+void build_disagreeing_pipeline(int rank, MultiNodeChainList& chain) {
+  if (rank == 0) chain.add_link(torch::nn::Linear(2, 2), kNone, 1);
+  if (rank == 1) chain.add_link(torch::nn::Linear(2, 2), 0, 2);
+  if (rank == 2) chain.add_link(torch::nn::Linear(2, 2), 0, kNone);  // should be rank_in 1
+}
+
+// Nobody calls check_layout: forward itself refuses the layout on every rank, with the same
+// message naming each stuck rank and link, long before the communicator's timeout.
+TEST(MultiNodeChainListTest, ForwardRefusesALayoutThatCannotRunBeforeAnyTransfer) {
+  constexpr auto kOpTimeout = std::chrono::seconds(60);
+  std::vector<std::string> messages(3);
+  std::vector<double> seconds(3, 0.0);
+  std::string failures = run_autograd_ranks(
+      3,
+      [&](int rank, comm::Communicator& comm) {
+        MultiNodeChainList chain(comm);
+        build_disagreeing_pipeline(rank, chain);
+        EXPECT_FALSE(chain.layout_checked());
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          chain.forward(rank == 0 ? at::ones({3, 2}) : at::Tensor());
+          ADD_FAILURE() << "rank " << rank << ": forward ran a layout that cannot run";
+        } catch (const std::invalid_argument& e) {
+          messages[rank] = e.what();
+        }
+        seconds[rank] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        EXPECT_FALSE(chain.layout_checked());
+      },
+      kOpTimeout);
+  ASSERT_EQ(failures, "");
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_EQ(messages[rank], messages[0]) << "rank " << rank;
+    // Refused as soon as the ranks met, not after waiting out a transfer's 60 s.
+    EXPECT_LT(seconds[rank], 20.0) << "rank " << rank;
+  }
+  EXPECT_NE(messages[0].find("rank 1 waits at link 0 to send to rank 2, which waits at link 0 to receive from rank 0"),
+            std::string::npos)
+      << messages[0];
+  EXPECT_NE(messages[0].find("rank 2 waits at link 0 to receive from rank 0, which has no further link that sends "
+                             "to rank 2"),
+            std::string::npos)
+      << messages[0];
+}
+
+// The opt-out: the same layout is left to the transfers, which fail only by timing out (what
+// the check spares users), as runtime_error rather than the layout refusal.
+TEST(MultiNodeChainListTest, WithoutTheCheckTheSameLayoutTimesOut) {
+  MultiNodeChainListOptions options;
+  options.check_layout_before_first_forward = false;
+  std::vector<std::string> errors(3);
+  std::string failures = run_autograd_ranks(
+      3,
+      [&](int rank, comm::Communicator& comm) {
+        MultiNodeChainList chain(comm, at::kCPU, options);
+        build_disagreeing_pipeline(rank, chain);
+        try {
+          chain.forward(rank == 0 ? at::ones({3, 2}) : at::Tensor());
+        } catch (const std::invalid_argument& e) {
+          ADD_FAILURE() << "rank " << rank << ": the layout check ran although turned off: " << e.what();
+        } catch (const std::runtime_error& e) {
+          errors[rank] = e.what();
+        }
+      },
+      std::chrono::seconds(2));
+  ASSERT_EQ(failures, "");
+  EXPECT_EQ(errors[0], "");  // its one send met rank 1's receive
+  for (int rank : {1, 2}) EXPECT_NE(errors[rank].find("timed out"), std::string::npos) << errors[rank];
+}
+
+// check_layout called early is not repeated by forward; a new link makes forward check again;
+// a rank that never reaches the check makes the others' forward fail naming what to do.
+TEST(MultiNodeChainListTest, ForwardChecksOncePerLayoutAndNamesARankThatNeverCame) {
+  std::string failures = run_autograd_ranks(2, [&](int rank, comm::Communicator& comm) {
+    MultiNodeChainList chain(comm);
+    chain.add_link(torch::nn::Linear(2, 2), rank == 0 ? kNone : LinkRanks(0), rank == 0 ? LinkRanks(1) : kNone);
+    chain.check_layout();
+    EXPECT_TRUE(chain.layout_checked());
+    at::Tensor y = chain.forward(rank == 0 ? at::ones({3, 2}) : at::Tensor());
+    if (rank == 1) {
+      EXPECT_EQ(y.sizes(), (std::vector<int64_t>{3, 2}));
+    }
+    // Only rank 1 adds a link: its forward would check again, rank 0's not, so only rank 1 runs
+    // the check's collective, and it fails after the timeout saying every rank must call forward.
+    if (rank == 0) {
+      EXPECT_TRUE(chain.layout_checked());
+      return;
+    }
+    chain.add_link(torch::nn::Linear(2, 2), kNone, 0);
+    EXPECT_FALSE(chain.layout_checked());
+    try {
+      chain.forward();
+      ADD_FAILURE() << "rank 1's forward ran without its peer's layout";
+    } catch (const std::invalid_argument& e) {
+      ADD_FAILURE() << e.what();
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("MultiNodeChainList::check_layout (rank 1 of 2, 2 links): gathering "
+                                           "the ranks' links; every rank of the communicator calls "
+                                           "check_layout or forward"),
+                std::string::npos)
+          << e.what();
+    }
+  }, std::chrono::seconds(3));
+  EXPECT_EQ(failures, "");
 }
 
 }  // namespace
