@@ -188,9 +188,15 @@ void EtcdClient::reset_request_counts() {
 }
 
 Status EtcdClient::call(const char* rpc,
-                        const std::function<grpc::Status(Member&, grpc::ClientContext&)>& attempt) {
-  const Clock::time_point deadline = Clock::now() + options_.call_timeout;
+                        const std::function<grpc::Status(Member&, grpc::ClientContext&)>& attempt,
+                        std::optional<std::chrono::milliseconds> budget, CallCanceller* canceller) {
+  const std::chrono::milliseconds call_budget = budget.value_or(options_.call_timeout);
+  const Clock::time_point deadline = Clock::now() + call_budget;
   const size_t n = members_.size();
+  const std::chrono::milliseconds per_member =
+      budget ? std::min<std::chrono::milliseconds>(options_.attempt_timeout,
+                                                   std::max<std::chrono::milliseconds>(*budget / n, std::chrono::milliseconds(1)))
+             : options_.attempt_timeout;
   const size_t first = preferred_.load();
   Status last;
   // Round-robin from the member that answered last, as long as the call's budget lasts: a member
@@ -200,10 +206,14 @@ Status EtcdClient::call(const char* rpc,
     if (now >= deadline && i > 0) break;
     Member& member = *members_[(first + i) % n];
     grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() +
-                         std::min<Clock::duration>(deadline - now, options_.attempt_timeout));
+    context.set_deadline(std::chrono::system_clock::now() + std::min<Clock::duration>(deadline - now, per_member));
+    if (canceller != nullptr && !canceller->attach(&context)) return cancelled_error("etcd {}: cancelled", rpc);
     count(rpc);
     const grpc::Status status = attempt(member, context);
+    if (canceller != nullptr) {
+      canceller->detach();
+      if (canceller->cancelled()) return cancelled_error("etcd {}: cancelled", rpc);
+    }
     if (status.ok() || !is_failover_code(status.error_code())) {
       preferred_.store((first + i) % n);
       return from_grpc_status(status, std::string("etcd ") + rpc, member.endpoint);
@@ -216,7 +226,7 @@ Status EtcdClient::call(const char* rpc,
     }
   }
   return last.with_suffix(
-      fmt::format(" (no etcd member of {} answered within {} ms)", n, options_.call_timeout.count()));
+      fmt::format(" (no etcd member of {} answered within {} ms)", n, call_budget.count()));
 }
 
 std::string EtcdClient::prefix_end(const std::string& prefix) {
@@ -325,10 +335,12 @@ StatusOr<int64_t> EtcdClient::lease_grant(std::chrono::seconds ttl) {
   return response.id();
 }
 
-StatusOr<std::chrono::seconds> EtcdClient::lease_keep_alive_once(int64_t lease) {
+StatusOr<std::chrono::seconds> EtcdClient::lease_keep_alive_once(int64_t lease, CallCanceller* canceller) {
   etcdserverpb::LeaseKeepAliveResponse response;
   bool answered = false;
-  COHORT_RETURN_IF_ERROR(call("LeaseKeepAlive", [&](Member& m, grpc::ClientContext& context) {
+  COHORT_RETURN_IF_ERROR(call(
+      "LeaseKeepAlive",
+      [&](Member& m, grpc::ClientContext& context) {
     // LeaseKeepAlive is a bidirectional stream; one request and its answer renew the lease once.
     auto stream = m.lease->LeaseKeepAlive(&context);
     etcdserverpb::LeaseKeepAliveRequest request;
@@ -341,20 +353,22 @@ StatusOr<std::chrono::seconds> EtcdClient::lease_keep_alive_once(int64_t lease) 
     return status.ok()
                ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "keep-alive stream closed without an answer")
                : status;
-  }));
+      },
+      std::nullopt, canceller));
   if (response.ttl() <= 0) {
     return not_found_error("etcd lease {:x} has expired or was revoked", lease);
   }
   return std::chrono::seconds(response.ttl());
 }
 
-Status EtcdClient::lease_revoke(int64_t lease) {
+Status EtcdClient::lease_revoke(int64_t lease, std::optional<std::chrono::milliseconds> budget) {
   etcdserverpb::LeaseRevokeRequest request;
   request.set_id(lease);
   etcdserverpb::LeaseRevokeResponse response;
-  return call("LeaseRevoke", [&](Member& m, grpc::ClientContext& context) {
-    return m.lease->LeaseRevoke(&context, request, &response);
-  });
+  return call(
+      "LeaseRevoke",
+      [&](Member& m, grpc::ClientContext& context) { return m.lease->LeaseRevoke(&context, request, &response); },
+      budget);
 }
 
 StatusOr<LeaderKey> EtcdClient::campaign(const std::string& name, int64_t lease, const std::string& value,
@@ -396,13 +410,13 @@ Status EtcdClient::proclaim(const LeaderKey& leader, const std::string& value) {
   return status;
 }
 
-StatusOr<std::optional<KeyValue>> EtcdClient::leader(const std::string& name) {
+StatusOr<std::optional<KeyValue>> EtcdClient::leader(const std::string& name, CallCanceller* canceller) {
   v3electionpb::LeaderRequest request;
   request.set_name(name);
   v3electionpb::LeaderResponse response;
-  Status status = call("Leader", [&](Member& m, grpc::ClientContext& context) {
-    return m.election->Leader(&context, request, &response);
-  });
+  Status status = call(
+      "Leader", [&](Member& m, grpc::ClientContext& context) { return m.election->Leader(&context, request, &response); },
+      std::nullopt, canceller);
   // etcd reports an election without candidates as an error ("election: no leader").
   if (!status.ok() && status.message().find("no leader") != std::string::npos)
     return std::optional<KeyValue>();
@@ -440,13 +454,14 @@ Status EtcdClient::observe(const std::string& name, const std::function<bool(con
   return from_grpc_status(status, "etcd Observe", member.endpoint);
 }
 
-Status EtcdClient::resign(const LeaderKey& leader) {
+Status EtcdClient::resign(const LeaderKey& leader, std::optional<std::chrono::milliseconds> budget) {
   v3electionpb::ResignRequest request;
   *request.mutable_leader() = to_proto(leader);
   v3electionpb::ResignResponse response;
-  return call("Resign", [&](Member& m, grpc::ClientContext& context) {
-    return m.election->Resign(&context, request, &response);
-  });
+  return call(
+      "Resign",
+      [&](Member& m, grpc::ClientContext& context) { return m.election->Resign(&context, request, &response); },
+      budget);
 }
 
 }  // namespace cohort::etcd

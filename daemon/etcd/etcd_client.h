@@ -147,10 +147,13 @@ class EtcdClient {
   // Grants a lease of `ttl` (rounded up to whole seconds; etcd's minimum applies). Returns its id.
   StatusOr<int64_t> lease_grant(std::chrono::seconds ttl);
   // Renews `lease` once (one LeaseKeepAlive round trip). Returns the TTL etcd granted again;
-  // NOT_FOUND when the lease has expired or was revoked.
-  StatusOr<std::chrono::seconds> lease_keep_alive_once(int64_t lease);
-  // Revokes `lease`, deleting every key attached to it. NOT_FOUND for an unknown lease.
-  Status lease_revoke(int64_t lease);
+  // NOT_FOUND when the lease has expired or was revoked. `canceller` (optional) can end the call
+  // early (CANCELLED).
+  StatusOr<std::chrono::seconds> lease_keep_alive_once(int64_t lease, CallCanceller* canceller = nullptr);
+  // Revokes `lease`, deleting every key attached to it. NOT_FOUND for an unknown lease. `budget`
+  // replaces call_timeout when set (a shutdown gives up sooner than a running daemon would); each
+  // member then gets its share of it, so one hung member cannot use it all.
+  Status lease_revoke(int64_t lease, std::optional<std::chrono::milliseconds> budget = std::nullopt);
 
   // ---- Election (etcd's v3election service; one key per candidate under `name`, the oldest leads)
   // Blocks until this candidate (`lease`, `value`) leads election `name`, `timeout` passes
@@ -163,14 +166,15 @@ class EtcdClient {
   Status proclaim(const LeaderKey& leader, const std::string& value);
   // The current leader's key-value (its value is the leader's proclamation); std::nullopt when no
   // candidate leads.
-  StatusOr<std::optional<KeyValue>> leader(const std::string& name);
+  StatusOr<std::optional<KeyValue>> leader(const std::string& name, CallCanceller* canceller = nullptr);
   // Streams leader changes of `name` to `on_leader` (called on the calling thread, first with the
   // current leader) until it returns false, `timeout` passes, or `canceller` cancels. Returns OK
   // when stopped by the callback, DEADLINE_EXCEEDED / CANCELLED / the stream's error otherwise.
   Status observe(const std::string& name, const std::function<bool(const KeyValue&)>& on_leader,
                  std::chrono::milliseconds timeout, CallCanceller* canceller = nullptr);
-  // Gives up leadership (deletes the leader key; the next candidate leads).
-  Status resign(const LeaderKey& leader);
+  // Gives up leadership (deletes the leader key; the next candidate leads). `budget` as for
+  // lease_revoke.
+  Status resign(const LeaderKey& leader, std::optional<std::chrono::milliseconds> budget = std::nullopt);
 
   // A comparison that holds while `leader` still leads: the leader key exists with its create
   // revision. Put it in a TxnRequest's compare list to fence a write to the current leader.
@@ -196,8 +200,11 @@ class EtcdClient {
   explicit EtcdClient(EtcdOptions options);
 
   // Runs `attempt(member, context)` on the preferred member, then the others, until one returns a
-  // status other than UNAVAILABLE/DEADLINE_EXCEEDED or the call's deadline passes.
-  Status call(const char* rpc, const std::function<grpc::Status(Member&, grpc::ClientContext&)>& attempt);
+  // status other than UNAVAILABLE/DEADLINE_EXCEEDED or the call's deadline passes: `budget`, split
+  // evenly over the members, when set; else call_timeout, attempt_timeout per member. `canceller`
+  // (optional) ends it early with CANCELLED.
+  Status call(const char* rpc, const std::function<grpc::Status(Member&, grpc::ClientContext&)>& attempt,
+              std::optional<std::chrono::milliseconds> budget = std::nullopt, CallCanceller* canceller = nullptr);
   void count(const char* rpc);
 
   EtcdOptions options_;

@@ -16,6 +16,11 @@ using std::chrono::milliseconds;
 constexpr milliseconds kCampaignRoundTimeout{60000};
 // Pause after a failed lease grant or campaign (etcd unreachable) before the next try.
 constexpr milliseconds kRetryPause{500};
+// What stop() gives etcd to take the resignation and the lease revocation (shared by the members:
+// a hung one cannot take it all). A daemon stopping while etcd is gone or cut off must not wait
+// out the whole call timeout for each (the HA chaos test saw coordinators still draining 3 s after
+// SIGTERM); a resignation that does not land costs the standby at most one lease TTL.
+constexpr milliseconds kStopBudget{1500};
 
 }  // namespace
 
@@ -51,6 +56,8 @@ void LeaderElection::stop() {
   }
   changed_.notify_all();
   campaign_canceller_.cancel();
+  // A renewal in flight to a hung member would hold the join below for up to the call timeout.
+  keep_alive_canceller_.cancel();
   if (campaign_thread_.joinable()) campaign_thread_.join();
   if (keep_alive_thread_.joinable()) keep_alive_thread_.join();
 }
@@ -135,6 +142,7 @@ void LeaderElection::campaign_loop() {
     }
     campaign_canceller_.reset();
     std::optional<LeaderKey> won;
+    std::optional<Clock::time_point> stop_deadline;  // set once stop() is seen: resign + revoke share it
     while (!won) {
       {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -206,7 +214,8 @@ void LeaderElection::campaign_loop() {
         lock.unlock();
         if (stopping_now) {
           // Resign so the next candidate leads now rather than after the TTL.
-          Status resigned = client_->resign(*won);
+          stop_deadline = Clock::now() + kStopBudget;
+          Status resigned = client_->resign(*won, kStopBudget);
           if (!resigned.ok())
             spdlog::warn("leader election '{}': resign: {}", options_.name, resigned.to_string());
           step_down(cancelled_error("leader election stopped"));
@@ -218,7 +227,25 @@ void LeaderElection::campaign_loop() {
       std::lock_guard<std::mutex> lock(mutex_);
       if (lease_ == *lease) lease_ = 0;
     }
-    client_->lease_revoke(*lease).ignore_error();  // gone already if it expired
+    bool stopping_now = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_now = stopping_;
+    }
+    if (!stopping_now) {
+      client_->lease_revoke(*lease).ignore_error();  // gone already if it expired
+    } else {
+      // What is left of kStopBudget after the resignation; etcd drops the lease after its TTL anyway.
+      if (!stop_deadline) stop_deadline = Clock::now() + kStopBudget;
+      const auto left = std::chrono::duration_cast<milliseconds>(*stop_deadline - Clock::now());
+      if (left > milliseconds(0)) {
+        client_->lease_revoke(*lease, left).ignore_error();
+      } else {
+        spdlog::warn("leader election '{}': stopping without revoking lease {:x} (etcd did not answer within {} "
+                     "ms); it expires after its TTL of {} s",
+                     options_.name, *lease, kStopBudget.count(), options_.lease_ttl.count());
+      }
+    }
   }
 }
 
@@ -236,7 +263,7 @@ void LeaderElection::keep_alive_loop() {
       // etcd restarts the TTL when the keep-alive reaches it, no earlier than it was sent: count
       // from the send, so a slow answer never stretches the time this leader believes it has.
       const Clock::time_point sent = Clock::now();
-      StatusOr<std::chrono::seconds> ttl = client_->lease_keep_alive_once(lease);
+      StatusOr<std::chrono::seconds> ttl = client_->lease_keep_alive_once(lease, &keep_alive_canceller_);
       if (ttl.ok()) {
         std::lock_guard<std::mutex> lock(mutex_);
         if (lease_ == lease) last_renewal_ = sent;
@@ -281,7 +308,7 @@ void LeaderElection::keep_alive_loop() {
     }
     if (!leading) {
       // Standbys learn who leads, so they can point clients there.
-      StatusOr<std::optional<KeyValue>> current = client_->leader(options_.name);
+      StatusOr<std::optional<KeyValue>> current = client_->leader(options_.name, &keep_alive_canceller_);
       if (current.ok()) set_leader_address(current->has_value() ? (*current)->value : "");
     }
   }

@@ -101,6 +101,7 @@ class LeaderElection {
   std::string leader_address_;
   int terms_ = 0;
   CallCanceller campaign_canceller_;
+  CallCanceller keep_alive_canceller_;  // cancelled by stop(): ends a renewal in flight
   // The etcd member (EtcdClient::preferred_member) the campaign in flight waits on; none between
   // campaigns.
   std::optional<size_t> campaign_member_;

@@ -214,5 +214,32 @@ TEST_F(LeaderElectionTest, StandbyWhoseCampaignMemberHangsTakesOverThroughAnothe
       << std::chrono::duration_cast<milliseconds>(took_over).count() << " ms";
 }
 
+TEST_F(LeaderElectionTest, StopIsBoundedWhileNoEtcdMemberAnswers) {
+  // A coordinator stopping while etcd hangs (stopped, cut off, or dying with it) must not wait out
+  // the whole call timeout for the resignation, the revocation and an in-flight renewal each.
+  Candidate a(cluster_->client_options(), "/t/stop-hung", "a:1");
+  ASSERT_TRUE(a.election->start().ok());
+  ASSERT_TRUE(a.election->wait_until_leader(milliseconds(10000)));
+  ASSERT_GE(a.client->options().call_timeout, milliseconds(5000)) << "the bound below would prove nothing";
+
+  struct Continue {
+    EtcdCluster* cluster;
+    ~Continue() {
+      for (int i = 0; i < cluster->size(); ++i) cluster->continue_member(i);
+    }
+  } continue_members{cluster_};
+  for (int i = 0; i < cluster_->size(); ++i) cluster_->stop_member(i);
+  const auto stop_start = Clock::now();
+  a.election->stop();
+  const auto took = std::chrono::duration_cast<milliseconds>(Clock::now() - stop_start);
+  EXPECT_FALSE(a.election->is_leader());
+  // The resignation and the revocation share 1.5 s; a renewal in flight is cancelled.
+  EXPECT_LT(took, milliseconds(2500)) << "stop() took " << took.count() << " ms while etcd hung";
+  {
+    std::lock_guard<std::mutex> lock(a.mutex);
+    EXPECT_EQ(a.lost_reason.code(), StatusCode::kCancelled) << a.lost_reason.to_string();
+  }
+}
+
 }  // namespace
 }  // namespace cohort::etcd
