@@ -526,6 +526,7 @@ void Coordinator::delete_expired_jobs_locked() {
 
 Status Coordinator::report_tasks_started(const std::string& node_id, const std::string& job_id, int attempt) {
   std::lock_guard<std::mutex> lock(mu_);
+  nodes_.launch_succeeded(node_id);  // its agent answered a call: an unreachable streak ends
   COHORT_ASSIGN_OR_RETURN(Job * job, find_job_locked(job_id));
   COHORT_RETURN_IF_ERROR(check_attempt_locked(*job, attempt));
   const AttemptKey key{job_id, attempt};
@@ -592,11 +593,19 @@ StatusOr<AgentOrders> Coordinator::report_launch_failure(const std::string& node
   // Needs no store write, and holds whatever becomes of the attempt: the next placement must not
   // pick a node whose agent just did not answer.
   if (kind == LaunchFailure::kUnreachable && nodes_.contains(node_id)) {
-    const std::string reason =
-        fmt::format("its agent did not answer a launch (job {} attempt {}: {}); schedulable again at its next "
-                    "heartbeat, lost if none comes within its lease",
-                    job_id, attempt, error);
-    nodes_.mark_suspect(node_id, reason).ignore_error();  // known: contains() above
+    std::string reason = fmt::format("its agent did not answer a launch (job {} attempt {}: {}); ", job_id,
+                                     attempt, error);
+    const Duration hold = NodeRegistry::suspect_hold(nodes_.unreachable_streak(node_id) + 1);
+    if (hold > Duration(0)) {
+      // The text is the listing's, so say why the heartbeats it still sends do not clear it.
+      reason += fmt::format(
+          "it did so again and again while its heartbeats arrive (a one-way partition?): schedulable again at its "
+          "first heartbeat {} s from now, lost if none comes within its lease",
+          std::chrono::duration_cast<std::chrono::seconds>(hold).count());
+    } else {
+      reason += "schedulable again at its next heartbeat, lost if none comes within its lease";
+    }
+    nodes_.mark_suspect(node_id, reason, clock_->now()).status().ignore_error();  // known: contains() above
     spdlog::warn("coordinator: node {} is suspect: {}", node_id, reason);
   }
   COHORT_RETURN_IF_ERROR(check_store_locked());

@@ -405,6 +405,48 @@ TEST_F(CoordinatorTest, ARestartWaitsWhileItsOnlyNodeIsSuspectAndRunsOnceItHeart
   EXPECT_TRUE(job(id).waiting_for.empty()) << job(id).waiting_for;
 }
 
+// A one-way partition: node-b's agent heartbeats, but the coordinator's launches never reach it.
+// Before the hold, every heartbeat made it schedulable again and every restart went there.
+TEST_F(CoordinatorTest, ANodeWhoseAgentHeartbeatsButNeverAnswersALaunchStaysSuspectLongerEachTime) {
+  add_node("node-b", 1);
+  cohort::v1::JobSpec spec = valid_spec("oneway", 1, 1);
+  spec.mutable_restart_policy()->set_max_restarts(5);
+  const std::string id = submit(spec);
+  auto launch_fails = [&](int attempt) {
+    AgentOrders orders = coordinator_->tick();
+    ASSERT_EQ(orders.launches.size(), 1u) << "attempt " << attempt;
+    ASSERT_EQ(orders.launches[0].attempt, attempt);
+    ASSERT_TRUE(coordinator_
+                    ->report_launch_failure("node-b", id, attempt, "Agent.LaunchTasks: deadline exceeded",
+                                            LaunchFailure::kUnreachable)
+                    .ok());
+  };
+  launch_fails(1);
+  ASSERT_TRUE(coordinator_->heartbeat("node-b").ok());  // the first: cleared at once, as before
+  launch_fails(2);
+
+  // The second in a row: heartbeats within the hold do not make it schedulable.
+  for (int i = 0; i < 3; ++i) {
+    clock_.advance(seconds(4));
+    ASSERT_TRUE(coordinator_->heartbeat("node-b").ok()) << "its lease is still renewed";
+    EXPECT_TRUE(coordinator_->tick().launches.empty()) << "heartbeat " << i << " within the hold";
+  }
+  EXPECT_EQ(job(id).attempt(), 3) << "no restart was spent meanwhile";
+  const std::vector<NodeStatus> nodes = coordinator_->list_nodes();
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_TRUE(contains(nodes[0].suspect_reason, "again and again while its heartbeats arrive"))
+      << nodes[0].suspect_reason;
+  EXPECT_TRUE(contains(job(id).waiting_for, "node node-b is suspect")) << job(id).waiting_for;
+
+  // After the hold, a heartbeat clears it; a launch that then gets through ends the streak.
+  clock_.advance(kSuspectHoldBase);
+  ASSERT_TRUE(coordinator_->heartbeat("node-b").ok());
+  AgentOrders orders = coordinator_->tick();
+  ASSERT_EQ(orders.launches.size(), 1u);
+  ASSERT_TRUE(coordinator_->report_tasks_started("node-b", id, 3).ok());
+  EXPECT_EQ(job(id).state(), JobState::kRunning);
+}
+
 TEST_F(CoordinatorTest, ASuspectNodeThatNeverHeartbeatsIsLostAndItsRestartWaitsForANewNode) {
   add_node("node-b", 1);
   cohort::v1::JobSpec spec = valid_spec("dead", 1, 1);

@@ -64,15 +64,32 @@ Status NodeRegistry::heartbeat(const std::string& node_id, TimePoint now, bool u
   }
   it->second.lease_expiry = now + lease_;
   it->second.unschedulable = unschedulable;
-  it->second.suspect_reason.clear();  // the agent is alive after all
+  // The agent is alive after all, unless it has been unreachable for calls again and again.
+  if (now >= it->second.suspect_until) it->second.suspect_reason.clear();
   return ok_status();
 }
 
-Status NodeRegistry::mark_suspect(const std::string& node_id, std::string reason) {
+StatusOr<Duration> NodeRegistry::mark_suspect(const std::string& node_id, std::string reason, TimePoint now) {
   auto it = nodes_.find(node_id);
   if (it == nodes_.end()) return not_found_error("cannot mark node '{}' suspect: it is not registered", node_id);
-  it->second.suspect_reason = std::move(reason);
-  return ok_status();
+  Entry& entry = it->second;
+  entry.suspect_reason = std::move(reason);
+  ++entry.unreachable_streak;
+  const Duration hold = suspect_hold(entry.unreachable_streak);
+  entry.suspect_until = now + hold;
+  return hold;
+}
+
+Duration NodeRegistry::suspect_hold(int streak) {
+  if (streak < 2) return Duration(0);
+  Duration hold = kSuspectHoldBase;
+  for (int i = 2; i < streak && hold < kSuspectHoldMax; ++i) hold *= 2;
+  return std::min<Duration>(hold, kSuspectHoldMax);
+}
+
+void NodeRegistry::launch_succeeded(const std::string& node_id) {
+  auto it = nodes_.find(node_id);
+  if (it != nodes_.end()) it->second.unreachable_streak = 0;
 }
 
 std::vector<std::string> NodeRegistry::expire(TimePoint now) {

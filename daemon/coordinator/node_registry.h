@@ -27,6 +27,10 @@ namespace cohort::coordinator {
 inline constexpr Duration kDefaultNodeLease = std::chrono::seconds(15);
 // Agents heartbeat this many times per lease, so a single lost heartbeat never loses a node.
 inline constexpr int kHeartbeatsPerLease = 3;
+// How long a node that was unreachable for two launches in a row stays suspect whatever its
+// heartbeats say (doubling with each further one, up to the max): see NodeRegistry::mark_suspect.
+inline constexpr Duration kSuspectHoldBase = std::chrono::seconds(15);
+inline constexpr Duration kSuspectHoldMax = std::chrono::minutes(5);
 
 struct GpuInfo {
   int index = 0;             // CUDA device index on the node
@@ -106,7 +110,23 @@ class NodeRegistry {
   // does not pick it again and again, each failed launch costing a job a restart, until its lease
   // ends. `reason` is shown in listings and in the waiting jobs' waiting_for. NOT_FOUND for an
   // unknown node.
-  Status mark_suspect(const std::string& node_id, std::string reason);
+  //
+  // An agent that heartbeats but cannot be called (a one-way partition: it reaches the coordinator,
+  // the coordinator does not reach it) would otherwise flip back to schedulable at every heartbeat
+  // and cost a job a restart each time. So each unreachable launch in a row without a launch that
+  // got through in between (launch_succeeded) holds the suspicion longer: the first is cleared by
+  // the next heartbeat, the second only by a heartbeat kSuspectHoldBase after it, and each one more
+  // doubles that, up to kSuspectHoldMax. Returns how long heartbeats are ignored.
+  StatusOr<Duration> mark_suspect(const std::string& node_id, std::string reason, TimePoint now);
+  // A launch on the node got through: its agent answers calls, so the unreachable streak ends.
+  void launch_succeeded(const std::string& node_id);
+  // Unreachable launches in a row on the node (0 for an unknown node), and the hold a streak of
+  // `streak` earns: what the next mark_suspect will return is suspect_hold(unreachable_streak() + 1).
+  int unreachable_streak(const std::string& node_id) const {
+    auto it = nodes_.find(node_id);
+    return it == nodes_.end() ? 0 : it->second.unreachable_streak;
+  }
+  static Duration suspect_hold(int streak);
 
   // Removes every node whose lease ended before `now` and returns their ids, ascending.
   std::vector<std::string> expire(TimePoint now);
@@ -137,7 +157,9 @@ class NodeRegistry {
     int used_slots = 0;
     std::set<int> used_gpus;
     bool unschedulable = false;  // per the latest heartbeat
-    std::string suspect_reason;  // non-empty: suspect until the next heartbeat or registration
+    std::string suspect_reason;  // non-empty: suspect until a heartbeat after suspect_until, or a registration
+    TimePoint suspect_until{};   // heartbeats before this do not clear the suspicion
+    int unreachable_streak = 0;  // unreachable launches since the last one that got through
     bool awaiting_registration = false;  // restored from the job store, not registered since
   };
 

@@ -54,7 +54,7 @@ TEST(NodeRegistryTest, ASuspectNodeShowsNoFreeCapacityUntilItsAgentHeartbeatsOrR
   const TimePoint t0;
   ASSERT_TRUE(registry.register_node(node("node-a", 4, 2), t0).ok());
   ASSERT_TRUE(registry.register_node(node("node-b", 2), t0).ok());
-  ASSERT_TRUE(registry.mark_suspect("node-a", "its agent did not answer a launch").ok());
+  ASSERT_TRUE(registry.mark_suspect("node-a", "its agent did not answer a launch", t0).ok());
   std::vector<NodeStatus> nodes = registry.list();
   ASSERT_EQ(nodes.size(), 2u);
   EXPECT_FALSE(nodes[0].schedulable());
@@ -75,16 +75,66 @@ TEST(NodeRegistryTest, ASuspectNodeShowsNoFreeCapacityUntilItsAgentHeartbeatsOrR
   EXPECT_EQ(nodes[0].free_gpus, (std::vector<int>{0, 1}));
 
   // So does a registration (the agent restarted).
-  ASSERT_TRUE(registry.mark_suspect("node-b", "launch timed out").ok());
+  ASSERT_TRUE(registry.mark_suspect("node-b", "launch timed out", t0 + seconds(5)).ok());
   EXPECT_EQ(registry.list()[1].free_slots, 0);
   ASSERT_TRUE(registry.register_node(node("node-b", 2), t0 + seconds(6)).ok());
   EXPECT_TRUE(registry.list()[1].schedulable());
   EXPECT_EQ(registry.list()[1].free_slots, 2);
 
   // A suspect node that never heartbeats again is lost when its lease ends, as any node.
-  ASSERT_TRUE(registry.mark_suspect("node-a", "launch timed out").ok());
+  ASSERT_TRUE(registry.mark_suspect("node-a", "launch timed out", t0 + seconds(6)).ok());
   EXPECT_EQ(registry.expire(t0 + seconds(21)), (std::vector<std::string>{"node-a"}));
-  EXPECT_EQ(registry.mark_suspect("node-a", "again").code(), StatusCode::kNotFound);
+  EXPECT_EQ(registry.mark_suspect("node-a", "again", t0 + seconds(21)).status().code(), StatusCode::kNotFound);
+}
+
+TEST(NodeRegistryTest, AnAgentUnreachableForLaunchesAgainAndAgainStaysSuspectThroughItsHeartbeats) {
+  // A one-way partition: the agent's heartbeats reach the coordinator, its launches never reach
+  // the agent. Without a hold the node would be schedulable at every heartbeat and cost a job a
+  // restart each time.
+  NodeRegistry registry(seconds(15));
+  const TimePoint t0;
+  ASSERT_TRUE(registry.register_node(node("node-a", 2), t0).ok());
+  auto schedulable = [&] { return registry.list()[0].schedulable(); };
+
+  // The first unreachable launch: the next heartbeat clears it, as before.
+  StatusOr<Duration> hold = registry.mark_suspect("node-a", "launch 1 timed out", t0);
+  ASSERT_TRUE(hold.ok());
+  EXPECT_EQ(*hold, Duration(0));
+  ASSERT_TRUE(registry.heartbeat("node-a", t0 + seconds(1)).ok());
+  EXPECT_TRUE(schedulable());
+
+  // The second in a row: heartbeats within kSuspectHoldBase do not clear it, the first after does.
+  hold = registry.mark_suspect("node-a", "launch 2 timed out", t0 + seconds(2));
+  ASSERT_TRUE(hold.ok());
+  EXPECT_EQ(*hold, kSuspectHoldBase);
+  ASSERT_TRUE(registry.heartbeat("node-a", t0 + seconds(7)).ok());
+  EXPECT_FALSE(schedulable()) << "cleared within the hold";
+  EXPECT_EQ(registry.list()[0].suspect_reason, "launch 2 timed out");
+  ASSERT_TRUE(registry.heartbeat("node-a", t0 + seconds(2) + kSuspectHoldBase).ok());
+  EXPECT_TRUE(schedulable());
+  EXPECT_EQ(registry.list()[0].lease_expiry, t0 + seconds(2) + kSuspectHoldBase + seconds(15))
+      << "heartbeats within the hold still renewed the lease";
+
+  // Each further one doubles the hold, up to the max.
+  TimePoint now = t0 + seconds(30);
+  Duration expected = kSuspectHoldBase;
+  for (int streak = 3; streak <= 12; ++streak) {
+    expected = std::min<Duration>(expected * 2, kSuspectHoldMax);
+    hold = registry.mark_suspect("node-a", "timed out again", now);
+    ASSERT_TRUE(hold.ok());
+    EXPECT_EQ(*hold, expected) << "streak " << streak;
+    now += *hold;
+    ASSERT_TRUE(registry.heartbeat("node-a", now).ok());
+  }
+  EXPECT_EQ(expected, kSuspectHoldMax);
+
+  // A launch that gets through ends the streak: the next unreachable one is cleared at once again.
+  registry.launch_succeeded("node-a");
+  hold = registry.mark_suspect("node-a", "a one-off timeout", now);
+  ASSERT_TRUE(hold.ok());
+  EXPECT_EQ(*hold, Duration(0));
+  ASSERT_TRUE(registry.heartbeat("node-a", now + seconds(1)).ok());
+  EXPECT_TRUE(schedulable());
 }
 
 TEST(NodeRegistryTest, ARestoredNodeIsListedButTakesNoWorkOrHeartbeatsUntilItRegisters) {
