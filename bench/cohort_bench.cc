@@ -2,6 +2,7 @@
 //
 //   cohort-bench -np 4 -b 8 -e 64M -f 4 --op allreduce --check
 //   cohort-bench -np 2 --kind hierarchical --op allgather -b 1K -e 16M
+//   UCX_TLS=sm,cma cohort-bench -np 2 --op pingpong -b 8 -e 16M   (send/recv latency, one way)
 //   RANK=.. WORLD_SIZE=.. MASTER_ADDR=.. MASTER_PORT=.. cohort-bench --init env://   (any launcher)
 //   cohort-bench -np 2 --device cuda --kind pure_nccl      (a --config=cuda build, one GPU per rank)
 //
@@ -85,9 +86,11 @@ std::optional<int> parse_command_line(int argc, char** argv, Options* o) {
       ->capture_default_str();
   app->add_option("--init", o->init, "join an existing job instead: env://, tcp://host:port, file:///path")
       ->type_name("URL");
-  app->add_option("--op", o->op, "allreduce, broadcast, reduce, allgather, reduce_scatter, alltoall")
+  app->add_option("--op", o->op, "allreduce, broadcast, reduce, allgather, reduce_scatter, alltoall; pingpong: "
+                  "send/recv between ranks 0 and 1, time = half the round trip (with --algo shm: a "
+                  "broadcast each way over the shared-memory segment instead)")
       ->type_name("OP")
-      ->check(CLI::IsMember({"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "alltoall"}))
+      ->check(CLI::IsMember({"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "alltoall", "pingpong"}))
       ->capture_default_str();
   app->add_option("--kind", o->kind,
                   "communicator: naive, flat, hierarchical, two_dimensional, single_node, pure_nccl")
@@ -124,9 +127,10 @@ std::optional<int> parse_command_line(int argc, char** argv, Options* o) {
 
 // The checks across options; false with `*error` set.
 bool validate(Options* o, std::string* error) {
-  static const std::vector<std::string> ops = {"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "alltoall"};
+  static const std::vector<std::string> ops = {"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "alltoall", "pingpong"};
   if (std::find(ops.begin(), ops.end(), o->op) == ops.end()) { *error = "unknown --op '" + o->op + "'"; return false; }
   if (o->np < 1) { *error = "-np must be at least 1"; return false; }
+  if (o->op == "pingpong" && o->np == 1 && o->init.empty()) { *error = "--op pingpong needs 2 ranks (-np 2)"; return false; }
   if (o->begin == 0 || o->end < o->begin) { *error = "need 0 < -b <= -e"; return false; }
   std::vector<size_t> ignored;
   if (!o->sizes.empty() && !cohort::bench::parse_size_list(o->sizes, 1, &ignored)) {
@@ -185,6 +189,30 @@ class BenchRank {
     for (size_t i = 0; i < count; ++i) testing::write_value(send_.data(), dtype_, i, input(i));
   }
 
+  // One operation, finished. pingpong: rank 0 sends `count` elements to rank 1, which receives
+  // them and sends them back (the other ranks idle): MPI's and UCX's point-to-point latency test.
+  Status run_once(size_t count) {
+    if (o_.op != "pingpong") return issue(count)->wait();
+    if (n_ < 2) return cohort::invalid_argument_error("--op pingpong needs at least 2 ranks, not {}", n_);
+    CallOptions call{std::chrono::seconds(o_.timeout_s), true};
+    if (o_.algo == "shm") {
+      // Point to point has no shared-memory path: what one would cost is measured as a broadcast
+      // from rank 0 and one back from rank 1 over the segment (one copy in, one copy out and one
+      // flag each way; every rank takes part, so run it with -np 2).
+      COHORT_RETURN_IF_ERROR(comm_.broadcast(recv_.data(), count, dtype_, 0, call)->wait());
+      return comm_.broadcast(recv_.data(), count, dtype_, 1, call)->wait();
+    }
+    if (me_ == 0) {
+      COHORT_RETURN_IF_ERROR(comm_.send(send_.data(), count, dtype_, 1, 0, call));
+      return comm_.recv(recv_.data(), count, dtype_, 1, 0, call);
+    }
+    if (me_ == 1) {
+      COHORT_RETURN_IF_ERROR(comm_.recv(recv_.data(), count, dtype_, 0, 0, call));
+      return comm_.send(recv_.data(), count, dtype_, 0, 0, call);
+    }
+    return ok_status();
+  }
+
   std::shared_ptr<Work> issue(size_t count) {
     CallOptions call{std::chrono::seconds(o_.timeout_s), true};
     void* s = send_.data();
@@ -215,6 +243,10 @@ class BenchRank {
     } else if (o_.op == "reduce_scatter") {
       size_t block = count / n_;
       for (size_t j = 0; j < block; ++j) wrong += bad(testing::read_value(recv_.data(), dtype_, j), reduced(me_ * block + j));
+    } else if (o_.op == "pingpong") {
+      // Rank 0's input went to rank 1 and back: both hold it.
+      if (me_ > 1) return 0;
+      for (size_t i = 0; i < count; ++i) wrong += bad(testing::read_value(recv_.data(), dtype_, i), 1 + double(i % 7));
     } else if (o_.op == "broadcast") {
       // The root broadcasts its input(i) computed with me_ == root.
       for (size_t i = 0; i < count; ++i) {
@@ -243,12 +275,13 @@ class BenchRank {
     fill(count);
     if (o_.op == "broadcast" && me_ == o_.root) std::memcpy(recv_.data(), send_.data(), count * esize);
     COHORT_RETURN_IF_ERROR(upload());
-    for (int w = 0; w < o_.warmup; ++w) COHORT_RETURN_IF_ERROR(issue(count)->wait());
+    for (int w = 0; w < o_.warmup; ++w) COHORT_RETURN_IF_ERROR(run_once(count));
     COHORT_RETURN_IF_ERROR(comm_.barrier({std::chrono::seconds(o_.timeout_s), true})->wait());
     int iters = cohort::bench::iterations_for(count * esize, o_.iters);
     auto start = Clock::now();
-    for (int it = 0; it < iters; ++it) COHORT_RETURN_IF_ERROR(issue(count)->wait());
+    for (int it = 0; it < iters; ++it) COHORT_RETURN_IF_ERROR(run_once(count));
     double mine = std::chrono::duration<double, std::micro>(Clock::now() - start).count() / iters;
+    if (o_.op == "pingpong") mine /= 2;  // one way: half the round trip (osu_latency's convention)
     COHORT_ASSIGN_OR_RETURN(double slowest, comm_.allreduce_obj(mine, ReduceOp::kMax));
     long wrong = -1;
     if (o_.check) {
@@ -259,7 +292,12 @@ class BenchRank {
         else std::fill(recv_.begin(), recv_.end(), 0);
       }
       COHORT_RETURN_IF_ERROR(upload());
-      COHORT_RETURN_IF_ERROR(issue(count)->wait());
+      if (o_.op == "pingpong") {
+        std::fill(recv_.begin(), recv_.end(), 0);
+        // Over the segment the round trip runs in place on recv_ (see run_once).
+        if (o_.algo == "shm" && me_ == 0) std::memcpy(recv_.data(), send_.data(), count * esize);
+      }
+      COHORT_RETURN_IF_ERROR(run_once(count));
       COHORT_RETURN_IF_ERROR(download());
       COHORT_ASSIGN_OR_RETURN(double total, comm_.allreduce_obj(static_cast<double>(count_wrong(count))));
       wrong = static_cast<long>(total);

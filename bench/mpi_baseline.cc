@@ -7,7 +7,8 @@
 //
 // float32 SUM only, root 0. Each op moves what cohort-bench's same-named op moves at the same row
 // size (bench_table.h's op_counts): broadcast → MPI_Bcast, allgather → MPI_Allgather,
-// reduce_scatter → MPI_Reduce_scatter_block, allreduce → MPI_Allreduce. Inputs and the --check
+// reduce_scatter → MPI_Reduce_scatter_block, allreduce → MPI_Allreduce, pingpong → MPI_Send /
+// MPI_Recv between ranks 0 and 1 (time: half the round trip). Inputs and the --check
 // reference are cohort-bench's: rank r's element i is (r + 1) + i % 7.
 
 // The C API only: OpenMPI's deprecated C++ bindings need libmpi_cxx and trip -Wcast-function-type.
@@ -43,9 +44,9 @@ struct Options : cohort::bench::SweepOptions {
 // otherwise the exit status (help, version, or a usage error already printed).
 std::optional<int> parse_command_line(int argc, char** argv, Options* o) {
   auto app = cohort::cli_flags::make_app("mpi_baseline", kDescription);
-  app->add_option("--op", o->op, "allreduce, broadcast, allgather, reduce_scatter")
+  app->add_option("--op", o->op, "allreduce, broadcast, allgather, reduce_scatter, pingpong")
       ->type_name("OP")
-      ->check(CLI::IsMember({"allreduce", "broadcast", "allgather", "reduce_scatter"}))
+      ->check(CLI::IsMember({"allreduce", "broadcast", "allgather", "reduce_scatter", "pingpong"}))
       ->capture_default_str();
   cohort::bench::SweepFlags sweep(app.get(), o);
   app->add_flag("-c,--check", o->check, "verify every result against a reference; #wrong counts bad elements");
@@ -77,11 +78,12 @@ class MpiRank {
     int iters = cohort::bench::iterations_for(count * sizeof(float), o_.iters);
     for (int it = 0; it < iters; ++it) issue();
     double mine = (MPI_Wtime() - start) / iters * 1e6, slowest = 0;
+    if (o_.op == "pingpong") mine /= 2;  // one way, as cohort-bench's
     MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     long wrong = -1;
     if (o_.check) {
       fill();
-      if (o_.op == "broadcast" && rank_ != kRoot) std::fill(recv_.begin(), recv_.end(), 0.0f);
+      if ((o_.op == "broadcast" && rank_ != kRoot) || o_.op == "pingpong") std::fill(recv_.begin(), recv_.end(), 0.0f);
       issue();
       long local = count_wrong();
       MPI_Allreduce(&local, &wrong, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
@@ -109,6 +111,15 @@ class MpiRank {
       MPI_Bcast(recv_.data(), recv, MPI_FLOAT, kRoot, MPI_COMM_WORLD);
     } else if (o_.op == "allgather") {
       MPI_Allgather(send_.data(), send, MPI_FLOAT, recv_.data(), send, MPI_FLOAT, MPI_COMM_WORLD);
+    } else if (o_.op == "pingpong") {
+      // Rank 0 sends to rank 1, which sends it back; other ranks idle.
+      if (rank_ == 0) {
+        MPI_Send(send_.data(), send, MPI_FLOAT, 1, 0, MPI_COMM_WORLD);
+        MPI_Recv(recv_.data(), recv, MPI_FLOAT, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      } else if (rank_ == 1) {
+        MPI_Recv(recv_.data(), recv, MPI_FLOAT, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Send(recv_.data(), recv, MPI_FLOAT, 0, 0, MPI_COMM_WORLD);
+      }
     } else {
       MPI_Reduce_scatter_block(send_.data(), recv_.data(), recv, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     }
@@ -122,6 +133,8 @@ class MpiRank {
         want = reduced(size_, j);
       else if (o_.op == "broadcast")
         want = input(kRoot, j);
+      else if (o_.op == "pingpong")
+        want = rank_ > 1 ? 0.0f : input(0, j);  // rank 0's input, there and back
       else if (o_.op == "allgather")
         want = input(static_cast<int>(j / counts_.send), j % counts_.send);
       else
@@ -147,6 +160,11 @@ int main(int argc, char** argv) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (o.op == "pingpong" && size < 2) {
+    if (rank == 0) std::fprintf(stderr, "mpi_baseline: --op pingpong needs at least 2 ranks (mpirun -np 2)\n");
+    MPI_Finalize();
+    return 2;
+  }
   size_t unit = sizeof(float) * cohort::bench::block_multiple(o.op, size);
   std::vector<size_t> sizes = cohort::bench::size_sweep(o.begin, o.end, o.factor, unit);
   if (!o.sizes.empty() && !cohort::bench::parse_size_list(o.sizes, unit, &sizes)) {
@@ -158,7 +176,8 @@ int main(int argc, char** argv) {
   static const char* const kCalls[][2] = {{"allreduce", "MPI_Allreduce"},
                                           {"broadcast", "MPI_Bcast"},
                                           {"allgather", "MPI_Allgather"},
-                                          {"reduce_scatter", "MPI_Reduce_scatter_block"}};
+                                          {"reduce_scatter", "MPI_Reduce_scatter_block"},
+                                          {"pingpong", "MPI_Send/MPI_Recv"}};
   std::string call;
   for (const auto& c : kCalls) {
     if (o.op == c[0]) call = c[1];

@@ -1,6 +1,6 @@
 // The intra-node shared-memory path with ranks as real processes (UCX for the setup exchange,
 // one simulated node): the collective matrix forced onto shared memory and compared element by
-// element with the reference; a SIGKILLed rank inside a large allreduce makes the others fail
+// element with the reference; back-to-back broadcasts whose root runs ahead; a SIGKILLed rank inside a large allreduce makes the others fail
 // naming it within the timeout and leaves nothing in /dev/shm; a SIGSTOPped rank makes the others
 // time out without spinning on a core for the whole timeout.
 
@@ -118,6 +118,50 @@ TEST_F(ShmProcessTest, TwoLevelKindsUseSharedMemoryInsideTheNode) {
       return testing::run_collective_matrix(*comm, {7, 1000});
     });
     EXPECT_EQ(failed_ranks(ranks.wait_all(kTestDeadline)), "") << kind;
+    server_.reset();
+    SetUp();
+  }
+}
+
+TEST_F(ShmProcessTest, BackToBackBroadcastsWhoseRootRunsAheadStayCorrect) {
+  // Broadcast synchronises only root and readers, so a root leaves before its readers have copied
+  // and may start the next operation a phase ahead. Back-to-back broadcasts from changing roots,
+  // of inline, one-piece, several-piece and several-chunk sizes, each followed now and then by an
+  // allgather or allreduce (full barriers writing the same banks), must all arrive intact.
+  // 2 ranks pipeline in pieces; 3 (more than this machine's 2 cores) in whole chunks.
+  for (int size : {2, 3}) {
+    ProcessRanks ranks(dir_.path());
+    ranks.fork_ranks(size, [&](int rank) -> Status {
+      COHORT_ASSIGN_OR_RETURN(auto comm, make(rank, size, "flat", Algorithm::kShm, seconds(30)));
+      for (size_t count : {size_t{3}, size_t{2000}, size_t{70001}, size_t{300007}}) {
+        std::vector<int32_t> buf(count), gathered(3 * static_cast<size_t>(size));
+        for (int round = 0; round < 24; ++round) {
+          const int root = (round * 7 + static_cast<int>(count)) % size;
+          auto value = [&](size_t i) { return static_cast<int32_t>(i * 31 + static_cast<size_t>(round) * 1000 + root); };
+          for (size_t i = 0; i < count; ++i) buf[i] = rank == root ? value(i) : -1;
+          COHORT_RETURN_IF_ERROR(comm->broadcast(buf.data(), count, DataType::kInt32, root)->wait());
+          for (size_t i = 0; i < count; ++i) {
+            if (buf[i] != value(i)) {
+              return internal_error("{} elements, round {}, root {}: element {} is {}, want {}", count, round, root, i,
+                                    buf[i], value(i));
+            }
+          }
+          if (round % 3 == 1) {
+            int32_t mine[3] = {rank, round, static_cast<int32_t>(count)};
+            COHORT_RETURN_IF_ERROR(comm->allgather(mine, gathered.data(), 3, DataType::kInt32)->wait());
+            for (int p = 0; p < size; ++p) {
+              if (gathered[3 * p] != p || gathered[3 * p + 1] != round) return internal_error("allgather row {} wrong", p);
+            }
+          } else if (round % 3 == 2) {
+            int64_t sum = rank + 1;
+            COHORT_RETURN_IF_ERROR(comm->allreduce(&sum, &sum, 1, DataType::kInt64, ReduceOp::kSum)->wait());
+            if (sum != size * (size + 1) / 2) return internal_error("allreduce {}", sum);
+          }
+        }
+      }
+      return ok_status();
+    });
+    EXPECT_EQ(failed_ranks(ranks.wait_all(kTestDeadline)), "") << size << " ranks";
     server_.reset();
     SetUp();
   }

@@ -1,6 +1,9 @@
 #include "worker/comm/shm/shared_memory_engine.h"
 
 #include <fcntl.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <linux/futex.h>
 #include <sched.h>
 #include <sys/mman.h>
@@ -10,8 +13,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <fstream>
+#include <numeric>
 #include <random>
 #include <sstream>
 
@@ -27,6 +32,10 @@ struct alignas(128) SharedMemoryEngine::Control {
   std::atomic<uint32_t> waiters;  // peers inside FUTEX_WAIT on `arrive` (the waker skips the syscall at 0)
   std::atomic<int32_t> pid;
   std::atomic<uint64_t> start_time;  // /proc/<pid>/stat field 22: tells a reused pid apart
+  // Tiny messages (at most kShmInlineBytes per rank, both banks) travel in the flag's own cache
+  // line: a peer that sees the new generation already holds the data, one line transfer instead
+  // of two (the flag's, then the slot's). Ordered by `arrive`'s release / acquire, as the slots.
+  alignas(32) uint8_t inline_data[2][kShmInlineBytes];
 };
 
 namespace {
@@ -103,6 +112,34 @@ std::vector<size_t> displacements(const std::vector<size_t>& lengths) {
 }
 
 size_t chunks_of(size_t bytes) { return (bytes + kShmChunkBytes - 1) / kShmChunkBytes; }
+
+// memcpy, or with `streaming` (a destination too large to stay cached: kShmStreamingStoreBytes)
+// through non-temporal stores that skip reading the destination lines first.
+void copy_out(void* dst, const void* src, size_t n, bool streaming) {
+#if defined(__SSE2__)
+  if (streaming && n >= 4096) {
+    auto* d = static_cast<uint8_t*>(dst);
+    auto* s = static_cast<const uint8_t*>(src);
+    size_t head = (16 - (reinterpret_cast<uintptr_t>(d) & 15)) & 15;  // streaming stores need 16-byte alignment
+    std::memcpy(d, s, head);
+    d += head, s += head, n -= head;
+    for (; n >= 64; d += 64, s += 64, n -= 64) {
+      __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+      __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16));
+      __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 32));
+      __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 48));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d), a);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + 16), b);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + 32), c);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + 48), e);
+    }
+    std::memcpy(d, s, n);
+    _mm_sfence();  // order the weakly-ordered stores before anything this rank publishes next
+    return;
+  }
+#endif
+  std::memcpy(dst, src, n);
+}
 
 }  // namespace
 
@@ -222,11 +259,17 @@ SharedMemoryEngine::SharedMemoryEngine(int rank, int size, std::string label, ui
 SharedMemoryEngine::~SharedMemoryEngine() { munmap(base_, bytes_); }
 
 SharedMemoryEngine::Control& SharedMemoryEngine::control(int r) const {
+  static_assert(offsetof(Control, inline_data) + sizeof(Control::inline_data) <= 64,
+                "the inline data must share the first cache line with `arrive`");
   return *reinterpret_cast<Control*>(base_ + static_cast<size_t>(r) * kControlBytes);
 }
 
 uint8_t* SharedMemoryEngine::input(int r, int bank) const {
   return base_ + kDataOffset + static_cast<size_t>(r) * kSlotBytes + static_cast<size_t>(bank) * 2 * kShmChunkBytes;
+}
+
+uint8_t* SharedMemoryEngine::post_area(int r, int bank, size_t bytes) const {
+  return bytes <= kShmInlineBytes ? control(r).inline_data[bank] : input(r, bank);
 }
 
 uint8_t* SharedMemoryEngine::result(int r, int bank) const { return input(r, bank) + kShmChunkBytes; }
@@ -283,29 +326,47 @@ Status SharedMemoryEngine::wait_for(int peer, uint32_t target, Deadline deadline
   }
 }
 
-Status SharedMemoryEngine::step(Deadline deadline, const char* op) {
+Status SharedMemoryEngine::publish(const char* op) {
   if (!failure_.ok()) {
     return failed_precondition_error("{} over shared memory on {}: an earlier operation failed ({}); create a new "
                                      "communicator", op, label_, failure_.message());
   }
   ++arrived_;
   Control& mine = control(rank_);
-  // Release: this step's writes to our slot are visible to whoever sees the new generation.
+  // Release: this phase's writes to our slot are visible to whoever sees the new generation.
   mine.arrive.store(arrived_, std::memory_order_seq_cst);
   if (mine.waiters.load(std::memory_order_seq_cst) != 0) futex_wake_all(mine.arrive);
+  return ok_status();
+}
+
+Status SharedMemoryEngine::await(int peer, uint32_t target, Deadline deadline, const char* op) {
+  Status arrived = wait_for(peer, target, deadline, op);
+  if (!arrived.ok()) failure_ = arrived;
+  return arrived;
+}
+
+Status SharedMemoryEngine::step(Deadline deadline, const char* op) {
+  COHORT_RETURN_IF_ERROR(publish(op));
   for (int p = 0; p < size_; ++p) {
-    if (p == rank_) continue;
-    Status arrived = wait_for(p, arrived_, deadline, op);
-    if (!arrived.ok()) {
-      failure_ = arrived;
-      return arrived;
-    }
+    if (p != rank_) COHORT_RETURN_IF_ERROR(await(p, arrived_, deadline, op));
   }
+  known_ = arrived_;
+  return ok_status();
+}
+
+Status SharedMemoryEngine::writable(Deadline deadline, const char* op) {
+  if (static_cast<int32_t>(known_ - arrived_) >= 0) return ok_status();
+  if (!failure_.ok()) return publish(op);  // the failure, named
+  for (int p = 0; p < size_; ++p) {
+    if (p != rank_) COHORT_RETURN_IF_ERROR(await(p, arrived_, deadline, op));
+  }
+  known_ = arrived_;
   return ok_status();
 }
 
 StatusOr<std::vector<uint64_t>> SharedMemoryEngine::exchange_rows(const std::vector<uint64_t>& row,
                                                                   Deadline deadline, const char* op) {
+  COHORT_RETURN_IF_ERROR(writable(deadline, op));
   std::memcpy(input(rank_, bank()), row.data(), row.size() * sizeof(uint64_t));
   COHORT_RETURN_IF_ERROR(step(deadline, op));
   std::vector<uint64_t> rows(static_cast<size_t>(size_) * size_);
@@ -323,36 +384,58 @@ Status SharedMemoryEngine::allreduce(const void* send, void* recv, size_t count,
   const uint8_t* in = static_cast<const uint8_t*>(send != nullptr ? send : recv);
   uint8_t* out = static_cast<uint8_t*>(recv);
   const bool wants = root < 0 || root == rank_;
+  const bool streaming = count * esize >= kShmStreamingStoreBytes;
   const size_t chunk_elems = kShmChunkBytes / esize;
-  // Every rank reduces slot by slot in rank order, so every rank's result is bit-identical.
-  auto reduce_all = [&](uint8_t* dst, size_t offset, size_t n, int bank) {
-    if (n == 0) return;
-    reduce_to(dst, input(0, bank) + offset, input(1, bank) + offset, n, dtype, op);
-    for (int p = 2; p < size_; ++p) reduce_into(dst, input(p, bank) + offset, n, dtype, op);
-  };
+  COHORT_RETURN_IF_ERROR(writable(deadline, what));
   if (count <= chunk_elems && count * esize <= kShmDirectReduceBytes) {
-    // Small: one barrier; each rank reduces the whole message straight into its output.
-    std::memcpy(input(rank_, bank()), in, count * esize);
+    // Small: one barrier; each rank reduces the whole message straight into its output, slot by
+    // slot in rank order, so every rank's result is bit-identical.
+    const size_t n = count * esize;
+    const int b = bank();
+    std::memcpy(post_area(rank_, b, n), in, n);
     COHORT_RETURN_IF_ERROR(step(deadline, what));
-    if (wants) reduce_all(out, 0, count, 1 - bank());
+    if (wants) {
+      reduce_to(out, post_area(0, b, n), post_area(1, b, n), count, dtype, op);
+      for (int p = 2; p < size_; ++p) reduce_into(out, post_area(p, b, n), count, dtype, op);
+    }
     return ok_status();
   }
   // Pipelined reduce-scatter + allgather: step t posts chunk t, reduces this rank's slice of
-  // chunk t-1 into its result region, and copies out every slice of chunk t-2.
+  // chunk t-1 into its result region (and its own output), and copies out the peers' slices of
+  // chunk t-2. A rank posts every slice but its own: it alone reduces that one, reading it from
+  // `in` directly (a quarter fewer bytes moved at 2 ranks than posting and copying it back).
+  // In place, out's own slice of chunk t-1 is written only after that reduction read it.
   const size_t chunks = (count + chunk_elems - 1) / chunk_elems;
   auto chunk_len = [&](size_t c) { return std::min(chunk_elems, count - c * chunk_elems); };
   for (size_t t = 0; t <= chunks + 1; ++t) {
     const int b = bank(), pb = 1 - b;
-    if (t < chunks) std::memcpy(input(rank_, b), in + t * chunk_elems * esize, chunk_len(t) * esize);
+    if (t < chunks) {
+      const size_t n = chunk_len(t);
+      auto [lo, hi] = share(n, size_, rank_);
+      const uint8_t* src = in + t * chunk_elems * esize;
+      std::memcpy(input(rank_, b), src, lo * esize);
+      std::memcpy(input(rank_, b) + hi * esize, src + hi * esize, (n - hi) * esize);
+    }
     if (t >= 1 && t <= chunks) {
-      auto [lo, hi] = share(chunk_len(t - 1), size_, rank_);
-      reduce_all(result(rank_, b) + lo * esize, lo * esize, hi - lo, pb);
+      const size_t c = t - 1;
+      auto [lo, hi] = share(chunk_len(c), size_, rank_);
+      if (hi > lo) {
+        // Rank order, as the small path: every slice is reduced the same way wherever it is.
+        auto source = [&](int p) -> const uint8_t* {
+          return p == rank_ ? in + (c * chunk_elems + lo) * esize : input(p, pb) + lo * esize;
+        };
+        uint8_t* dst = result(rank_, b) + lo * esize;
+        reduce_to(dst, source(0), source(1), hi - lo, dtype, op);
+        for (int p = 2; p < size_; ++p) reduce_into(dst, source(p), hi - lo, dtype, op);
+        if (wants) copy_out(out + (c * chunk_elems + lo) * esize, dst, (hi - lo) * esize, streaming);
+      }
     }
     if (t >= 2 && wants) {
       size_t c = t - 2;
       for (int p = 0; p < size_; ++p) {
+        if (p == rank_) continue;
         auto [lo, hi] = share(chunk_len(c), size_, p);
-        std::memcpy(out + (c * chunk_elems + lo) * esize, result(p, pb) + lo * esize, (hi - lo) * esize);
+        copy_out(out + (c * chunk_elems + lo) * esize, result(p, pb) + lo * esize, (hi - lo) * esize, streaming);
       }
     }
     if (t <= chunks) COHORT_RETURN_IF_ERROR(step(deadline, what));
@@ -368,16 +451,20 @@ Status SharedMemoryEngine::reduce_scatterv(const void* send, void* recv, const s
   if (total == 0) return ok_status();
   const uint8_t* in = static_cast<const uint8_t*>(send != nullptr ? send : recv);
   uint8_t* out = static_cast<uint8_t*>(recv);
-  const size_t mine_begin = displacements(counts)[rank_], mine_end = mine_begin + counts[rank_];
+  const size_t mine_begin = std::accumulate(counts.begin(), counts.begin() + rank_, size_t{0});
+  const size_t mine_end = mine_begin + counts[rank_];
+  COHORT_RETURN_IF_ERROR(writable(deadline, "reduce_scatter"));
   const size_t chunk_elems = kShmChunkBytes / esize;
   const size_t chunks = (total + chunk_elems - 1) / chunk_elems;
   // Step t posts chunk t and reduces the part of chunk t-1 inside this rank's block straight into
   // recv. In place, recv's block is written below chunk t, which is already posted.
+  // One chunk of at most kShmInlineBytes travels in the flag's line (post_area).
+  const size_t posted = chunks == 1 ? total * esize : kShmChunkBytes;
   for (size_t t = 0; t <= chunks; ++t) {
     const int b = bank(), pb = 1 - b;
     if (t < chunks) {
       size_t first = t * chunk_elems, n = std::min(chunk_elems, total - first);
-      std::memcpy(input(rank_, b), in + first * esize, n * esize);
+      std::memcpy(post_area(rank_, b, posted), in + first * esize, n * esize);
     }
     if (t >= 1) {
       size_t first = (t - 1) * chunk_elems, last = std::min(total, first + chunk_elems);
@@ -385,8 +472,8 @@ Status SharedMemoryEngine::reduce_scatterv(const void* send, void* recv, const s
       if (lo < hi) {
         uint8_t* dst = out + (lo - mine_begin) * esize;
         size_t offset = (lo - first) * esize;
-        reduce_to(dst, input(0, pb) + offset, input(1, pb) + offset, hi - lo, dtype, op);
-        for (int p = 2; p < size_; ++p) reduce_into(dst, input(p, pb) + offset, hi - lo, dtype, op);
+        reduce_to(dst, post_area(0, pb, posted) + offset, post_area(1, pb, posted) + offset, hi - lo, dtype, op);
+        for (int p = 2; p < size_; ++p) reduce_into(dst, post_area(p, pb, posted) + offset, hi - lo, dtype, op);
       }
     }
     if (t < chunks) COHORT_RETURN_IF_ERROR(step(deadline, "reduce_scatter"));
@@ -399,12 +486,16 @@ Status SharedMemoryEngine::stream(const uint8_t* source, const std::vector<size_
   size_t chunks = 0;
   for (size_t n : lengths) chunks = std::max(chunks, chunks_of(n));
   if (chunks == 0) return ok_status();
-  if (lengths[rank_] > 0) consume(rank_, 0, source, lengths[rank_]);
+  COHORT_RETURN_IF_ERROR(writable(deadline, op));
   for (size_t t = 0; t <= chunks; ++t) {
     const int b = bank(), pb = 1 - b;
     size_t first = t * kShmChunkBytes;
     if (t < chunks && first < lengths[rank_]) {
-      std::memcpy(input(rank_, b), source + first, std::min(kShmChunkBytes, lengths[rank_] - first));
+      size_t n = std::min(kShmChunkBytes, lengths[rank_] - first);
+      std::memcpy(input(rank_, b), source + first, n);
+      // This rank's own part, chunk by chunk while the source chunk is still in cache (one pass
+      // over the whole source first read it from memory twice).
+      consume(rank_, first, source + first, n);
     }
     if (t >= 1) {
       size_t previous = (t - 1) * kShmChunkBytes;
@@ -418,20 +509,57 @@ Status SharedMemoryEngine::stream(const uint8_t* source, const std::vector<size_
   return ok_status();
 }
 
+size_t SharedMemoryEngine::broadcast_piece(size_t bytes) const {
+  // Oversubscribed, every piece may cost the readers a scheduling slice: whole chunks.
+  if (oversubscribed_) return kShmChunkBytes;
+  size_t quarter = (bytes / 4 + 63) & ~size_t{63};
+  return std::min(kShmChunkBytes, std::max(kShmBroadcastMinPieceBytes, quarter));
+}
+
 Status SharedMemoryEngine::broadcast(void* buf, size_t bytes, int root, Deadline deadline) {
-  std::vector<size_t> lengths(size_, 0);
-  lengths[root] = bytes;
-  uint8_t* out = static_cast<uint8_t*>(buf);
-  return stream(
-      out, lengths,
-      [&](int p, size_t offset, const uint8_t* data, size_t n) {
-        if (p != rank_) std::memcpy(out + offset, data, n);
-      },
-      deadline, "broadcast");
+  // Root and readers only: the root posts piece k in its phase and ends the phase without
+  // waiting; a reader ends its phase first (it is done with the pieces before) and then waits for
+  // the root's and copies the piece out. The root's `writable` waits for the readers two pieces
+  // back, so pieces pipeline and a small broadcast costs the root no round trip.
+  uint8_t* data = static_cast<uint8_t*>(buf);
+  const size_t piece = broadcast_piece(bytes);
+  const bool streaming = bytes >= kShmStreamingStoreBytes;
+  for (size_t first = 0; first < bytes; first += piece) {
+    const size_t n = std::min(piece, bytes - first);
+    if (rank_ == root) {
+      COHORT_RETURN_IF_ERROR(writable(deadline, "broadcast"));
+      std::memcpy(post_area(rank_, bank(), bytes), data + first, n);
+      COHORT_RETURN_IF_ERROR(publish("broadcast"));
+    } else {
+      COHORT_RETURN_IF_ERROR(publish("broadcast"));
+      COHORT_RETURN_IF_ERROR(await(root, arrived_, deadline, "broadcast"));
+      copy_out(data + first, post_area(root, 1 - bank(), bytes), n, streaming);
+    }
+  }
+  return ok_status();
 }
 
 Status SharedMemoryEngine::gatherv(const void* send, void* recv, const std::vector<size_t>& bytes, int root,
                                    Deadline deadline) {
+  if (root < 0 && std::all_of(bytes.begin(), bytes.end(), [](size_t n) { return n <= kShmChunkBytes; })) {
+    // One chunk from every rank: a single barrier, and none of the streaming's bookkeeping (at
+    // 8 B its allocations cost as much as the barrier). Lengths are the same on every rank, so
+    // all of them skip an empty one together.
+    if (std::all_of(bytes.begin(), bytes.end(), [](size_t n) { return n == 0; })) return ok_status();
+    COHORT_RETURN_IF_ERROR(writable(deadline, "allgather"));
+    const auto* in = static_cast<const uint8_t*>(send);
+    uint8_t* out = static_cast<uint8_t*>(recv);
+    const size_t mine = std::accumulate(bytes.begin(), bytes.begin() + rank_, size_t{0});
+    std::memcpy(post_area(rank_, bank(), bytes[rank_]), in, bytes[rank_]);
+    if (out + mine != in) std::memcpy(out + mine, in, bytes[rank_]);
+    COHORT_RETURN_IF_ERROR(step(deadline, "allgather"));
+    size_t offset = 0;
+    for (int p = 0; p < size_; ++p) {
+      if (p != rank_) std::memcpy(out + offset, post_area(p, 1 - bank(), bytes[p]), bytes[p]);
+      offset += bytes[p];
+    }
+    return ok_status();
+  }
   std::vector<size_t> lengths = bytes;
   if (root >= 0) {
     // Only this rank's own length is certain off the root: learn everyone's.
@@ -443,11 +571,12 @@ Status SharedMemoryEngine::gatherv(const void* send, void* recv, const std::vect
   std::vector<size_t> displ = displacements(lengths);
   uint8_t* out = static_cast<uint8_t*>(recv);
   const bool wants = root < 0 || root == rank_;
+  const bool streaming = displ.back() + lengths.back() >= kShmStreamingStoreBytes;
   return stream(
       static_cast<const uint8_t*>(send), lengths,
       [&](int p, size_t offset, const uint8_t* data, size_t n) {
         uint8_t* dst = out + displ[p] + offset;
-        if (wants && dst != data) std::memcpy(dst, data, n);
+        if (wants && dst != data) copy_out(dst, data, n, streaming);
       },
       deadline, root < 0 ? "allgather" : "gather");
 }

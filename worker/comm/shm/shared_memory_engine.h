@@ -7,11 +7,16 @@
 // per rank. Each rank copies (a chunk of) its input into its own slot; peers read it straight from
 // there, reduce their slice out of every slot and copy results out. No message is sent.
 //
-// Protocol. Ranks advance in lock-step *steps* separated by flag barriers: each rank's control
-// block holds `arrive`, the number of barriers it has passed (a generation counter, compared
-// with wrap-around); a barrier bumps it and waits until every peer's is at least as large.
-// Between barrier i and i+1 a rank writes only bank (i % 2) of its own slot and reads only bank
-// ((i - 1) % 2) of its peers' slots, so a bank is never written while a slow peer still reads it.
+// Protocol. Ranks advance in *phases*: each rank's control block holds `arrive`, the number of
+// phases it has ended (a generation counter, compared with wrap-around). In phase i a rank writes
+// only bank (i % 2) of its own slot and reads only bank ((i - 1) % 2) of its peers' slots, written
+// in their phase i - 1. Two rules keep a bank from being written while a slow peer still reads
+// it: a rank reads a peer's bank only once the peer's `arrive` has reached i, and a rank writes
+// its own bank in phase i only once every peer's `arrive` has reached i (`writable`: the readers
+// of the bank's last contents, in phase i - 1, are done). Most operations end a phase with a
+// full barrier (`step`: bump, wait for every peer), which satisfies both rules at once;
+// broadcast synchronises only root and readers (the root bumps and leaves; a reader bumps and
+// waits for the root alone), so a root may run one phase ahead, as MPI's eager broadcast does.
 // Large messages are pipelined in chunks of kShmChunkBytes (cache-sized): posting chunk t,
 // reducing chunk t-1 and copying out chunk t-2 share one step.
 //
@@ -52,6 +57,18 @@ inline constexpr size_t kShmChunkBytes = 1024 * 1024;
 // Allreduces of at most this many bytes take one barrier: every rank reduces the whole message
 // from every slot (P·n bytes read each), cheaper than a second barrier at this size.
 inline constexpr size_t kShmDirectReduceBytes = 16 * 1024;
+// Broadcast moves the message in pieces of a quarter of it, at least this and at most a chunk, so
+// the readers' copy-out of piece t overlaps the root's copy-in of piece t+1 (with one piece, the
+// two copies of a 64 KiB broadcast ran back to back). Below this size a piece's flag costs more
+// than the overlap saves.
+inline constexpr size_t kShmBroadcastMinPieceBytes = 8 * 1024;
+// Results of at least this many bytes are written to the caller's buffer with non-temporal
+// stores: such a destination (with the peers' and the segment's) outgrows the last-level cache,
+// and ordinary stores first read every destination line from memory (measured on the 2-core
+// EPYC: 64 MiB written in 1 MiB pieces at 8.8 GB/s with memcpy, 26.6 GB/s streaming).
+inline constexpr size_t kShmStreamingStoreBytes = 8 * 1024 * 1024;
+// Bytes per rank that travel inside the flag's cache line instead of the slot (see Control).
+inline constexpr size_t kShmInlineBytes = 16;
 // Group sizes above this use the transport (the segment and the flag scans grow with P).
 inline constexpr int kShmMaxRanks = 64;
 // Longest FUTEX_WAIT before the waiter rechecks its deadline and the peer's liveness.
@@ -108,11 +125,24 @@ class SharedMemoryEngine {
   // Bank `bank` of rank r's slot: its input region, and its result region.
   uint8_t* input(int r, int bank) const;
   uint8_t* result(int r, int bank) const;
+  // Where rank r posts `bytes` in `bank`: its Control's inline line when they fit, else input().
+  // Writer and readers pass the same `bytes`, so they agree.
+  uint8_t* post_area(int r, int bank, size_t bytes) const;
   // The bank this rank writes in the current step; peers' data of the previous step is in 1 - it.
   int bank() const { return static_cast<int>(arrived_ & 1u); }
 
   // Ends a step: bumps this rank's generation, wakes sleepers, waits for every peer.
   Status step(Deadline deadline, const char* op);
+  // Ends this rank's phase without waiting: bumps the generation and wakes sleepers. Fails with
+  // the first failure once one has happened.
+  Status publish(const char* op);
+  // Waits until this rank may write its own bank of the current phase: every peer has ended the
+  // phase before (free when the last phase ended with a full barrier).
+  Status writable(Deadline deadline, const char* op);
+  // wait_for, recording a failure (the ranks' generations have diverged after it).
+  Status await(int peer, uint32_t target, Deadline deadline, const char* op);
+  // Broadcast's piece size for a message of `bytes`.
+  size_t broadcast_piece(size_t bytes) const;
   Status wait_for(int peer, uint32_t target, Deadline deadline, const char* op);
   // OK while `peer`'s process runs; UNAVAILABLE naming it once it has exited.
   Status check_alive(int peer, const char* op) const;
@@ -132,9 +162,10 @@ class SharedMemoryEngine {
   const std::string label_;
   uint8_t* const base_;
   const size_t bytes_;
-  uint32_t arrived_ = 0;
+  uint32_t arrived_ = 0;  // phases this rank has ended (== control(rank_).arrive)
+  uint32_t known_ = 0;    // every peer's `arrive` is known to be at least this
   // The first failure: ranks' generations have diverged, so every later operation fails with it.
-  Status failure_;  // barriers this rank has passed (== control(rank_).arrive)
+  Status failure_;
   bool in_process_ = false;
   bool oversubscribed_ = false;  // more ranks than online CPUs: yield rather than poll
   std::vector<int> pids_;                  // each rank's pid (as this rank sees it)
