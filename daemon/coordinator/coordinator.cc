@@ -117,7 +117,7 @@ Status Coordinator::recover_locked(JobStore::Snapshot snapshot) {
           for (int rank = node.first_rank; rank < node.first_rank + node.num_ranks; ++rank)
             live.live_ranks.insert(rank);
         }
-        live.rendezvous = std::make_shared<Rendezvous>(job.id, job.attempt(), live.placement);
+        live.rendezvous = recover_rendezvous_locked(job, live.placement);
         // Its tasks may hold slots on restored nodes; the node's registration reserves them anew.
         for (const NodeAssignment& node : live.placement.nodes) {
           if (!nodes_.contains(node.node_id)) continue;
@@ -144,6 +144,24 @@ Status Coordinator::recover_locked(JobStore::Snapshot snapshot) {
                  scheduler_.size());
   }
   return ok_status();
+}
+
+std::shared_ptr<Rendezvous> Coordinator::recover_rendezvous_locked(const Job& job, const Placement& placement) {
+  auto rendezvous = std::make_shared<Rendezvous>(job.id, job.attempt(), placement,
+                                                 store_->rendezvous_journal(job.id, job.attempt()));
+  StatusOr<RendezvousState> state = store_->load_rendezvous(job.id, job.attempt());
+  Status restored = state.ok() ? rendezvous->restore(*state) : state.status();
+  if (!restored.ok()) {
+    // Ranks that join again still meet; only what they had already told each other is gone.
+    spdlog::warn("coordinator: job {} attempt {}: its rendezvous could not be restored from {}; it starts empty: {}",
+                 job.id, job.attempt(), store_->path(), restored.to_string());
+  } else if (!state->empty()) {
+    spdlog::info("coordinator: job {} attempt {}: rendezvous restored from {} ({} of {} rank(s) joined, {} "
+                 "barrier(s) opened, {} store key(s))",
+                 job.id, job.attempt(), store_->path(), state->progress.joined.size(), placement.world_size(),
+                 state->progress.barrier_generation, state->data.size());
+  }
+  return rendezvous;
 }
 
 // ---- nodes ----
@@ -912,7 +930,8 @@ void Coordinator::place_locked(AgentOrders& orders) {
       store_failed = true;
       continue;
     }
-    live.rendezvous = std::make_shared<Rendezvous>(job.id, job.attempt(), live.placement);
+    live.rendezvous = std::make_shared<Rendezvous>(job.id, job.attempt(), live.placement,
+                                                   store_->rendezvous_journal(job.id, job.attempt()));
     for (const NodeAssignment& node : live.placement.nodes) {
       LaunchOrder launch;
       launch.job_id = job.id;

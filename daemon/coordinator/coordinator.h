@@ -332,6 +332,9 @@ class Coordinator {
   Coordinator(CoordinatorOptions options, const Clock* clock, std::unique_ptr<JobStore> store);
 
   Status recover_locked(JobStore::Snapshot snapshot);
+  // The Rendezvous of a recovered PLACED / RUNNING attempt, with what the store's journal of it
+  // holds (a takeover on a shared store); empty when there is none or it cannot be read (logged).
+  std::shared_ptr<Rendezvous> recover_rendezvous_locked(const Job& job, const Placement& placement);
   StatusOr<Job*> find_job_locked(const std::string& job_id);
   // INVALID_ARGUMENT for an attempt number the job never had.
   Status check_attempt_locked(const Job& job, int attempt) const;

@@ -23,6 +23,7 @@
 
 #include "daemon/coordinator/job.h"
 #include "daemon/coordinator/node_registry.h"
+#include "daemon/coordinator/rendezvous_journal.h"
 #include "worker/base/status.h"
 
 namespace cohort::coordinator {
@@ -100,6 +101,22 @@ class JobStore {
   virtual Status put_node(const NodeInfo& node) = 0;
   // OK for a node without a record.
   virtual Status delete_node(const std::string& node_id) = 0;
+
+  // Rendezvous state (issue 16): a store that several coordinators share (etcd) journals each placed
+  // attempt's rendezvous (rendezvous_journal.h), so a coordinator taking over continues it. The
+  // journal of `attempt` of `job_id` (made when the attempt is placed or recovered), or null: the
+  // rendezvous stays in memory (SQLite, the default here). Unlike the other methods, the journal
+  // is called from the rendezvous's threads, outside the Coordinator's lock, and must be
+  // thread-safe. A store with journals drops an attempt's state in the same write that moves its
+  // job out of PLACED / RUNNING (save / upsert_job), and with delete_job.
+  virtual std::shared_ptr<RendezvousJournal> rendezvous_journal(const std::string& /*job_id*/, int /*attempt*/) {
+    return nullptr;
+  }
+  // What the journal of `attempt` of `job_id` holds (empty when it holds nothing). DATA_LOSS for a
+  // record that cannot be decoded.
+  virtual StatusOr<RendezvousState> load_rendezvous(const std::string& /*job_id*/, int /*attempt*/) const {
+    return RendezvousState{};
+  }
 
   // Reads everything back (jobs, state-change events, node records; not the metrics history, which
   // is read per job with load_metrics). DATA_LOSS when a record cannot be decoded.

@@ -5,10 +5,19 @@
 
 namespace cohort::coordinator {
 
+void KvStore::restore(const RendezvousState& state) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [key, value] : state.data) put_locked(key, value);
+  for (const AnsweredRequest& request : state.answered) {
+    if (answered_.emplace(request.id, request.answer).second) answered_order_.push_back(request.id);
+  }
+}
+
 Status KvStore::set(const std::string& key, std::string value) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!closed_.ok()) return closed_;
   COHORT_RETURN_IF_ERROR(check_limits_locked("set", key, value.size()));
+  COHORT_RETURN_IF_ERROR(journal_locked("set", key, value, "", ""));
   put_locked(key, std::move(value));
   changed_.notify_all();
   return ok_status();
@@ -20,9 +29,17 @@ StatusOr<std::string> KvStore::get(const std::string& key, Duration timeout) {
   return data_.at(key);
 }
 
-StatusOr<int64_t> KvStore::add(const std::string& key, int64_t delta) {
+StatusOr<int64_t> KvStore::add(const std::string& key, int64_t delta, const std::string& request_id) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!closed_.ok()) return closed_;
+  COHORT_ASSIGN_OR_RETURN(const std::string* answer, answered_locked("add", request_id));
+  if (answer != nullptr) {
+    int64_t sum = 0;
+    auto [end, ec] = std::from_chars(answer->data(), answer->data() + answer->size(), sum);
+    if (ec == std::errc() && end == answer->data() + answer->size()) return sum;
+    return internal_error("add('{}') on {}: request {} was answered '{}', not a number", key, name_, request_id,
+                          *answer);
+  }
   int64_t value = 0;
   auto it = data_.find(key);
   if (it != data_.end()) {
@@ -40,6 +57,7 @@ StatusOr<int64_t> KvStore::add(const std::string& key, int64_t delta) {
   }
   std::string text = std::to_string(sum);
   COHORT_RETURN_IF_ERROR(check_limits_locked("add", key, text.size()));
+  COHORT_RETURN_IF_ERROR(journal_locked("add", key, text, request_id, text));
   put_locked(key, std::move(text));
   changed_.notify_all();
   return sum;
@@ -53,6 +71,7 @@ StatusOr<std::string> KvStore::compare_set(const std::string& key, const std::st
   const bool matches = it == data_.end() ? expected.empty() : it->second == expected;
   if (!matches) return it == data_.end() ? std::string() : it->second;
   COHORT_RETURN_IF_ERROR(check_limits_locked("compare_set", key, desired.size()));
+  COHORT_RETURN_IF_ERROR(journal_locked("compare_set", key, desired, "", ""));
   put_locked(key, desired);
   changed_.notify_all();
   return desired;
@@ -69,11 +88,15 @@ StatusOr<bool> KvStore::check(const std::vector<std::string>& keys) const {
   return has_all_locked(keys);
 }
 
-StatusOr<bool> KvStore::delete_key(const std::string& key) {
+StatusOr<bool> KvStore::delete_key(const std::string& key, const std::string& request_id) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!closed_.ok()) return closed_;
+  COHORT_ASSIGN_OR_RETURN(const std::string* answer, answered_locked("delete", request_id));
+  if (answer != nullptr) return *answer == "1";
   auto it = data_.find(key);
+  // Nothing to journal: sent again, it finds the key missing again and answers the same.
   if (it == data_.end()) return false;
+  COHORT_RETURN_IF_ERROR(journal_locked("delete", key, std::nullopt, request_id, "1"));
   total_bytes_ -= it->first.size() + it->second.size();
   data_.erase(it);
   return true;
@@ -134,6 +157,46 @@ void KvStore::put_locked(const std::string& key, std::string value) {
   }
   total_bytes_ += value.size();
   it->second = std::move(value);
+}
+
+StatusOr<const std::string*> KvStore::answered_locked(std::string_view op, const std::string& request_id) const {
+  if (request_id.size() > kMaxRequestIdBytes) {
+    return invalid_argument_error("{} on {}: the request id is {} bytes; request ids are limited to {} bytes "
+                                  "(kMaxRequestIdBytes in daemon/coordinator/kv_store.h)",
+                                  op, name_, request_id.size(), kMaxRequestIdBytes);
+  }
+  if (request_id.empty()) return static_cast<const std::string*>(nullptr);
+  auto it = answered_.find(request_id);
+  return it == answered_.end() ? nullptr : &it->second;
+}
+
+Status KvStore::journal_locked(std::string_view op, const std::string& key, const std::optional<std::string>& value,
+                               const std::string& request_id, const std::string& answer) {
+  const bool remember = !request_id.empty();
+  std::vector<std::string> forget;
+  if (remember && answered_order_.size() >= kMaxAnsweredRequests) {
+    forget.assign(answered_order_.begin(),
+                  answered_order_.begin() + static_cast<std::ptrdiff_t>(answered_order_.size() + 1 -
+                                                                         kMaxAnsweredRequests));
+  }
+  if (journal_ != nullptr) {
+    Status written =
+        journal_->write_key(key, value, remember ? AnsweredRequest{request_id, answer} : AnsweredRequest{}, forget);
+    if (!written.ok()) {
+      // UNAVAILABLE either way: a deposed leader's client moves to the new leader and sends it again.
+      return unavailable_error("{}('{}') on {}: the coordinator could not journal it, so nothing changed: {}", op,
+                               key, name_, written.message());
+    }
+  }
+  if (remember) {
+    for (size_t i = 0; i < forget.size(); ++i) {
+      answered_.erase(answered_order_.front());
+      answered_order_.pop_front();
+    }
+    answered_.emplace(request_id, answer);
+    answered_order_.push_back(request_id);
+  }
+  return ok_status();
 }
 
 bool KvStore::has_all_locked(const std::vector<std::string>& keys) const {

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "daemon/coordinator/fake_rendezvous_journal.h"
+
 namespace cohort::coordinator {
 namespace {
 
@@ -147,6 +149,81 @@ TEST(KvStoreTest, LimitsRefuseOversizedKeysValuesAndTooManyKeys) {
   ASSERT_TRUE(*store.delete_key("b"));
   EXPECT_TRUE(store.set("d", std::string(16, 'y')).ok());
   EXPECT_EQ(*store.num_keys(), 3);
+}
+
+// Issue 16: with a journal, every write is journaled before it is visible, and what the journal
+// holds rebuilds the store (a coordinator taking over).
+TEST(KvStoreTest, WritesAreJournaledFirstAndAFailedJournalWriteChangesNothing) {
+  testing::FakeRendezvousJournal journal;
+  KvStore store("test store", KvStoreLimits{}, &journal);
+  ASSERT_TRUE(store.set("a", "1").ok());
+  ASSERT_EQ(store.add("n", 5).value_or(-1), 5);
+  ASSERT_EQ(store.compare_set("c", "", "x").value_or(""), "x");
+  ASSERT_EQ(store.compare_set("c", "nope", "y").value_or(""), "x");  // no swap: nothing to journal
+  ASSERT_TRUE(store.set("gone", "soon").ok());
+  ASSERT_TRUE(store.delete_key("gone").value_or(false));
+  ASSERT_FALSE(store.delete_key("never").value_or(true));  // nothing to journal
+  ASSERT_TRUE(store.get("a", kShort).ok());                 // reads journal nothing
+  EXPECT_EQ(journal.writes(), 5);
+  EXPECT_EQ(journal.state().data, (std::map<std::string, std::string>{{"a", "1"}, {"c", "x"}, {"n", "5"}}));
+
+  journal.set_fail(true);
+  Status refused = store.set("a", "2");
+  EXPECT_EQ(refused.code(), StatusCode::kUnavailable) << refused.to_string();
+  EXPECT_NE(refused.message().find("could not journal it, so nothing changed"), std::string::npos)
+      << refused.message();
+  EXPECT_EQ(store.add("n", 1).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(store.compare_set("c", "x", "z").status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(store.delete_key("a").status().code(), StatusCode::kUnavailable);
+  journal.set_fail(false);
+  EXPECT_EQ(store.get("a", kShort).value_or(""), "1");
+  EXPECT_EQ(store.get("n", kShort).value_or(""), "5");
+  EXPECT_EQ(store.get("c", kShort).value_or(""), "x");
+
+  KvStore successor("test store", KvStoreLimits{}, &journal);
+  successor.restore(journal.state());
+  EXPECT_EQ(successor.get("a", kShort).value_or(""), "1");
+  EXPECT_EQ(successor.add("n", 1).value_or(-1), 6);
+  EXPECT_EQ(successor.num_keys().value_or(-1), 3);
+}
+
+// A request sent again (its answer was lost in a failover) is answered as the first time and not
+// applied twice, also by a store restored from the journal.
+TEST(KvStoreTest, AnAddOrDeleteSentAgainWithItsRequestIdIsAppliedOnce) {
+  testing::FakeRendezvousJournal journal;
+  KvStore store("test store", KvStoreLimits{}, &journal);
+  ASSERT_EQ(store.add("n", 3, "client-1").value_or(-1), 3);
+  ASSERT_EQ(store.add("n", 3, "client-1").value_or(-1), 3) << "the same request again";
+  ASSERT_EQ(store.add("n", 3, "client-2").value_or(-1), 6) << "another request";
+  ASSERT_TRUE(store.set("k", "v").ok());
+  ASSERT_TRUE(store.delete_key("k", "client-3").value_or(false));
+  EXPECT_TRUE(store.delete_key("k", "client-3").value_or(false)) << "answered as the first time";
+  EXPECT_FALSE(store.delete_key("k", "client-4").value_or(true));
+
+  KvStore successor("test store", KvStoreLimits{}, &journal);
+  successor.restore(journal.state());
+  EXPECT_EQ(successor.add("n", 3, "client-2").value_or(-1), 6) << "retried on the new leader";
+  EXPECT_TRUE(successor.delete_key("k", "client-3").value_or(false));
+  EXPECT_EQ(successor.add("n", 0).value_or(-1), 6);
+
+  const std::string too_long(kMaxRequestIdBytes + 1, 'r');
+  EXPECT_EQ(store.add("n", 1, too_long).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(KvStoreTest, OnlyTheNewestAnsweredRequestsAreRemembered) {
+  testing::FakeRendezvousJournal journal;
+  KvStore store("test store", KvStoreLimits{}, &journal);
+  for (size_t i = 0; i < kMaxAnsweredRequests + 2; ++i) {
+    ASSERT_TRUE(store.add("n", 1, "r" + std::to_string(i)).ok());
+  }
+  const RendezvousState state = journal.state();
+  ASSERT_EQ(state.answered.size(), kMaxAnsweredRequests) << "the journal forgets the oldest too";
+  EXPECT_EQ(state.answered.front().id, "r2");
+  EXPECT_EQ(state.answered.back().id, "r" + std::to_string(kMaxAnsweredRequests + 1));
+  // The newest is still answered from memory; the forgotten one would be applied again.
+  const int64_t total = static_cast<int64_t>(kMaxAnsweredRequests + 2);
+  EXPECT_EQ(store.add("n", 1, "r" + std::to_string(kMaxAnsweredRequests + 1)).value_or(-1), total);
+  EXPECT_EQ(store.add("n", 1, "r0").value_or(-1), total + 1);
 }
 
 }  // namespace

@@ -17,13 +17,56 @@ std::string host_of_address(const std::string& address) {
   return address.substr(0, colon);
 }
 
-Rendezvous::Rendezvous(std::string job_id, int attempt, Placement placement)
+Rendezvous::Rendezvous(std::string job_id, int attempt, Placement placement,
+                       std::shared_ptr<RendezvousJournal> journal)
     : job_id_(std::move(job_id)),
       attempt_(attempt),
       placement_(std::move(placement)),
       world_size_(placement_.world_size()),
       master_address_(placement_.empty() ? std::string() : host_of_address(placement_.nodes.front().address)),
-      store_("store of job " + job_id_ + " attempt " + std::to_string(attempt_)) {}
+      journal_(std::move(journal)),
+      store_("store of job " + job_id_ + " attempt " + std::to_string(attempt_), KvStoreLimits{}, journal_.get()) {}
+
+Status Rendezvous::restore(const RendezvousState& state) {
+  for (const std::set<int>* ranks : {&state.progress.joined, &state.progress.left}) {
+    for (int rank : *ranks) {
+      if (rank < 0 || rank >= world_size_) {
+        return invalid_argument_error("restoring the rendezvous of {}: rank {} is outside the world of {}",
+                                      describe(), rank, world_size_);
+      }
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    joined_ = state.progress.joined;
+    barrier_generation_ = state.progress.barrier_generation;
+    left_ = state.progress.left;
+  }
+  store_.restore(state);
+  return ok_status();
+}
+
+RendezvousProgress Rendezvous::progress() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return progress_locked();
+}
+
+RendezvousProgress Rendezvous::progress_locked() const {
+  RendezvousProgress progress;
+  if (static_cast<int>(joined_.size()) == world_size_) progress.joined = joined_;
+  progress.barrier_generation = barrier_generation_;
+  progress.left = left_;
+  return progress;
+}
+
+Status Rendezvous::journal_locked(const RendezvousProgress& progress, const std::string& what) {
+  if (journal_ == nullptr) return ok_status();
+  Status written = journal_->write_progress(progress);
+  if (written.ok()) return ok_status();
+  // UNAVAILABLE either way: a deposed leader's client moves to the new leader and sends it again.
+  return unavailable_error("{} of {}: the coordinator could not journal it, so nothing changed: {}", what,
+                           describe(), written.message());
+}
 
 RankAssignment Rendezvous::assignment_for(const NodeAssignment& node, int local_slot) const {
   RankAssignment a;
@@ -67,8 +110,16 @@ StatusOr<RankAssignment> Rendezvous::join(const std::string& node_id, int local_
 
   std::unique_lock<std::mutex> lock(mu_);
   if (!closed_.ok()) return closed_;
-  joined_.insert(assignment.rank);
-  if (static_cast<int>(joined_.size()) == world_size_) changed_.notify_all();
+  const bool was_complete = static_cast<int>(joined_.size()) == world_size_;
+  if (joined_.insert(assignment.rank).second && static_cast<int>(joined_.size()) == world_size_) {
+    // The last rank: the completed join is journaled before anyone learns of it.
+    if (Status journaled = journal_locked(progress_locked(), "the join of rank " + std::to_string(assignment.rank));
+        !journaled.ok()) {
+      joined_.erase(assignment.rank);
+      return journaled;
+    }
+  }
+  if (!was_complete && static_cast<int>(joined_.size()) == world_size_) changed_.notify_all();
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   changed_.wait_until(lock, deadline,
                       [&] { return !closed_.ok() || static_cast<int>(joined_.size()) == world_size_; });
@@ -98,6 +149,13 @@ Status Rendezvous::barrier(int rank, Duration timeout) {
   const int64_t generation = barrier_generation_;
   if (static_cast<int>(in_barrier_.size()) == world_size_) {
     // The last arrival opens the barrier for this generation and resets it for the next.
+    RendezvousProgress opened = progress_locked();
+    ++opened.barrier_generation;
+    if (Status journaled = journal_locked(opened, "opening barrier " + std::to_string(generation));
+        !journaled.ok()) {
+      in_barrier_.erase(rank);
+      return journaled;
+    }
     ++barrier_generation_;
     in_barrier_.clear();
     changed_.notify_all();
@@ -122,7 +180,12 @@ Status Rendezvous::leave(int rank) {
                                   world_size_);
   }
   std::lock_guard<std::mutex> lock(mu_);
-  if (left_.insert(rank).second) changed_.notify_all();
+  if (left_.count(rank) != 0) return ok_status();
+  RendezvousProgress after = progress_locked();
+  after.left.insert(rank);
+  COHORT_RETURN_IF_ERROR(journal_locked(after, "rank " + std::to_string(rank) + " leaving"));
+  left_.insert(rank);
+  changed_.notify_all();
   return ok_status();
 }
 

@@ -15,12 +15,19 @@
 // close(reason) ends the attempt's rendezvous — the Coordinator calls it when the attempt fails or
 // is cancelled — and every blocked call (join, barrier, store waits) returns the reason at once.
 //
+// With a RendezvousJournal (a highly available coordinator, issue 16) the join completing, each
+// barrier opening, each leave and every store write are journaled before anyone sees them, and a
+// coordinator taking over rebuilds the attempt's Rendezvous from the journal (restore()), so ranks
+// whose calls fail over to it get the answers they would have got from the old leader
+// (rendezvous_journal.h says what is written and why that is enough).
+//
 // Thread-safe. Blocking calls take a timeout measured in real time (steady_clock).
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -29,6 +36,7 @@
 #include "daemon/coordinator/clock.h"
 #include "daemon/coordinator/kv_store.h"
 #include "daemon/coordinator/placement.h"
+#include "daemon/coordinator/rendezvous_journal.h"
 #include "worker/base/status.h"
 
 namespace cohort::coordinator {
@@ -53,7 +61,14 @@ std::string host_of_address(const std::string& address);
 class Rendezvous {
  public:
   // The rendezvous of `attempt` of `job_id` over `placement` (non-empty, node-rank order).
-  Rendezvous(std::string job_id, int attempt, Placement placement);
+  // `journal`: where its changes are journaled (null: memory only).
+  Rendezvous(std::string job_id, int attempt, Placement placement,
+             std::shared_ptr<RendezvousJournal> journal = nullptr);
+
+  // Takes over what a journal held (a coordinator taking over the attempt): joined ranks, barrier
+  // generation, left ranks and the store's contents. Call before any other method. INVALID_ARGUMENT
+  // (nothing restored) for ranks outside the world.
+  Status restore(const RendezvousState& state);
 
   const std::string& job_id() const { return job_id_; }
   int attempt() const { return attempt_; }
@@ -64,7 +79,8 @@ class Rendezvous {
 
   // Joins node `node_id`'s slot `local_slot` and blocks until every rank has joined or `timeout`
   // passes. Joining the same slot again (a retried RPC) is allowed and gets the same answer.
-  // INVALID_ARGUMENT for a node not in the placement or a slot outside it; DEADLINE_EXCEEDED
+  // The join that completes the set journals it before waking anyone (UNAVAILABLE, and not counted,
+  // when that fails). INVALID_ARGUMENT for a node not in the placement or a slot outside it; DEADLINE_EXCEEDED
   // naming the ranks that did not join; the close reason once closed.
   StatusOr<RankAssignment> join(const std::string& node_id, int local_slot,
                                 Duration timeout = kDefaultRendezvousTimeout);
@@ -81,6 +97,9 @@ class Rendezvous {
   // Whether every rank has left (the attempt's workers are all done with the rendezvous).
   bool all_left() const;
 
+  // The progress as journaled (for tests and logs).
+  RendezvousProgress progress() const;
+
   // The attempt's key-value store. Lives as long as this object; thread-safe.
   KvStore& store() { return store_; }
 
@@ -93,12 +112,16 @@ class Rendezvous {
   RankAssignment assignment_for(const NodeAssignment& node, int local_slot) const;
   // Ranks in [0, world) not in `present`, as "3, 5 (node-b)".
   std::string missing_ranks(const std::set<int>& present) const;
+  RendezvousProgress progress_locked() const;
+  // Journals `progress` (OK without a journal); UNAVAILABLE naming `what` when that fails.
+  Status journal_locked(const RendezvousProgress& progress, const std::string& what);
 
   const std::string job_id_;
   const int attempt_;
   const Placement placement_;
   const int world_size_;
   const std::string master_address_;
+  const std::shared_ptr<RendezvousJournal> journal_;  // null: memory only
   KvStore store_;
 
   mutable std::mutex mu_;

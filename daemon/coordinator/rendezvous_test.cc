@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include "daemon/coordinator/fake_rendezvous_journal.h"
+
 namespace cohort::coordinator {
 namespace {
 
@@ -190,6 +192,73 @@ TEST(RendezvousTest, MasterAddressIsTheHostOfNodeRankZero) {
   EXPECT_EQ(host_of_address("node-a"), "node-a");
   Rendezvous rendezvous("job", 1, placement(3, 1));
   EXPECT_EQ(rendezvous.master_address(), "10.0.0.1");
+}
+
+// Issue 16: the join is journaled once, when it completes, before anyone is answered; a new
+// Rendezvous restored from the journal (a coordinator taking over) answers a rank that joins again
+// at once, with the same rank, though the other ranks never join it again.
+TEST(RendezvousTest, TheCompletedJoinIsJournaledOnceAndARestoredRendezvousAnswersARejoinAtOnce) {
+  auto journal = std::make_shared<testing::FakeRendezvousJournal>();
+  Rendezvous rendezvous("job", 1, placement(2, 2), journal);
+  std::vector<StatusOr<RankAssignment>> answers = join_all(rendezvous, 2, 2);
+  for (const auto& answer : answers) ASSERT_TRUE(answer.ok()) << answer.status().to_string();
+  EXPECT_EQ(journal->writes(), 1) << "one write per completed join, none per rank";
+  EXPECT_EQ(journal->state().progress.joined, (std::set<int>{0, 1, 2, 3}));
+  ASSERT_TRUE(rendezvous.join("node-1", 0, kShort).ok()) << "a retried join";
+  EXPECT_EQ(journal->writes(), 1) << "a retried join writes nothing";
+  ASSERT_TRUE(rendezvous.store().set("addr/0", "a0").ok());
+
+  Rendezvous successor("job", 1, placement(2, 2), journal);
+  ASSERT_TRUE(successor.restore(journal->state()).ok());
+  auto again = successor.join("node-1", 1, kShort);  // nobody else joins: must not wait
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ(again->rank, answers[3]->rank);
+  EXPECT_EQ(again->master_address, answers[3]->master_address);
+  EXPECT_EQ(successor.store().get("addr/0", kShort).value_or(""), "a0");
+
+  RendezvousState bad;
+  bad.progress.joined = {0, 7};
+  EXPECT_EQ(Rendezvous("job", 1, placement(2, 2)).restore(bad).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(RendezvousTest, AJoinThatCannotBeJournaledIsNotCountedAndAnsweredUnavailable) {
+  auto journal = std::make_shared<testing::FakeRendezvousJournal>();
+  Rendezvous rendezvous("job", 1, placement(2, 1), journal);
+  // Rank 0 joins alone and times out; its join stays recorded (a retry is still counted).
+  ASSERT_EQ(rendezvous.join("node-0", 0, kShort).status().code(), StatusCode::kDeadlineExceeded);
+  journal->set_fail(true);
+  Status refused = rendezvous.join("node-1", 0, kShort).status();
+  EXPECT_EQ(refused.code(), StatusCode::kUnavailable) << refused.to_string();
+  EXPECT_NE(refused.message().find("could not journal it, so nothing changed"), std::string::npos)
+      << refused.message();
+  EXPECT_TRUE(rendezvous.progress().joined.empty()) << "not complete: rank 1's join was not counted";
+  EXPECT_EQ(rendezvous.join("node-0", 0, kShort).status().code(), StatusCode::kDeadlineExceeded)
+      << "rank 0 still waits for rank 1";
+  journal->set_fail(false);
+  ASSERT_TRUE(rendezvous.join("node-1", 0, kShort).ok()) << "rank 1's client sends it again";
+  ASSERT_TRUE(rendezvous.join("node-0", 0, kShort).ok());
+  EXPECT_EQ(journal->state().progress.joined, (std::set<int>{0, 1}));
+}
+
+TEST(RendezvousTest, BarrierOpeningsAndLeavesAreJournaledAndRestored) {
+  auto journal = std::make_shared<testing::FakeRendezvousJournal>();
+  Rendezvous rendezvous("job", 1, placement(2, 1), journal);
+  for (int round = 0; round < 2; ++round) {
+    std::thread other([&] { EXPECT_TRUE(rendezvous.barrier(1, kGenerous).ok()); });
+    EXPECT_TRUE(rendezvous.barrier(0, kGenerous).ok());
+    other.join();
+  }
+  EXPECT_EQ(journal->writes(), 2) << "one write per opening";
+  EXPECT_EQ(journal->state().progress.barrier_generation, 2);
+  ASSERT_TRUE(rendezvous.leave(1).ok());
+  ASSERT_TRUE(rendezvous.leave(1).ok());
+  EXPECT_EQ(journal->writes(), 3) << "a repeated leave writes nothing";
+  EXPECT_EQ(journal->state().progress.left, (std::set<int>{1}));
+
+  Rendezvous successor("job", 1, placement(2, 1), journal);
+  ASSERT_TRUE(successor.restore(journal->state()).ok());
+  EXPECT_EQ(successor.progress().barrier_generation, 2);
+  EXPECT_EQ(successor.barrier(0, kGenerous).code(), StatusCode::kAborted) << "rank 1 left";
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <utility>
 
+#include "daemon/etcd/etcd_rendezvous_journal.h"
 #include "daemon/etcd/job_records.pb.h"
 
 namespace cohort::etcd {
@@ -11,6 +12,7 @@ namespace {
 
 using coordinator::Job;
 using coordinator::JobEvent;
+using coordinator::JobState;
 using coordinator::JobStateMachine;
 using coordinator::Metrics;
 using coordinator::MetricsRecord;
@@ -171,6 +173,26 @@ std::string EtcdJobStore::metrics_prefix(const std::string& job_id) const {
 
 std::string EtcdJobStore::node_key(const std::string& node_id) const { return prefix_ + "/nodes/" + node_id; }
 
+std::string EtcdJobStore::rendezvous_prefix(const std::string& job_id) const {
+  return prefix_ + "/rendezvous/" + job_id + "/";
+}
+
+std::string EtcdJobStore::rendezvous_prefix(const std::string& job_id, int attempt) const {
+  return rendezvous_prefix(job_id) + fmt::format("{:010d}/", attempt);
+}
+
+std::shared_ptr<coordinator::RendezvousJournal> EtcdJobStore::rendezvous_journal(const std::string& job_id,
+                                                                                  int attempt) {
+  return std::make_shared<EtcdRendezvousJournal>(client_, rendezvous_prefix(job_id, attempt), fence_,
+                                                 fmt::format("job {} attempt {}", job_id, attempt));
+}
+
+StatusOr<coordinator::RendezvousState> EtcdJobStore::load_rendezvous(const std::string& job_id, int attempt) const {
+  const std::string prefix = rendezvous_prefix(job_id, attempt);
+  COHORT_ASSIGN_OR_RETURN(std::vector<KeyValue> kvs, range_all(prefix));
+  return EtcdRendezvousJournal::decode(prefix, kvs);
+}
+
 Status EtcdJobStore::write(etcdserverpb::TxnRequest request, const std::string& what,
                            const std::string& must_exist) {
   if (!must_exist.empty()) {
@@ -258,6 +280,14 @@ Status EtcdJobStore::save(const Job& job, const JobEvent& event) {
   etcdserverpb::TxnRequest request;
   COHORT_ASSIGN_OR_RETURN(*request.add_success(), job_put(job));
   COHORT_ASSIGN_OR_RETURN(*request.add_success(), event_put(event));
+  // The change that ends an attempt (it failed, succeeded or was cancelled) takes its rendezvous
+  // journal with it, in the same transaction: no request of its own. The whole job's prefix goes,
+  // so a journal left by a leader that died mid-write goes too.
+  auto active = [](JobState state) { return state == JobState::kPlaced || state == JobState::kRunning; };
+  if (active(event.change.from) && !active(event.change.to)) {
+    const std::string rendezvous = rendezvous_prefix(job.id);
+    *request.add_success() = delete_op(rendezvous, EtcdClient::prefix_end(rendezvous));
+  }
   return write(std::move(request), fmt::format("writing job {} with event {}", job.id, event.seq));
 }
 
@@ -374,6 +404,7 @@ Status EtcdJobStore::delete_job(const std::string& job_id) {
   const std::string events = prefix_ + "/events/" + job_id + "/";
   *request.add_success() = delete_op(events, EtcdClient::prefix_end(events));
   *request.add_success() = delete_op(metrics_prefix(job_id), EtcdClient::prefix_end(metrics_prefix(job_id)));
+  *request.add_success() = delete_op(rendezvous_prefix(job_id), EtcdClient::prefix_end(rendezvous_prefix(job_id)));
   *request.add_success() = delete_op(job_key(job_id));
   COHORT_RETURN_IF_ERROR(write(std::move(request), "deleting job " + job_id));
   metrics_rows_.erase(job_id);

@@ -13,6 +13,8 @@
 //   <prefix>/meta/retired_job_seq             decimal: highest seq of a deleted job
 //   <prefix>/meta/retired_event_seq           decimal: highest event seq of a deleted job
 //   <prefix>/nodes/<node id>                  StoredNode (a registered node, JobStore::put_node)
+//   <prefix>/rendezvous/<job id>/<attempt:010>/...  a PLACED / RUNNING attempt's rendezvous journal
+//                                             (etcd_rendezvous_journal.h: progress, kv/<key>, req/<id>)
 //
 // Fencing: with a fence set (set_fence, the LeaderKey this coordinator won), every write is one
 // etcd transaction that first compares the leader key's create revision; a coordinator that has
@@ -24,7 +26,10 @@
 // (plus, once per job after a restart, one Range counting its history, and a thinning pass of a
 // few Txns when the bound is hit); put_node / delete_node are one Txn each, made when a node
 // registers with changed info or is lost, never per heartbeat; load_all reads the four prefixes
-// page by page.
+// page by page. Rendezvous: one Txn when an attempt's join completes, per barrier opening, per
+// leave and per store write (set, add, compare_set, delete of an existing key); none per wait,
+// get or check; the attempt's journal is deleted inside the save that ends it. load_rendezvous
+// reads one attempt's prefix (a takeover, once per recovered attempt).
 //
 // Not thread-safe (the Coordinator serializes calls, as with the SQLite store); every method blocks
 // on etcd round trips, bounded by the EtcdClient's call timeout.
@@ -73,12 +78,20 @@ class EtcdJobStore final : public coordinator::JobStore {
   Status delete_node(const std::string& node_id) override;
   StatusOr<Snapshot> load_all() const override;
   const std::string& path() const override { return description_; }
+  // An EtcdRendezvousJournal under rendezvous_prefix(job_id, attempt), fenced as this store is now
+  // (set_fence first). Thread-safe, unlike the store's other methods.
+  std::shared_ptr<coordinator::RendezvousJournal> rendezvous_journal(const std::string& job_id,
+                                                                     int attempt) override;
+  StatusOr<coordinator::RendezvousState> load_rendezvous(const std::string& job_id, int attempt) const override;
 
   // Key helpers (tests read the layout).
   std::string job_key(const std::string& job_id) const;
   std::string event_key(const std::string& job_id, int64_t seq) const;
   std::string metrics_prefix(const std::string& job_id) const;
   std::string node_key(const std::string& node_id) const;
+  // Every rendezvous journal of a job, and one attempt's (both end in '/').
+  std::string rendezvous_prefix(const std::string& job_id) const;
+  std::string rendezvous_prefix(const std::string& job_id, int attempt) const;
 
  private:
   EtcdJobStore(EtcdClient* client, std::string prefix);

@@ -14,9 +14,16 @@
 // copy of the first coordinator's ca/ (cluster CA, job-secret key) and identity.db (users, node
 // certificates), taken while that coordinator is stopped, after the nodes joined.
 //
+// A second case (issue 16: rendezvous state in etcd) SIGKILLs the leader while a command job's two
+// ranks are inside their rendezvous (tests/control_plane/rendezvous_failover_rank.cc): rank 1 is
+// blocked on a store key that rank 0 sets only once the standby leads. Their calls fail over to
+// the standby, which rebuilt the attempt's rendezvous from etcd: the job SUCCEEDS on its first
+// attempt, rank 1 having read the old leader's store contents and counter, and joined again at once.
+//
 // COHORT_HA_TEST_JOB_SECONDS sets how long each job runs (default 6).
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -50,6 +57,7 @@ using coordinator::testing::TempDir;
 
 constexpr const char* kCohortd = "daemon/cohortd";  // runfiles
 constexpr const char* kCohort = "client/cohort";
+constexpr const char* kRendezvousRank = "tests/control_plane/rendezvous_failover_rank";
 constexpr auto kTakeoverBound = 10s;  // the issue's bound for a standby to lead
 constexpr auto kJobBound = 90s;       // a job's whole life on a loaded machine
 
@@ -192,6 +200,74 @@ class HaFailoverTest : public ::testing::Test {
     return predicate();
   }
 
+  // Steps 1-3 of every case: coordinator A leads with both agents registered (each agent given
+  // both addresses), and B, seeded from A's CA and identities, stands by. Fatal failures end the
+  // calling test (check HasFatalFailure()).
+  void start_ha_cluster() {
+    const std::string config_a = write_config("a", dir_a_.path(), port_a_);
+    const std::string config_b = write_config("b", dir_b_.path(), port_b_);
+    log_a_ = etcd_->dir() + "/coordinator-a.log";
+    log_b_ = etcd_->dir() + "/coordinator-b.log";
+
+    // 1. The first coordinator: it creates the cluster CA and the admin, and leads.
+    start_coordinator(&coordinator_a_, config_a, log_a_);
+    ASSERT_TRUE(eventually([&] { return std::filesystem::exists(dir_a_.path() + "/admin.credentials"); }, 30s))
+        << tail_of(log_a_);
+    admin_ = testing::admin_security(dir_a_.path());
+    ASSERT_TRUE(eventually([&] { return leads(address_a_); }, 30s)) << "coordinator A never led\n" << tail_of(log_a_);
+
+    // 2. Two nodes join it, each given both coordinators' addresses.
+    client::ClientOptions admin_options;
+    admin_options.security = admin_;
+    client_ = std::make_unique<client::Client>(both_, admin_options);
+    client::Client& client = *client_;
+    for (const char* node : {"node-a", "node-b"}) {
+      StatusOr<cohort::v1::CreateJoinTokenResponse> token = client.join_token(60s);
+      ASSERT_TRUE(token.ok()) << token.status().to_string();
+      auto dir = std::make_unique<TempDir>();
+      DaemonServerOptions options;
+      options.role = DaemonRole::kAgent;
+      options.listen = "127.0.0.1:0";
+      options.data_dir = dir->path();
+      options.coordinator_address = both_;
+      options.join_token = token->token();
+      options.node_id = node;
+      options.slots = 1;
+      options.worker_command = {"/bin/true"};  // command jobs run their own program
+      options.stop_grace_period = 3s;
+      auto agent = DaemonServer::start(options);
+      ASSERT_TRUE(agent.ok()) << agent.status().to_string();
+      agents_.push_back(std::move(*agent));
+      agent_dirs_.push_back(std::move(dir));
+    }
+    ASSERT_TRUE(eventually([&] { auto nodes = client.nodes(); return nodes.ok() && nodes->size() == 2; }, 30s));
+
+    // 3. Seed the standby (README): stop A, copy its CA and identities, start A again, then B.
+    ASSERT_EQ(coordinator_a_.stop(), 0) << tail_of(log_a_);
+    std::filesystem::copy(dir_a_.path() + "/ca", dir_b_.path() + "/ca", std::filesystem::copy_options::recursive);
+    for (const char* file : {"identity.db", "identity.db-wal"}) {
+      if (std::filesystem::exists(dir_a_.path() + "/" + file))
+        std::filesystem::copy_file(dir_a_.path() + "/" + file, dir_b_.path() + "/" + file);
+    }
+    start_coordinator(&coordinator_a_, config_a, log_a_);
+    ASSERT_TRUE(eventually([&] { return leads(address_a_); }, 30s)) << tail_of(log_a_);
+    start_coordinator(&coordinator_b_, config_b, log_b_);
+    ASSERT_TRUE(eventually([&] { return client.nodes().ok() && !leads(address_b_); }, 10s)) << tail_of(log_b_);
+    // The restarted leader lists both nodes at once from their etcd records (awaiting_registration);
+    // wait until both agents have registered with it.
+    ASSERT_TRUE(eventually(
+        [&] {
+          auto nodes = client.nodes();
+          if (!nodes.ok() || nodes->size() != 2) return false;
+          for (const cohort::v1::NodeStatus& node : *nodes) {
+            if (node.awaiting_registration()) return false;
+          }
+          return true;
+        },
+        30s))
+        << "the agents did not register with the restarted leader";
+  }
+
   std::unique_ptr<etcd::testing::EtcdCluster> etcd_;
   int port_a_ = 0;
   int port_b_ = 0;
@@ -205,70 +281,15 @@ class HaFailoverTest : public ::testing::Test {
   tls::ChannelSecurity admin_;
   std::vector<std::unique_ptr<TempDir>> agent_dirs_;
   std::vector<std::unique_ptr<DaemonServer>> agents_;
+  std::string log_a_;  // the coordinators' logs
+  std::string log_b_;
+  std::unique_ptr<client::Client> client_;  // the admin, given both addresses
 };
 
 TEST_F(HaFailoverTest, StandbyTakesOverWithinTenSecondsAndNoJobIsLost) {
-  const std::string config_a = write_config("a", dir_a_.path(), port_a_);
-  const std::string config_b = write_config("b", dir_b_.path(), port_b_);
-  const std::string log_a = etcd_->dir() + "/coordinator-a.log";
-  const std::string log_b = etcd_->dir() + "/coordinator-b.log";
-
-  // 1. The first coordinator: it creates the cluster CA and the admin, and leads.
-  start_coordinator(&coordinator_a_, config_a, log_a);
-  ASSERT_TRUE(eventually([&] { return std::filesystem::exists(dir_a_.path() + "/admin.credentials"); }, 30s))
-      << tail_of(log_a);
-  admin_ = testing::admin_security(dir_a_.path());
-  ASSERT_TRUE(eventually([&] { return leads(address_a_); }, 30s)) << "coordinator A never led\n" << tail_of(log_a);
-
-  // 2. Two nodes join it, each given both coordinators' addresses.
-  client::ClientOptions admin_options;
-  admin_options.security = admin_;
-  client::Client client(both_, admin_options);
-  for (const char* node : {"node-a", "node-b"}) {
-    StatusOr<cohort::v1::CreateJoinTokenResponse> token = client.join_token(60s);
-    ASSERT_TRUE(token.ok()) << token.status().to_string();
-    auto dir = std::make_unique<TempDir>();
-    DaemonServerOptions options;
-    options.role = DaemonRole::kAgent;
-    options.listen = "127.0.0.1:0";
-    options.data_dir = dir->path();
-    options.coordinator_address = both_;
-    options.join_token = token->token();
-    options.node_id = node;
-    options.slots = 1;
-    options.worker_command = {"/bin/true"};  // command jobs run their own program
-    options.stop_grace_period = 3s;
-    auto agent = DaemonServer::start(options);
-    ASSERT_TRUE(agent.ok()) << agent.status().to_string();
-    agents_.push_back(std::move(*agent));
-    agent_dirs_.push_back(std::move(dir));
-  }
-  ASSERT_TRUE(eventually([&] { auto nodes = client.nodes(); return nodes.ok() && nodes->size() == 2; }, 30s));
-
-  // 3. Seed the standby (README): stop A, copy its CA and identities, start A again, then B.
-  ASSERT_EQ(coordinator_a_.stop(), 0) << tail_of(log_a);
-  std::filesystem::copy(dir_a_.path() + "/ca", dir_b_.path() + "/ca", std::filesystem::copy_options::recursive);
-  for (const char* file : {"identity.db", "identity.db-wal"}) {
-    if (std::filesystem::exists(dir_a_.path() + "/" + file))
-      std::filesystem::copy_file(dir_a_.path() + "/" + file, dir_b_.path() + "/" + file);
-  }
-  start_coordinator(&coordinator_a_, config_a, log_a);
-  ASSERT_TRUE(eventually([&] { return leads(address_a_); }, 30s)) << tail_of(log_a);
-  start_coordinator(&coordinator_b_, config_b, log_b);
-  ASSERT_TRUE(eventually([&] { return client.nodes().ok() && !leads(address_b_); }, 10s)) << tail_of(log_b);
-  // The restarted leader lists both nodes at once from their etcd records (awaiting_registration);
-  // wait until both agents have registered with it.
-  ASSERT_TRUE(eventually(
-      [&] {
-        auto nodes = client.nodes();
-        if (!nodes.ok() || nodes->size() != 2) return false;
-        for (const cohort::v1::NodeStatus& node : *nodes) {
-          if (node.awaiting_registration()) return false;
-        }
-        return true;
-      },
-      30s))
-      << "the agents did not register with the restarted leader";
+  start_ha_cluster();
+  if (HasFatalFailure()) return;
+  client::Client& client = *client_;
 
   // 4. Four jobs on two slots: two run, two wait.
   std::vector<std::string> ids;
@@ -293,7 +314,7 @@ TEST_F(HaFailoverTest, StandbyTakesOverWithinTenSecondsAndNoJobIsLost) {
   // 5. SIGKILL the leader while two jobs run and two wait.
   const auto killed_at = std::chrono::steady_clock::now();
   coordinator_a_.kill_now();
-  ASSERT_TRUE(eventually([&] { return leads(address_b_); }, kTakeoverBound + 5s)) << tail_of(log_b);
+  ASSERT_TRUE(eventually([&] { return leads(address_b_); }, kTakeoverBound + 5s)) << tail_of(log_b_);
   const double takeover_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
   std::printf("standby %s leads %.2f s after the leader %s was SIGKILLed\n", address_b_.c_str(), takeover_s,
               address_a_.c_str());
@@ -336,6 +357,70 @@ TEST_F(HaFailoverTest, StandbyTakesOverWithinTenSecondsAndNoJobIsLost) {
     if (job.spec().name() == "after-failover") after_succeeded = job.state() == cohort::v1::SUCCEEDED;
   }
   EXPECT_TRUE(after_succeeded) << "the job submitted after the failover did not succeed:\n" << output;
+}
+
+TEST_F(HaFailoverTest, ARendezvousInProgressIsCarriedOverToTheStandby) {
+  start_ha_cluster();
+  if (HasFatalFailure()) return;
+  client::Client& client = *client_;
+
+  // The ranks' marker files: written by the job's unprivileged user, read and written by the test.
+  TempDir scratch;
+  const std::string markers = scratch.path() + "/markers";
+  ASSERT_EQ(mkdir(markers.c_str(), 0777), 0) << markers;
+  ASSERT_EQ(chmod(markers.c_str(), 0777), 0) << markers;  // whatever the umask
+  const std::string rank_binary = std::filesystem::absolute(kRendezvousRank).string();
+  ASSERT_TRUE(std::filesystem::exists(rank_binary)) << rank_binary;
+
+  cohort::v1::JobSpec spec;
+  spec.set_name("rdzv-failover");
+  spec.set_nodes(2);
+  spec.set_procs_per_node(1);
+  spec.add_command(rank_binary);
+  (*spec.mutable_env())["FAILOVER_DIR"] = markers;
+  StatusOr<std::string> id = client.submit(spec);
+  ASSERT_TRUE(id.ok()) << id.status().to_string();
+
+  // Mid-rendezvous: both joined, rank 0 set its key and waits for the test, rank 1 is about to
+  // block on "go" (its Get may or may not be on the wire yet; either way it must go to the standby).
+  ASSERT_TRUE(eventually(
+      [&] {
+        return std::filesystem::exists(markers + "/rank0-ready") && std::filesystem::exists(markers + "/rank1-waiting");
+      },
+      60s))
+      << "the ranks never reached the middle of their rendezvous; job: "
+      << (client.get(*id).ok() ? client.get(*id)->reason() : std::string("unknown")) << "\n"
+      << tail_of(log_a_);
+  StatusOr<cohort::v1::JobRecord> before = client.get(*id);
+  ASSERT_TRUE(before.ok()) << before.status().to_string();
+  ASSERT_EQ(before->attempt(), 1);
+
+  // SIGKILL the leader; once the standby leads, let rank 0 go on.
+  const auto killed_at = std::chrono::steady_clock::now();
+  coordinator_a_.kill_now();
+  ASSERT_TRUE(eventually([&] { return leads(address_b_); }, kTakeoverBound + 5s)) << tail_of(log_b_);
+  std::printf("standby %s leads %.2f s after the leader was SIGKILLed mid-rendezvous\n", address_b_.c_str(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count());
+  { std::ofstream(markers + "/go") << "go\n"; }
+
+  StatusOr<cohort::v1::JobRecord> job = client.get(*id);
+  ASSERT_TRUE(eventually(
+      [&] {
+        job = client.get(*id);
+        // A restart (attempt 2) is already the failure this case looks for: no need to wait it out.
+        return job.ok() && (job->state() == cohort::v1::SUCCEEDED || job->state() == cohort::v1::FAILED ||
+                            job->state() == cohort::v1::CANCELLED || job->attempt() > 1);
+      },
+      kJobBound))
+      << "the job did not end\n"
+      << tail_of(log_b_);
+  EXPECT_EQ(job->state(), cohort::v1::SUCCEEDED) << job->reason() << "\n" << tail_of(log_b_);
+  EXPECT_EQ(job->attempt(), 1) << "the rendezvous was not carried over; the job restarted: " << job->reason();
+  std::ifstream standby_log(log_b_);
+  const std::string standby_text((std::istreambuf_iterator<char>(standby_log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(standby_text.find("rendezvous restored from etcd://"), std::string::npos)
+      << "the standby did not log restoring the attempt's rendezvous\n"
+      << tail_of(log_b_);
 }
 
 }  // namespace

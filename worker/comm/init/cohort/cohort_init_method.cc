@@ -66,7 +66,7 @@ StatusOr<Bootstrap> cohort_init(const InitUrl& url, const InitOptions& options) 
 
   // TLS with the cluster CA and the attempt's secret, both from the agent (COHORT_CA_CERTIFICATE,
   // COHORT_JOB_SECRET): the coordinator admits only this attempt's ranks to its rendezvous.
-  tls::LeaderChannel leader(coordinators, tls::worker_security_from_environment());
+  auto leader = std::make_shared<tls::LeaderChannel>(coordinators, tls::worker_security_from_environment());
   cohort::v1::JoinRequest request;
   request.mutable_attempt()->set_job_id(job_id);
   request.mutable_attempt()->set_attempt(attempt);
@@ -74,16 +74,14 @@ StatusOr<Bootstrap> cohort_init(const InitUrl& url, const InitOptions& options) 
   request.set_local_slot(options.local_rank);
   request.set_timeout_ms(std::max<int64_t>(options.timeout.count(), 1));
   cohort::v1::JoinResponse joined;
-  grpc::Status joining = leader.unary<cohort::v1::Rendezvous>(
+  grpc::Status joining = leader->unary<cohort::v1::Rendezvous>(
       std::chrono::system_clock::now() + options.timeout + kRpcDeadlineSlack, &cohort::v1::Rendezvous::Stub::Join,
       request, &joined, [](grpc::ClientContext& context) {
         // The coordinator may still be starting: wait for it rather than failing on the first refusal.
         context.set_wait_for_ready(true);
       });
-  COHORT_RETURN_IF_ERROR(from_grpc_status(joining, "Rendezvous.Join", leader.leader_address())
+  COHORT_RETURN_IF_ERROR(from_grpc_status(joining, "Rendezvous.Join", leader->leader_address())
                              .with_context(fmt::format("init URL {:?}", url.text)));
-  // The store talks to the coordinator that answered the join: the leader.
-  std::shared_ptr<grpc::Channel> channel = leader.leader_channel();
 
   if (options.rank >= 0 && options.rank != joined.rank()) {
     return invalid_argument_error(
@@ -95,7 +93,8 @@ StatusOr<Bootstrap> cohort_init(const InitUrl& url, const InitOptions& options) 
                                   options.world_size, joined.world_size());
   }
   Bootstrap boot;
-  boot.store = std::make_shared<RendezvousStore>(std::move(channel), leader.leader_address(), job_id, attempt);
+  // The store follows the leader too, starting at the one that answered the join.
+  boot.store = std::make_shared<RendezvousStore>(std::move(leader), job_id, attempt);
   boot.rank = joined.rank();
   boot.world_size = joined.world_size();
   boot.local_rank = joined.local_rank();

@@ -14,7 +14,7 @@
 //
 // Join blocks until every rank of the attempt has joined (up to InitOptions::timeout) and answers
 // rank, world size, local rank and size, and the master address; the Bootstrap's store is a
-// RendezvousStore on the same channel.
+// RendezvousStore following the same leader (several coordinators: the one that leads now).
 //
 // worker/comm's init library knows nothing of gRPC: a worker calls register_cohort_init_method()
 // once at startup, after which resolve_init understands cohort:// URLs.

@@ -1,7 +1,10 @@
 #include "worker/comm/init/cohort/rendezvous_store.h"
 
 #include <algorithm>
+#include <random>
 #include <utility>
+
+#include <fmt/format.h>
 
 #include "worker/base/grpc_status.h"
 
@@ -11,15 +14,22 @@ namespace {
 // The server reads timeout_ms 0 as "its default"; a caller's zero wait means "check once".
 int64_t timeout_field(Duration timeout) { return std::max<int64_t>(timeout.count(), 1); }
 
+// 128 random bits: two processes (or two stores in one) never draw the same client id.
+std::string random_client_id() {
+  std::random_device device;
+  std::string id;
+  for (int i = 0; i < 4; ++i) id += fmt::format("{:08x}", static_cast<uint32_t>(device()));
+  return id;
+}
+
 }  // namespace
 
-RendezvousStore::RendezvousStore(std::shared_ptr<grpc::Channel> channel, std::string target,
-                                 std::string job_id, int attempt)
-    : channel_(std::move(channel)),
-      stub_(cohort::v1::Rendezvous::NewStub(channel_)),
-      target_(std::move(target)),
-      job_id_(std::move(job_id)),
-      attempt_(attempt) {}
+RendezvousStore::RendezvousStore(std::shared_ptr<tls::LeaderChannel> leader, std::string job_id, int attempt)
+    : leader_(std::move(leader)), job_id_(std::move(job_id)), attempt_(attempt), client_id_(random_client_id()) {}
+
+std::string RendezvousStore::next_request_id() {
+  return fmt::format("{}-{}", client_id_, next_request_.fetch_add(1, std::memory_order_relaxed));
+}
 
 template <typename Request, typename Response, typename Method>
 Status RendezvousStore::call(std::string_view rpc, Method method, Request& request, Response* response,
@@ -27,9 +37,9 @@ Status RendezvousStore::call(std::string_view rpc, Method method, Request& reque
   cohort::v1::AttemptRef* ref = request.mutable_attempt();
   ref->set_job_id(job_id_);
   ref->set_attempt(attempt_);
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + rpc_timeout);
-  return from_grpc_status((stub_.get()->*method)(&context, request, response), rpc, target_);
+  const grpc::Status status = leader_->unary<cohort::v1::Rendezvous>(std::chrono::system_clock::now() + rpc_timeout,
+                                                                     method, request, response);
+  return from_grpc_status(status, rpc, leader_->leader_address());
 }
 
 Status RendezvousStore::set(std::string_view key, std::string_view value) {
@@ -54,6 +64,7 @@ StatusOr<int64_t> RendezvousStore::add(std::string_view key, int64_t delta) {
   cohort::v1::AddRequest request;
   request.set_key(std::string(key));
   request.set_delta(delta);
+  request.set_request_id(next_request_id());
   cohort::v1::AddResponse response;
   COHORT_RETURN_IF_ERROR(
       call("Rendezvous.Add", &cohort::v1::Rendezvous::Stub::Add, request, &response, kStoreRpcTimeout));
@@ -93,6 +104,7 @@ StatusOr<bool> RendezvousStore::check(const std::vector<std::string>& keys) {
 StatusOr<bool> RendezvousStore::delete_key(std::string_view key) {
   cohort::v1::DeleteRequest request;
   request.set_key(std::string(key));
+  request.set_request_id(next_request_id());
   cohort::v1::DeleteResponse response;
   COHORT_RETURN_IF_ERROR(
       call("Rendezvous.Delete", &cohort::v1::Rendezvous::Stub::Delete, request, &response, kStoreRpcTimeout));

@@ -5,9 +5,16 @@
 // Each Store call is one RPC; the coordinator holds the data, so any number of ranks (threads or
 // processes) share it through their own RendezvousStore.
 //
-//   auto channel = grpc::CreateChannel("10.0.0.1:7070", grpc::InsecureChannelCredentials());
-//   RendezvousStore store(channel, "10.0.0.1:7070", "mnist-3", /*attempt=*/1);
+//   auto leader = std::make_shared<tls::LeaderChannel>(addresses, tls::worker_security_from_environment());
+//   RendezvousStore store(leader, "mnist-3", /*attempt=*/1);
 //   COHORT_RETURN_IF_ERROR(store.set("addr/0", my_address));
+//
+// Calls follow the leader of highly available coordinators (worker/base/leader_channel.h): a call
+// refused by a standby, or broken by the leader's death, is sent again to the new leader within the
+// call's deadline, which continues the attempt's rendezvous from etcd (issue 16). Every call is
+// safe to send again: set and compare_set are idempotent in effect, get / wait / check / num_keys
+// read, and add and delete carry a request id (a random client id and a counter) that the
+// coordinator answers only once.
 //
 // Blocking calls (get, wait) pass their timeout to the server, which answers DEADLINE_EXCEEDED
 // naming the missing keys; the RPC's own deadline is that timeout plus kRpcDeadlineSlack, so the
@@ -16,6 +23,7 @@
 //
 // Thread-safe (gRPC stubs are).
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -24,6 +32,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "cohort/v1/rendezvous.grpc.pb.h"
+#include "worker/base/leader_channel.h"
 #include "worker/comm/deadline.h"
 #include "worker/comm/store/store.h"
 
@@ -38,10 +47,9 @@ inline constexpr Duration kRpcDeadlineSlack = std::chrono::seconds(5);
 
 class RendezvousStore final : public Store {
  public:
-  // The store of `attempt` of `job_id` on the coordinator at `target` ("host:port", used in error
-  // messages), over `channel` (shared). Non-blocking: nothing is sent until the first call.
-  RendezvousStore(std::shared_ptr<grpc::Channel> channel, std::string target, std::string job_id,
-                  int attempt);
+  // The store of `attempt` of `job_id` on the coordinators `leader` leads to (shared).
+  // Non-blocking: nothing is sent until the first call.
+  RendezvousStore(std::shared_ptr<tls::LeaderChannel> leader, std::string job_id, int attempt);
 
   Status set(std::string_view key, std::string_view value) override;
   StatusOr<std::string> get(std::string_view key, Duration timeout = kDefaultStoreTimeout) override;
@@ -57,16 +65,19 @@ class RendezvousStore final : public Store {
   int attempt() const { return attempt_; }
 
  private:
-  // Runs one unary RPC `method` with a deadline `rpc_timeout` from now; the error names `rpc`.
+  // Runs one unary RPC `method` with a deadline `rpc_timeout` from now, following the leader; the
+  // error names `rpc` and the coordinator last tried.
   template <typename Request, typename Response, typename Method>
   Status call(std::string_view rpc, Method method, Request& request, Response* response,
               Duration rpc_timeout);
+  // A request id no other call of any client uses: "<client id>-<counter>".
+  std::string next_request_id();
 
-  const std::shared_ptr<grpc::Channel> channel_;
-  const std::unique_ptr<cohort::v1::Rendezvous::Stub> stub_;
-  const std::string target_;
+  const std::shared_ptr<tls::LeaderChannel> leader_;
   const std::string job_id_;
   const int attempt_;
+  const std::string client_id_;  // random, 128 bits in hex
+  std::atomic<uint64_t> next_request_{1};
 };
 
 }  // namespace cohort::comm

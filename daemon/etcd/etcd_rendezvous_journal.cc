@@ -1,0 +1,97 @@
+#include "daemon/etcd/etcd_rendezvous_journal.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "daemon/etcd/job_records.pb.h"
+
+namespace cohort::etcd {
+namespace {
+
+constexpr const char* kProgressKey = "progress";
+constexpr const char* kStorePrefix = "kv/";
+constexpr const char* kRequestPrefix = "req/";
+
+bool starts_with(const std::string& text, const std::string& prefix) { return text.rfind(prefix, 0) == 0; }
+
+}  // namespace
+
+EtcdRendezvousJournal::EtcdRendezvousJournal(EtcdClient* client, std::string attempt_prefix,
+                                             std::optional<LeaderKey> fence, std::string what)
+    : client_(client), prefix_(std::move(attempt_prefix)), fence_(std::move(fence)), what_(std::move(what)) {}
+
+Status EtcdRendezvousJournal::write(etcdserverpb::TxnRequest request, const std::string& what) {
+  if (fence_) *request.add_compare() = EtcdClient::leader_compare(*fence_);
+  COHORT_ASSIGN_OR_RETURN(TxnResult result, client_->txn(request));
+  if (result.succeeded) return ok_status();
+  return failed_precondition_error(
+      "{} of {} refused: this coordinator no longer leads (its election key {} with revision {} is gone or "
+      "replaced); another coordinator has taken over",
+      what, what_, fence_ ? fence_->key : "", fence_ ? fence_->rev : 0);
+}
+
+Status EtcdRendezvousJournal::write_progress(const coordinator::RendezvousProgress& progress) {
+  etcdstore::StoredRendezvousProgress stored;
+  for (int rank : progress.joined) stored.add_joined(rank);
+  stored.set_barrier_generation(progress.barrier_generation);
+  for (int rank : progress.left) stored.add_left(rank);
+  etcdserverpb::TxnRequest request;
+  etcdserverpb::PutRequest* put = request.add_success()->mutable_request_put();
+  put->set_key(prefix_ + kProgressKey);
+  if (!stored.SerializeToString(put->mutable_value()))
+    return internal_error("the rendezvous progress of {}: cannot serialize it", what_);
+  return write(std::move(request), "journaling the rendezvous progress");
+}
+
+Status EtcdRendezvousJournal::write_key(const std::string& key, const std::optional<std::string>& value,
+                                        const coordinator::AnsweredRequest& answered,
+                                        const std::vector<std::string>& forget) {
+  etcdserverpb::TxnRequest request;
+  if (value.has_value()) {
+    etcdserverpb::PutRequest* put = request.add_success()->mutable_request_put();
+    put->set_key(prefix_ + kStorePrefix + key);
+    put->set_value(*value);
+  } else {
+    request.add_success()->mutable_request_delete_range()->set_key(prefix_ + kStorePrefix + key);
+  }
+  if (!answered.id.empty()) {
+    etcdserverpb::PutRequest* put = request.add_success()->mutable_request_put();
+    put->set_key(prefix_ + kRequestPrefix + answered.id);
+    put->set_value(answered.answer);
+  }
+  for (const std::string& id : forget)
+    request.add_success()->mutable_request_delete_range()->set_key(prefix_ + kRequestPrefix + id);
+  return write(std::move(request), "journaling store key '" + key + "'");
+}
+
+StatusOr<coordinator::RendezvousState> EtcdRendezvousJournal::decode(const std::string& attempt_prefix,
+                                                                     const std::vector<KeyValue>& kvs) {
+  coordinator::RendezvousState state;
+  std::vector<std::pair<int64_t, coordinator::AnsweredRequest>> answered;  // by revision
+  for (const KeyValue& kv : kvs) {
+    if (!starts_with(kv.key, attempt_prefix)) continue;
+    const std::string name = kv.key.substr(attempt_prefix.size());
+    if (name == kProgressKey) {
+      etcdstore::StoredRendezvousProgress stored;
+      if (!stored.ParseFromString(kv.value))
+        return data_loss_error("etcd key {}: not a StoredRendezvousProgress record", kv.key);
+      state.progress.joined.insert(stored.joined().begin(), stored.joined().end());
+      state.progress.barrier_generation = stored.barrier_generation();
+      state.progress.left.insert(stored.left().begin(), stored.left().end());
+    } else if (starts_with(name, kStorePrefix)) {
+      state.data.emplace(name.substr(std::string(kStorePrefix).size()), kv.value);
+    } else if (starts_with(name, kRequestPrefix)) {
+      answered.emplace_back(kv.mod_revision,
+                            coordinator::AnsweredRequest{name.substr(std::string(kRequestPrefix).size()), kv.value});
+    } else {
+      return data_loss_error("etcd key {}: not a rendezvous record (expected {}, {}<key> or {}<request id>)", kv.key,
+                             kProgressKey, kStorePrefix, kRequestPrefix);
+    }
+  }
+  std::stable_sort(answered.begin(), answered.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& item : answered) state.answered.push_back(std::move(item.second));
+  return state;
+}
+
+}  // namespace cohort::etcd

@@ -1,0 +1,59 @@
+#pragma once
+
+// EtcdRendezvousJournal: one placed attempt's rendezvous journal in etcd (issue 16), so a
+// coordinator taking over continues the rendezvous where its predecessor left it
+// (daemon/coordinator/rendezvous_journal.h says what is written and why). EtcdJobStore makes one per
+// attempt (rendezvous_journal) and reads it back (load_rendezvous). Keys, under the attempt's
+// prefix <prefix>/rendezvous/<job id>/<attempt, 10 digits>/:
+//
+//   progress            StoredRendezvousProgress (job_records.proto): joined ranks once complete,
+//                       barrier generation, left ranks
+//   kv/<store key>      the store key's value, raw bytes
+//   req/<request id>    the answer of an add / delete sent with a request id
+//
+// Cost: every write is one etcd Txn (the progress record; or a store key with its request's answer
+// and the evicted answers' deletions), fenced on the leader's election key like every job store
+// write: a deposed leader's write is refused (FAILED_PRECONDITION) and changes nothing. No reads.
+// The attempt's keys go in the transaction that moves its job out of PLACED / RUNNING
+// (EtcdJobStore::save), and with the job (delete_job).
+//
+// Thread-safe (EtcdClient is; the rest is immutable). Blocks on one etcd round trip per write,
+// bounded by the client's call timeout.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "daemon/coordinator/rendezvous_journal.h"
+#include "daemon/etcd/etcd_client.h"
+#include "worker/base/status.h"
+
+namespace cohort::etcd {
+
+class EtcdRendezvousJournal final : public coordinator::RendezvousJournal {
+ public:
+  // The journal under `attempt_prefix` (ending in '/'); `client` must outlive it; writes are fenced
+  // on `fence` when set. `what` names the attempt in errors ("job mnist-3 attempt 1").
+  EtcdRendezvousJournal(EtcdClient* client, std::string attempt_prefix, std::optional<LeaderKey> fence,
+                        std::string what);
+
+  Status write_progress(const coordinator::RendezvousProgress& progress) override;
+  Status write_key(const std::string& key, const std::optional<std::string>& value,
+                   const coordinator::AnsweredRequest& answered, const std::vector<std::string>& forget) override;
+
+  // Decodes the keys read under `attempt_prefix` (any order) into the state they hold; answered
+  // requests oldest first (by etcd revision). DATA_LOSS for a record that is not one.
+  static StatusOr<coordinator::RendezvousState> decode(const std::string& attempt_prefix,
+                                                       const std::vector<KeyValue>& kvs);
+
+ private:
+  // Runs `request` behind the fence. FAILED_PRECONDITION when the fence fails.
+  Status write(etcdserverpb::TxnRequest request, const std::string& what);
+
+  EtcdClient* const client_;
+  const std::string prefix_;
+  const std::optional<LeaderKey> fence_;
+  const std::string what_;
+};
+
+}  // namespace cohort::etcd
