@@ -160,18 +160,24 @@ struct P2PSignature {
   }
 };
 
-// The header transfer of a checked send or receive, and what this side posted.
+// The check transfers of a checked send or receive, and what this side posted. The send's
+// signature travels ahead of the payload (header); the receive's travels back to the sender as
+// soon as it is posted (reply, p2p_check_reply_tag), so both sides can compare.
 struct P2PCheck {
   std::shared_ptr<TransportWork> header;
   std::unique_ptr<P2PSignature> buffer;  // the send's signature, or where the receive's lands
+  std::shared_ptr<TransportWork> reply;  // the receive's signature: sent back, or received by the sender
+  std::unique_ptr<P2PSignature> reply_buffer;
   P2PSignature posted;                   // this side's own signature
+  int peer = -1;                         // the other side's rank in the communicator
   bool is_send = false;
   std::string description;  // the communicator's, for messages
 };
 
 // A point-to-point transfer bounded by its deadline: waiting past it cancels the transfer and
 // names the peer, tag and time waited. It records its end in the flight recorder once, and with a
-// check (COHORT_DEBUG=detail) compares a receive's posted signature with the sender's.
+// check (COHORT_DEBUG=detail) compares the signatures both sides posted: a receive against the
+// sender's header, a send against the receive's reply, so both calls fail naming both sides.
 class P2PWork final : public Work {
  public:
   P2PWork(std::shared_ptr<TransportWork> inner, Deadline deadline, std::string what,
@@ -183,8 +189,10 @@ class P2PWork final : public Work {
         record_(record),
         check_(std::move(check)) {}
   ~P2PWork() override {
-    if (check_ && !check_->header->is_completed())
-      check_->header->cancel(cancelled_error("{} dropped", what_));
+    if (!check_) return;
+    for (const auto& transfer : {check_->header, check_->reply}) {
+      if (!transfer->is_completed()) transfer->cancel(cancelled_error("{} dropped", what_));
+    }
   }
 
   Status wait(Duration timeout) override {
@@ -193,10 +201,13 @@ class P2PWork final : public Work {
     Status status = ok_status();
     if (check_) {
       status = check_->header->wait(wait_deadline.remaining());
+      // A send learns what the receive posted from its reply, sent when the receive was posted.
+      if (status.ok() && check_->is_send) status = check_->reply->wait(wait_deadline.remaining());
       if (status.ok()) status = compare();
     }
     if (status.ok() || status.code() == StatusCode::kInvalidArgument) {
-      // A mismatch still drains the payload, so the sender completes instead of timing out.
+      // A mismatch still drains the payload (the receive does; the send waits for that), so
+      // neither side is left to time out.
       Status payload = inner_->wait(wait_deadline.remaining());
       if (status.ok()) {
         status = payload;
@@ -204,10 +215,17 @@ class P2PWork final : public Work {
         inner_->cancel(status);  // the mismatch is the answer; stop draining
       }
     }
+    // A receive does not wait for its own reply: it is the sender's diagnostic, not this call's
+    // result. It has left by now in practice (UCX sends 24 bytes eagerly; loopback matched it
+    // when the sender posted its receive, before the payload this receive got); the destructor
+    // cancels it otherwise (a sender without the check posts no receive for it).
     if (status.code() == StatusCode::kDeadlineExceeded) {
       if (!bounded_by_deadline) return status;  // the caller's shorter wait; still running
       inner_->cancel(status);
-      if (check_) check_->header->cancel(status);
+      if (check_) {
+        check_->header->cancel(status);
+        check_->reply->cancel(status);
+      }
       status =
           deadline_exceeded_error("{}: timed out after {}; is the peer alive and issuing the matching call?",
                                   what_, format_duration(deadline_.budget()));
@@ -218,6 +236,7 @@ class P2PWork final : public Work {
   }
   bool is_completed() override {
     if (check_ && !check_->header->is_completed()) return false;
+    if (check_ && check_->is_send && !check_->reply->is_completed()) return false;
     if (!inner_->is_completed()) return false;
     finish(final_status()).ignore_error();
     return true;
@@ -227,39 +246,59 @@ class P2PWork final : public Work {
       std::lock_guard<std::mutex> lock(mutex_);
       if (result_) return *result_;
     }
-    if (check_ && !check_->header->is_completed()) {
-      Status status = check_->header->error();
-      return status.ok() ? status : status.with_context(what_);
+    if (check_) {
+      // What compare() needs: the header, and for a send the receive's reply. (A receive's own
+      // reply is not: a failed or pending one does not change what the receive got.)
+      std::vector<std::shared_ptr<TransportWork>> needed{check_->header};
+      if (check_->is_send) needed.push_back(check_->reply);
+      for (const auto& transfer : needed) {
+        Status status = transfer->error();
+        if (!status.ok()) return status.with_context(what_);
+        if (!transfer->is_completed()) return status;
+      }
+      Status mismatch = compare();
+      if (!mismatch.ok()) return mismatch;
     }
-    if (check_ && check_->header->is_completed() && !compare().ok()) return compare();
     Status status = inner_->error();
     return status.ok() ? status : status.with_context(what_);
   }
 
  private:
-  // Both transfers completed: the outcome.
+  // Every transfer completed: the outcome.
   Status final_status() {
     if (check_) {
       Status header = check_->header->error();
       if (!header.ok()) return header.with_context(what_);
+      if (check_->is_send) {
+        Status reply = check_->reply->error();
+        if (!reply.ok()) return reply.with_context(what_);
+      }
       COHORT_RETURN_IF_ERROR(compare());
     }
     Status status = inner_->error();
     return status.ok() ? status : status.with_context(what_);
   }
 
-  // A received header against what this receive posted (OK for sends and matching receives).
+  // The peer's signature against what this side posted: a receive's against the send's header, a
+  // send's against the receive's reply (OK when they agree).
   Status compare() const {
-    if (!check_ || check_->is_send) return ok_status();
+    if (!check_) return ok_status();
     const P2PSignature& mine = check_->posted;
-    const P2PSignature& theirs = *check_->buffer;
-    if (check_->header->received_bytes() != sizeof(P2PSignature) || theirs.magic != P2PSignature::kMagic) {
+    const std::shared_ptr<TransportWork>& arrived = check_->is_send ? check_->reply : check_->header;
+    const P2PSignature& theirs = check_->is_send ? *check_->reply_buffer : *check_->buffer;
+    if (arrived->received_bytes() != sizeof(P2PSignature) || theirs.magic != P2PSignature::kMagic) {
       return invalid_argument_error(
-          "point-to-point check (COHORT_DEBUG=detail) on {}: the message from rank {} (tag {}) carried no "
+          "point-to-point check (COHORT_DEBUG=detail) on {}: the {} from rank {} (tag {}) carried no "
           "signature; set COHORT_DEBUG=detail on every rank, or on none",
-          check_->description, theirs.rank >= 0 ? theirs.rank : -1, mine.tag);
+          check_->description, check_->is_send ? "reply to a send" : "message", check_->peer, mine.tag);
     }
     if (theirs.dtype == mine.dtype && theirs.count == mine.count) return ok_status();
+    if (check_->is_send) {
+      return invalid_argument_error(
+          "point-to-point mismatch on {}: rank {} sent {} to rank {}, but rank {} posted recv of {}; a send and "
+          "its receive must agree on dtype and size",
+          check_->description, mine.rank, mine.describe(), theirs.rank, theirs.rank, theirs.describe());
+    }
     return invalid_argument_error(
         "point-to-point mismatch on {}: rank {} posted recv of {} from rank {}, but rank {}'s send is {}; "
         "a send and its receive must agree on dtype and size",
@@ -958,6 +997,7 @@ std::shared_ptr<Work> Communicator::p2p(bool is_send, void* buf, size_t count, D
     // The header goes first on the same tag, so it is matched before the payload.
     check = std::make_unique<P2PCheck>();
     check->is_send = is_send;
+    check->peer = peer;
     check->description = description_;
     check->posted.rank = rank_;
     check->posted.dtype = static_cast<int32_t>(dtype);
@@ -968,6 +1008,14 @@ std::shared_ptr<Work> Communicator::p2p(bool is_send, void* buf, size_t count, D
     check->header =
         is_send ? world_->transport->isend(global_peer, wire_tag, check->buffer.get(), sizeof(P2PSignature))
                 : world_->transport->irecv(global_peer, wire_tag, check->buffer.get(), sizeof(P2PSignature));
+    // The receive's signature goes back at once (it needs nothing from the sender); the send
+    // posts its receive before the payload, so the reply never waits on the payload.
+    const uint64_t reply_tag = p2p_check_reply_tag(context_id_, tag);
+    check->reply_buffer = std::make_unique<P2PSignature>(check->posted);
+    if (is_send) check->reply_buffer->magic = 0;  // overwritten by the receive's reply
+    check->reply =
+        is_send ? world_->transport->irecv(global_peer, reply_tag, check->reply_buffer.get(), sizeof(P2PSignature))
+                : world_->transport->isend(global_peer, reply_tag, check->reply_buffer.get(), sizeof(P2PSignature));
   }
   std::shared_ptr<TransportWork> inner;
   if (bytes > 0 && any_device(buf, nullptr)) {

@@ -186,9 +186,12 @@ class Communicator {
   // ---- Point to point (not queued behind collectives; `tag` < 2^29) ----
   // Each transfer is in the flight recorder until its Work completes. With COHORT_DEBUG=detail
   // (options.debug_checks), a send carries its signature (rank, dtype, count) just ahead of the
-  // payload, and the receive fails with INVALID_ARGUMENT naming both sides when the dtype or size
-  // it posted differs (the payload is still drained, so the sender is not left hanging). Every
-  // rank must then run with the check on, as for collectives.
+  // payload and a receive sends its own back to the sender when it is posted; when the dtype or
+  // size differ, both the receive and the send fail with INVALID_ARGUMENT naming both sides (the
+  // payload is still drained, so neither is left hanging). A checked send therefore completes
+  // only once its receive was posted (MPI_Ssend's rule), even where the transport would buffer
+  // a small message: a program that needs such buffering (both ranks send first, then receive)
+  // times out under the check. Every rank must run with the check on, as for collectives.
   std::shared_ptr<Work> isend(const void* buf, size_t count, DataType dtype, int peer, uint32_t tag = 0,
                               const CallOptions& call = {});
   std::shared_ptr<Work> irecv(void* buf, size_t count, DataType dtype, int peer, uint32_t tag = 0,

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -91,16 +92,29 @@ TEST(FlightRecorderTest, PointToPointOperationsAreRecorded) {
   EXPECT_EQ(failures(statuses), "");
 }
 
-// A send and a receive that disagree, under COHORT_DEBUG=detail (options.debug_checks).
+// A send and a receive that disagree, under COHORT_DEBUG=detail (options.debug_checks): both
+// calls fail with INVALID_ARGUMENT naming both sides (`expected` on the receive, `expected_send`
+// on the send), well before the communicator's timeout.
 Status mismatch(int rank, Communicator& comm, DataType send_type, size_t send_count, DataType recv_type,
-                size_t recv_count, const std::vector<std::string>& expected) {
+                size_t recv_count, const std::vector<std::string>& expected,
+                const std::vector<std::string>& expected_send) {
   std::vector<uint8_t> buffer(64, 0);
   if (rank == 0) {
-    // The sender completes, not left to time out: the receiver drains its payload. (A longer send
-    // than the receive may fail here too, as the transport's truncation.)
+    // The sender learns the receive's signature from its reply; the receiver drains the payload,
+    // so the send is not left to time out either.
+    const auto start = std::chrono::steady_clock::now();
     Status sent = comm.send(buffer.data(), send_count, send_type, 1, 5);
-    if (sent.code() == StatusCode::kDeadlineExceeded) return sent;
-    return ok_status();
+    const auto waited = std::chrono::steady_clock::now() - start;
+    if (sent.code() != StatusCode::kInvalidArgument) {
+      return internal_error("the send: expected INVALID_ARGUMENT, got {}", sent.to_string());
+    }
+    if (waited > comm.options().timeout / 2) {
+      return internal_error("the send's mismatch took {} ms", std::chrono::duration_cast<std::chrono::milliseconds>(waited).count());
+    }
+    for (const std::string& part : expected_send)
+      COHORT_RETURN_IF_ERROR(expect_contains(sent.message(), part, "the send's error"));
+    return expect_contains(comm.flight_recorder_dump(), "send " + std::string(data_type_name(send_type)),
+                           "dump");
   }
   Status status = comm.recv(buffer.data(), recv_count, recv_type, 0, 5);
   if (status.code() != StatusCode::kInvalidArgument) {
@@ -122,13 +136,17 @@ TEST(FlightRecorderTest, DebugDetailNamesBothSidesOfAPointToPointMismatch) {
     // Sizes differ (a longer send than the receive posted).
     COHORT_RETURN_IF_ERROR(mismatch(rank, *comm, DataType::kInt64, 4, DataType::kFloat32, 2,
                                     {"rank 1 posted recv of f32 x 2 (8 bytes, tag 5) from rank 0",
-                                     "rank 0's send is i64 x 4 (32 bytes, tag 5)"}));
+                                     "rank 0's send is i64 x 4 (32 bytes, tag 5)"},
+                                    {"rank 0 sent i64 x 4 (32 bytes, tag 5) to rank 1, but rank 1 posted recv "
+                                     "of f32 x 2 (8 bytes, tag 5)"}));
     // Same bytes, different dtype.
     COHORT_RETURN_IF_ERROR(mismatch(rank, *comm, DataType::kInt32, 2, DataType::kFloat32, 2,
-                                    {"recv of f32 x 2", "send is i32 x 2"}));
+                                    {"recv of f32 x 2", "send is i32 x 2"},
+                                    {"rank 0 sent i32 x 2", "rank 1 posted recv of f32 x 2"}));
     // A shorter send than the receive.
     COHORT_RETURN_IF_ERROR(mismatch(rank, *comm, DataType::kFloat32, 1, DataType::kFloat32, 3,
-                                    {"recv of f32 x 3", "send is f32 x 1"}));
+                                    {"recv of f32 x 3", "send is f32 x 1"},
+                                    {"rank 0 sent f32 x 1", "rank 1 posted recv of f32 x 3"}));
     // A matching pair still moves its data.
     std::vector<double> x(5, rank == 0 ? 2.5 : 0.0);
     if (rank == 0) return comm->send(x.data(), x.size(), DataType::kFloat64, 1, 6);

@@ -19,11 +19,14 @@
 
 namespace cohort::comm {
 
-// Tag layout below kTransportTagBits: [context 14][kind 1][sequence 17][step 12].
+// Tag layout below kTransportTagBits: [check reply 1][context 14][kind 1][sequence 17][step 12].
 inline constexpr int kStepBits = 12;
 inline constexpr int kSequenceBits = 17;
 inline constexpr int kContextBits = 14;
 inline constexpr uint64_t kMaxContextId = (uint64_t{1} << kContextBits) - 1;
+// Set only on COHORT_DEBUG=detail's point-to-point check replies (p2p_check_reply_tag).
+inline constexpr int kCheckReplyBit = kContextBits + 1 + kSequenceBits + kStepBits;
+static_assert(kCheckReplyBit < kTransportTagBits, "the tag layout must fit the transport's tag bits");
 
 // The tag base of collective number `sequence` on communicator context `context_id`.
 inline uint64_t collective_tag_base(uint64_t context_id, uint64_t sequence) {
@@ -35,6 +38,12 @@ inline uint64_t p2p_tag(uint64_t context_id, uint64_t tag) {
          (tag & ((uint64_t{1} << (kStepBits + kSequenceBits)) - 1));
 }
 inline constexpr uint64_t kMaxUserTag = (uint64_t{1} << (kStepBits + kSequenceBits)) - 1;
+// Under COHORT_DEBUG=detail a receive sends its own signature back to the sender on this tag, so
+// the send can fail naming both sides too. Replies between two ranks pair up in the same FIFO
+// order as the messages they answer, and never meet a message or a collective's transfer.
+inline uint64_t p2p_check_reply_tag(uint64_t context_id, uint64_t tag) {
+  return p2p_tag(context_id, tag) | (uint64_t{1} << kCheckReplyBit);
+}
 
 // One posted transfer and what it is for (kept for error messages).
 struct Transfer {

@@ -20,8 +20,9 @@
 namespace cohort::comm {
 
 // Usable tag bits. Backends may use the bits above for their own framing (UCX puts the source
-// rank there), so callers keep tags below 2^kTransportTagBits.
-inline constexpr int kTransportTagBits = 44;
+// rank there, leaving 2^19 ranks), so callers keep tags below 2^kTransportTagBits. The
+// communicator's layout (algorithms/collective_context.h) takes 44 bits and the top one.
+inline constexpr int kTransportTagBits = 45;
 inline constexpr uint64_t kTransportTagMask = (uint64_t{1} << kTransportTagBits) - 1;
 
 // The Work of one transfer. Besides Work's contract, it can be cancelled: a caller that gives up
