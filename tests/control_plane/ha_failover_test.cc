@@ -414,8 +414,21 @@ TEST_F(HaFailoverTest, ARendezvousInProgressIsCarriedOverToTheStandby) {
       kJobBound))
       << "the job did not end\n"
       << tail_of(log_b_);
-  EXPECT_EQ(job->state(), cohort::v1::SUCCEEDED) << job->reason() << "\n" << tail_of(log_b_);
-  EXPECT_EQ(job->attempt(), 1) << "the rendezvous was not carried over; the job restarted: " << job->reason();
+  // What the ranks said (their checks name what was not carried over), for the failure messages.
+  std::string output;
+  for (int rank = 0; rank < 2; ++rank) {
+    output += "--- rank " + std::to_string(rank) + ":\n";
+    Status read = client.logs(*id, rank, /*follow=*/false, [&](std::string_view bytes) {
+      output.append(bytes);
+      return true;
+    });
+    if (!read.ok()) output += "(" + read.to_string() + ")\n";
+  }
+  std::printf("%s", output.c_str());
+  EXPECT_EQ(job->state(), cohort::v1::SUCCEEDED) << job->reason() << "\n" << output << tail_of(log_b_);
+  EXPECT_EQ(job->attempt(), 1) << "the rendezvous was not carried over; the job restarted: " << job->reason()
+                               << "\n" << output;
+  EXPECT_NE(output.find("rank 1: done"), std::string::npos) << output;
   std::ifstream standby_log(log_b_);
   const std::string standby_text((std::istreambuf_iterator<char>(standby_log)), std::istreambuf_iterator<char>());
   EXPECT_NE(standby_text.find("rendezvous restored from etcd://"), std::string::npos)
