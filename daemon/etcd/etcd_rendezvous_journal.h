@@ -15,7 +15,10 @@
 // and the evicted answers' deletions), fenced on the leader's election key like every job store
 // write: a deposed leader's write is refused (FAILED_PRECONDITION) and changes nothing. No reads.
 // The attempt's keys go in the transaction that moves its job out of PLACED / RUNNING
-// (EtcdJobStore::save), and with the job (delete_job).
+// (EtcdJobStore::save), and with the job (delete_job). A store write already in flight when the
+// attempt ends can land after that deletion (the rendezvous closes only once it returns): such a
+// key stays until the job's next attempt ends or the job is deleted, and no attempt reads it (each
+// attempt has its own prefix).
 //
 // Thread-safe (EtcdClient is; the rest is immutable). Blocks on one etcd round trip per write,
 // bounded by the client's call timeout.
