@@ -146,20 +146,23 @@ Status Coordinator::recover_locked(JobStore::Snapshot snapshot) {
   return ok_status();
 }
 
-std::shared_ptr<Rendezvous> Coordinator::recover_rendezvous_locked(const Job& job, const Placement& placement) {
+std::shared_ptr<Rendezvous> Coordinator::recover_rendezvous_locked(const Job& job,
+                                                                   const Placement& placement) {
   auto rendezvous = std::make_shared<Rendezvous>(job.id, job.attempt(), placement,
                                                  store_->rendezvous_journal(job.id, job.attempt()));
   StatusOr<RendezvousState> state = store_->load_rendezvous(job.id, job.attempt());
   Status restored = state.ok() ? rendezvous->restore(*state) : state.status();
   if (!restored.ok()) {
     // Ranks that join again still meet; only what they had already told each other is gone.
-    spdlog::warn("coordinator: job {} attempt {}: its rendezvous could not be restored from {}; it starts empty: {}",
-                 job.id, job.attempt(), store_->path(), restored.to_string());
+    spdlog::warn(
+        "coordinator: job {} attempt {}: its rendezvous could not be restored from {}; it starts empty: {}",
+        job.id, job.attempt(), store_->path(), restored.to_string());
   } else if (!state->empty()) {
-    spdlog::info("coordinator: job {} attempt {}: rendezvous restored from {} ({} of {} rank(s) joined, {} "
-                 "barrier(s) opened, {} store key(s))",
-                 job.id, job.attempt(), store_->path(), state->progress.joined.size(), placement.world_size(),
-                 state->progress.barrier_generation, state->data.size());
+    spdlog::info(
+        "coordinator: job {} attempt {}: rendezvous restored from {} ({} of {} rank(s) joined, {} "
+        "barrier(s) opened, {} store key(s))",
+        job.id, job.attempt(), store_->path(), state->progress.joined.size(), placement.world_size(),
+        state->progress.barrier_generation, state->data.size());
   }
   return rendezvous;
 }

@@ -24,8 +24,8 @@ class FakeRendezvousJournal final : public RendezvousJournal {
     return ok_status();
   }
 
-  Status write_key(const std::string& key, const std::optional<std::string>& value, const AnsweredRequest& answered,
-                   const std::vector<std::string>& forget) override {
+  Status write_key(const std::string& key, const std::optional<std::string>& value,
+                   const AnsweredRequest& answered, const std::vector<std::string>& forget) override {
     std::lock_guard<std::mutex> lock(mu_);
     ++writes_;
     if (fail_) return failed_precondition_error("journal write refused (test)");

@@ -109,7 +109,8 @@ class JobStore {
   // is called from the rendezvous's threads, outside the Coordinator's lock, and must be
   // thread-safe. A store with journals drops an attempt's state in the same write that moves its
   // job out of PLACED / RUNNING (save / upsert_job), and with delete_job.
-  virtual std::shared_ptr<RendezvousJournal> rendezvous_journal(const std::string& /*job_id*/, int /*attempt*/) {
+  virtual std::shared_ptr<RendezvousJournal> rendezvous_journal(const std::string& /*job_id*/,
+                                                                int /*attempt*/) {
     return nullptr;
   }
   // What the journal of `attempt` of `job_id` holds (empty when it holds nothing). DATA_LOSS for a

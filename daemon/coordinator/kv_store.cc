@@ -37,8 +37,8 @@ StatusOr<int64_t> KvStore::add(const std::string& key, int64_t delta, const std:
     int64_t sum = 0;
     auto [end, ec] = std::from_chars(answer->data(), answer->data() + answer->size(), sum);
     if (ec == std::errc() && end == answer->data() + answer->size()) return sum;
-    return internal_error("add('{}') on {}: request {} was answered '{}', not a number", key, name_, request_id,
-                          *answer);
+    return internal_error("add('{}') on {}: request {} was answered '{}', not a number", key, name_,
+                          request_id, *answer);
   }
   int64_t value = 0;
   auto it = data_.find(key);
@@ -159,33 +159,36 @@ void KvStore::put_locked(const std::string& key, std::string value) {
   it->second = std::move(value);
 }
 
-StatusOr<const std::string*> KvStore::answered_locked(std::string_view op, const std::string& request_id) const {
+StatusOr<const std::string*> KvStore::answered_locked(std::string_view op,
+                                                      const std::string& request_id) const {
   if (request_id.size() > kMaxRequestIdBytes) {
-    return invalid_argument_error("{} on {}: the request id is {} bytes; request ids are limited to {} bytes "
-                                  "(kMaxRequestIdBytes in daemon/coordinator/kv_store.h)",
-                                  op, name_, request_id.size(), kMaxRequestIdBytes);
+    return invalid_argument_error(
+        "{} on {}: the request id is {} bytes; request ids are limited to {} bytes "
+        "(kMaxRequestIdBytes in daemon/coordinator/kv_store.h)",
+        op, name_, request_id.size(), kMaxRequestIdBytes);
   }
   if (request_id.empty()) return static_cast<const std::string*>(nullptr);
   auto it = answered_.find(request_id);
   return it == answered_.end() ? nullptr : &it->second;
 }
 
-Status KvStore::journal_locked(std::string_view op, const std::string& key, const std::optional<std::string>& value,
-                               const std::string& request_id, const std::string& answer) {
+Status KvStore::journal_locked(std::string_view op, const std::string& key,
+                               const std::optional<std::string>& value, const std::string& request_id,
+                               const std::string& answer) {
   const bool remember = !request_id.empty();
   std::vector<std::string> forget;
   if (remember && answered_order_.size() >= kMaxAnsweredRequests) {
     forget.assign(answered_order_.begin(),
-                  answered_order_.begin() + static_cast<std::ptrdiff_t>(answered_order_.size() + 1 -
-                                                                         kMaxAnsweredRequests));
+                  answered_order_.begin() +
+                      static_cast<std::ptrdiff_t>(answered_order_.size() + 1 - kMaxAnsweredRequests));
   }
   if (journal_ != nullptr) {
-    Status written =
-        journal_->write_key(key, value, remember ? AnsweredRequest{request_id, answer} : AnsweredRequest{}, forget);
+    Status written = journal_->write_key(
+        key, value, remember ? AnsweredRequest{request_id, answer} : AnsweredRequest{}, forget);
     if (!written.ok()) {
       // UNAVAILABLE either way: a deposed leader's client moves to the new leader and sends it again.
-      return unavailable_error("{}('{}') on {}: the coordinator could not journal it, so nothing changed: {}", op,
-                               key, name_, written.message());
+      return unavailable_error("{}('{}') on {}: the coordinator could not journal it, so nothing changed: {}",
+                               op, key, name_, written.message());
     }
   }
   if (remember) {

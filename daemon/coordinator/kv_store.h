@@ -130,9 +130,9 @@ class KvStore {
   std::map<std::string, std::string> data_;
   size_t total_bytes_ = 0;  // sum of key and value sizes in data_
   Status closed_;           // OK while open
-  RendezvousJournal* const journal_;                   // null: memory only
-  std::map<std::string, std::string> answered_;        // request id -> answer
-  std::deque<std::string> answered_order_;             // request ids, oldest first
+  RendezvousJournal* const journal_;             // null: memory only
+  std::map<std::string, std::string> answered_;  // request id -> answer
+  std::deque<std::string> answered_order_;       // request ids, oldest first
 };
 
 }  // namespace cohort::coordinator

@@ -163,7 +163,7 @@ TEST(KvStoreTest, WritesAreJournaledFirstAndAFailedJournalWriteChangesNothing) {
   ASSERT_TRUE(store.set("gone", "soon").ok());
   ASSERT_TRUE(store.delete_key("gone").value_or(false));
   ASSERT_FALSE(store.delete_key("never").value_or(true));  // nothing to journal
-  ASSERT_TRUE(store.get("a", kShort).ok());                 // reads journal nothing
+  ASSERT_TRUE(store.get("a", kShort).ok());                // reads journal nothing
   EXPECT_EQ(journal.writes(), 5);
   EXPECT_EQ(journal.state().data, (std::map<std::string, std::string>{{"a", "1"}, {"c", "x"}, {"n", "5"}}));
 

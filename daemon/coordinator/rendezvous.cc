@@ -25,7 +25,8 @@ Rendezvous::Rendezvous(std::string job_id, int attempt, Placement placement,
       world_size_(placement_.world_size()),
       master_address_(placement_.empty() ? std::string() : host_of_address(placement_.nodes.front().address)),
       journal_(std::move(journal)),
-      store_("store of job " + job_id_ + " attempt " + std::to_string(attempt_), KvStoreLimits{}, journal_.get()) {}
+      store_("store of job " + job_id_ + " attempt " + std::to_string(attempt_), KvStoreLimits{},
+             journal_.get()) {}
 
 Status Rendezvous::restore(const RendezvousState& state) {
   for (const std::set<int>* ranks : {&state.progress.joined, &state.progress.left}) {
@@ -113,7 +114,8 @@ StatusOr<RankAssignment> Rendezvous::join(const std::string& node_id, int local_
   const bool was_complete = static_cast<int>(joined_.size()) == world_size_;
   if (joined_.insert(assignment.rank).second && static_cast<int>(joined_.size()) == world_size_) {
     // The last rank: the completed join is journaled before anyone learns of it.
-    if (Status journaled = journal_locked(progress_locked(), "the join of rank " + std::to_string(assignment.rank));
+    if (Status journaled =
+            journal_locked(progress_locked(), "the join of rank " + std::to_string(assignment.rank));
         !journaled.ok()) {
       joined_.erase(assignment.rank);
       return journaled;

@@ -80,8 +80,8 @@ class Rendezvous {
   // Joins node `node_id`'s slot `local_slot` and blocks until every rank has joined or `timeout`
   // passes. Joining the same slot again (a retried RPC) is allowed and gets the same answer.
   // The join that completes the set journals it before waking anyone (UNAVAILABLE, and not counted,
-  // when that fails). INVALID_ARGUMENT for a node not in the placement or a slot outside it; DEADLINE_EXCEEDED
-  // naming the ranks that did not join; the close reason once closed.
+  // when that fails). INVALID_ARGUMENT for a node not in the placement or a slot outside it;
+  // DEADLINE_EXCEEDED naming the ranks that did not join; the close reason once closed.
   StatusOr<RankAssignment> join(const std::string& node_id, int local_slot,
                                 Duration timeout = kDefaultRendezvousTimeout);
 

@@ -65,9 +65,7 @@ struct RendezvousState {
   std::map<std::string, std::string> data;  // the store's keys and values
   std::vector<AnsweredRequest> answered;    // oldest first
 
-  bool empty() const {
-    return progress == RendezvousProgress{} && data.empty() && answered.empty();
-  }
+  bool empty() const { return progress == RendezvousProgress{} && data.empty() && answered.empty(); }
 };
 
 class RendezvousJournal {

@@ -182,12 +182,13 @@ std::string EtcdJobStore::rendezvous_prefix(const std::string& job_id, int attem
 }
 
 std::shared_ptr<coordinator::RendezvousJournal> EtcdJobStore::rendezvous_journal(const std::string& job_id,
-                                                                                  int attempt) {
+                                                                                 int attempt) {
   return std::make_shared<EtcdRendezvousJournal>(client_, rendezvous_prefix(job_id, attempt), fence_,
                                                  fmt::format("job {} attempt {}", job_id, attempt));
 }
 
-StatusOr<coordinator::RendezvousState> EtcdJobStore::load_rendezvous(const std::string& job_id, int attempt) const {
+StatusOr<coordinator::RendezvousState> EtcdJobStore::load_rendezvous(const std::string& job_id,
+                                                                     int attempt) const {
   const std::string prefix = rendezvous_prefix(job_id, attempt);
   COHORT_ASSIGN_OR_RETURN(std::vector<KeyValue> kvs, range_all(prefix));
   return EtcdRendezvousJournal::decode(prefix, kvs);
@@ -404,7 +405,8 @@ Status EtcdJobStore::delete_job(const std::string& job_id) {
   const std::string events = prefix_ + "/events/" + job_id + "/";
   *request.add_success() = delete_op(events, EtcdClient::prefix_end(events));
   *request.add_success() = delete_op(metrics_prefix(job_id), EtcdClient::prefix_end(metrics_prefix(job_id)));
-  *request.add_success() = delete_op(rendezvous_prefix(job_id), EtcdClient::prefix_end(rendezvous_prefix(job_id)));
+  *request.add_success() =
+      delete_op(rendezvous_prefix(job_id), EtcdClient::prefix_end(rendezvous_prefix(job_id)));
   *request.add_success() = delete_op(job_key(job_id));
   COHORT_RETURN_IF_ERROR(write(std::move(request), "deleting job " + job_id));
   metrics_rows_.erase(job_id);

@@ -82,7 +82,8 @@ class EtcdJobStore final : public coordinator::JobStore {
   // (set_fence first). Thread-safe, unlike the store's other methods.
   std::shared_ptr<coordinator::RendezvousJournal> rendezvous_journal(const std::string& job_id,
                                                                      int attempt) override;
-  StatusOr<coordinator::RendezvousState> load_rendezvous(const std::string& job_id, int attempt) const override;
+  StatusOr<coordinator::RendezvousState> load_rendezvous(const std::string& job_id,
+                                                         int attempt) const override;
 
   // Key helpers (tests read the layout).
   std::string job_key(const std::string& job_id) const;

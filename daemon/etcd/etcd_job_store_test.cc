@@ -413,7 +413,8 @@ TEST_F(EtcdJobStoreTest, ARendezvousJournalRoundTripsAndADeposedLeadersWriteIsRe
   Status stale = journal->write_key("n", "4", {"req-4", "4"}, {});
   EXPECT_EQ(stale.code(), StatusCode::kFailedPrecondition) << stale.to_string();
   EXPECT_NE(stale.message().find("no longer leads"), std::string::npos) << stale.message();
-  EXPECT_EQ(journal->write_progress(coordinator::RendezvousProgress{}).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(journal->write_progress(coordinator::RendezvousProgress{}).code(),
+            StatusCode::kFailedPrecondition);
   auto after = reader->load_rendezvous("mlp-1", 1);
   ASSERT_TRUE(after.ok());
   EXPECT_EQ(after->progress, progress);
@@ -572,7 +573,8 @@ TEST_F(EtcdJobStoreTest, EtcdRequestsPerJobStart) {
       "etcd requests per job start (2 nodes x 2 ranks, submit -> RUNNING + rendezvous with a set and an add "
       "per rank): %lld (submit %lld; state changes %lld; rendezvous journal %lld;%s)\n",
       static_cast<long long>(total), static_cast<long long>(after_submit),
-      static_cast<long long>(before_rendezvous_start), static_cast<long long>(rendezvous_requests), by_kind.c_str());
+      static_cast<long long>(before_rendezvous_start), static_cast<long long>(rendezvous_requests),
+      by_kind.c_str());
   RecordProperty("etcd_requests_per_job_start", static_cast<int>(total));
   // One transaction per state change (submit, placed, running); the rendezvous journal: one for the
   // completed join (not one per rank) and one per store write (4 sets + 4 adds), none per wait/get.

@@ -81,11 +81,11 @@ StatusOr<coordinator::RendezvousState> EtcdRendezvousJournal::decode(const std::
     } else if (starts_with(name, kStorePrefix)) {
       state.data.emplace(name.substr(std::string(kStorePrefix).size()), kv.value);
     } else if (starts_with(name, kRequestPrefix)) {
-      answered.emplace_back(kv.mod_revision,
-                            coordinator::AnsweredRequest{name.substr(std::string(kRequestPrefix).size()), kv.value});
+      answered.emplace_back(kv.mod_revision, coordinator::AnsweredRequest{
+                                                 name.substr(std::string(kRequestPrefix).size()), kv.value});
     } else {
-      return data_loss_error("etcd key {}: not a rendezvous record (expected {}, {}<key> or {}<request id>)", kv.key,
-                             kProgressKey, kStorePrefix, kRequestPrefix);
+      return data_loss_error("etcd key {}: not a rendezvous record (expected {}, {}<key> or {}<request id>)",
+                             kv.key, kProgressKey, kStorePrefix, kRequestPrefix);
     }
   }
   std::stable_sort(answered.begin(), answered.end(),

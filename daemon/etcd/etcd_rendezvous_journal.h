@@ -42,7 +42,8 @@ class EtcdRendezvousJournal final : public coordinator::RendezvousJournal {
 
   Status write_progress(const coordinator::RendezvousProgress& progress) override;
   Status write_key(const std::string& key, const std::optional<std::string>& value,
-                   const coordinator::AnsweredRequest& answered, const std::vector<std::string>& forget) override;
+                   const coordinator::AnsweredRequest& answered,
+                   const std::vector<std::string>& forget) override;
 
   // Decodes the keys read under `attempt_prefix` (any order) into the state they hold; answered
   // requests oldest first (by etcd revision). DATA_LOSS for a record that is not one.

@@ -98,7 +98,8 @@ grpc::Status RendezvousService::Add(grpc::ServerContext* context, const cohort::
                                     cohort::v1::AddResponse* response) {
   COHORT_GRPC_RETURN_IF_ERROR(require_key(request->key()));
   COHORT_GRPC_ASSIGN_OR_RETURN(auto rendezvous, find(*context, request->attempt()));
-  COHORT_GRPC_ASSIGN_OR_RETURN(int64_t value, rendezvous->store().add(request->key(), request->delta(), request->request_id()));
+  COHORT_GRPC_ASSIGN_OR_RETURN(
+      int64_t value, rendezvous->store().add(request->key(), request->delta(), request->request_id()));
   response->set_value(value);
   return grpc::Status::OK;
 }
@@ -137,7 +138,8 @@ grpc::Status RendezvousService::Delete(grpc::ServerContext* context,
                                        cohort::v1::DeleteResponse* response) {
   COHORT_GRPC_RETURN_IF_ERROR(require_key(request->key()));
   COHORT_GRPC_ASSIGN_OR_RETURN(auto rendezvous, find(*context, request->attempt()));
-  COHORT_GRPC_ASSIGN_OR_RETURN(bool existed, rendezvous->store().delete_key(request->key(), request->request_id()));
+  COHORT_GRPC_ASSIGN_OR_RETURN(bool existed,
+                               rendezvous->store().delete_key(request->key(), request->request_id()));
   response->set_existed(existed);
   return grpc::Status::OK;
 }

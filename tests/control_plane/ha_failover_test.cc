@@ -211,10 +211,12 @@ class HaFailoverTest : public ::testing::Test {
 
     // 1. The first coordinator: it creates the cluster CA and the admin, and leads.
     start_coordinator(&coordinator_a_, config_a, log_a_);
-    ASSERT_TRUE(eventually([&] { return std::filesystem::exists(dir_a_.path() + "/admin.credentials"); }, 30s))
+    ASSERT_TRUE(
+        eventually([&] { return std::filesystem::exists(dir_a_.path() + "/admin.credentials"); }, 30s))
         << tail_of(log_a_);
     admin_ = testing::admin_security(dir_a_.path());
-    ASSERT_TRUE(eventually([&] { return leads(address_a_); }, 30s)) << "coordinator A never led\n" << tail_of(log_a_);
+    ASSERT_TRUE(eventually([&] { return leads(address_a_); }, 30s)) << "coordinator A never led\n"
+                                                                    << tail_of(log_a_);
 
     // 2. Two nodes join it, each given both coordinators' addresses.
     client::ClientOptions admin_options;
@@ -240,11 +242,17 @@ class HaFailoverTest : public ::testing::Test {
       agents_.push_back(std::move(*agent));
       agent_dirs_.push_back(std::move(dir));
     }
-    ASSERT_TRUE(eventually([&] { auto nodes = client.nodes(); return nodes.ok() && nodes->size() == 2; }, 30s));
+    ASSERT_TRUE(eventually(
+        [&] {
+          auto nodes = client.nodes();
+          return nodes.ok() && nodes->size() == 2;
+        },
+        30s));
 
     // 3. Seed the standby (README): stop A, copy its CA and identities, start A again, then B.
     ASSERT_EQ(coordinator_a_.stop(), 0) << tail_of(log_a_);
-    std::filesystem::copy(dir_a_.path() + "/ca", dir_b_.path() + "/ca", std::filesystem::copy_options::recursive);
+    std::filesystem::copy(dir_a_.path() + "/ca", dir_b_.path() + "/ca",
+                          std::filesystem::copy_options::recursive);
     for (const char* file : {"identity.db", "identity.db-wal"}) {
       if (std::filesystem::exists(dir_a_.path() + "/" + file))
         std::filesystem::copy_file(dir_a_.path() + "/" + file, dir_b_.path() + "/" + file);
@@ -252,7 +260,8 @@ class HaFailoverTest : public ::testing::Test {
     start_coordinator(&coordinator_a_, config_a, log_a_);
     ASSERT_TRUE(eventually([&] { return leads(address_a_); }, 30s)) << tail_of(log_a_);
     start_coordinator(&coordinator_b_, config_b, log_b_);
-    ASSERT_TRUE(eventually([&] { return client.nodes().ok() && !leads(address_b_); }, 10s)) << tail_of(log_b_);
+    ASSERT_TRUE(eventually([&] { return client.nodes().ok() && !leads(address_b_); }, 10s))
+        << tail_of(log_b_);
     // The restarted leader lists both nodes at once from their etcd records (awaiting_registration);
     // wait until both agents have registered with it.
     ASSERT_TRUE(eventually(
@@ -385,7 +394,8 @@ TEST_F(HaFailoverTest, ARendezvousInProgressIsCarriedOverToTheStandby) {
   // block on "go" (its Get may or may not be on the wire yet; either way it must go to the standby).
   ASSERT_TRUE(eventually(
       [&] {
-        return std::filesystem::exists(markers + "/rank0-ready") && std::filesystem::exists(markers + "/rank1-waiting");
+        return std::filesystem::exists(markers + "/rank0-ready") &&
+               std::filesystem::exists(markers + "/rank1-waiting");
       },
       60s))
       << "the ranks never reached the middle of their rendezvous; job: "
@@ -427,10 +437,12 @@ TEST_F(HaFailoverTest, ARendezvousInProgressIsCarriedOverToTheStandby) {
   std::printf("%s", output.c_str());
   EXPECT_EQ(job->state(), cohort::v1::SUCCEEDED) << job->reason() << "\n" << output << tail_of(log_b_);
   EXPECT_EQ(job->attempt(), 1) << "the rendezvous was not carried over; the job restarted: " << job->reason()
-                               << "\n" << output;
+                               << "\n"
+                               << output;
   EXPECT_NE(output.find("rank 1: done"), std::string::npos) << output;
   std::ifstream standby_log(log_b_);
-  const std::string standby_text((std::istreambuf_iterator<char>(standby_log)), std::istreambuf_iterator<char>());
+  const std::string standby_text((std::istreambuf_iterator<char>(standby_log)),
+                                 std::istreambuf_iterator<char>());
   EXPECT_NE(standby_text.find("rendezvous restored from etcd://"), std::string::npos)
       << "the standby did not log restoring the attempt's rendezvous\n"
       << tail_of(log_b_);

@@ -53,7 +53,8 @@ bool wait_for_file(const std::string& path) {
 
 StatusOr<cohort::comm::Bootstrap> join() {
   const char* url = std::getenv("COHORT_INIT");
-  if (url == nullptr) return cohort::invalid_argument_error("COHORT_INIT is not set; run me as a command job");
+  if (url == nullptr)
+    return cohort::invalid_argument_error("COHORT_INIT is not set; run me as a command job");
   cohort::comm::InitOptions options = cohort::comm::InitOptions::from_url(url);
   options.timeout = kWait;
   return cohort::comm::resolve_init(options);
@@ -68,13 +69,15 @@ int run() {
   StatusOr<cohort::comm::Bootstrap> boot = join();
   if (!boot.ok()) return fail("join: " + boot.status().to_string());
   cohort::comm::Store& store = *boot->store;
-  if (StatusOr<int64_t> added = store.add("arrived", 1); !added.ok()) return fail("add: " + added.status().to_string());
+  if (StatusOr<int64_t> added = store.add("arrived", 1); !added.ok())
+    return fail("add: " + added.status().to_string());
 
   if (boot->rank == 0) {
     if (Status set = store.set("from0", "hello"); !set.ok()) return fail("set from0: " + set.to_string());
     touch(dir + "/rank0-ready");
     if (!wait_for_file(dir + "/go")) return fail("the test never created " + dir + "/go");
-    if (Status set = store.set("go", "1"); !set.ok()) return fail("set go after the failover: " + set.to_string());
+    if (Status set = store.set("go", "1"); !set.ok())
+      return fail("set go after the failover: " + set.to_string());
     StatusOr<std::string> from1 = store.get("from1", kWait);
     if (!from1.ok()) return fail("get from1: " + from1.status().to_string());
     if (*from1 != "ok") return fail("from1 is '" + *from1 + "', not 'ok'");
@@ -103,10 +106,11 @@ int run() {
                 std::to_string(boot->rank) + " of " + std::to_string(boot->world_size) + ", master " +
                 boot->master_address);
   }
-  const double rejoin_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - rejoin_started).count();
+  const double rejoin_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - rejoin_started).count();
   if (Status set = store.set("from1", "ok"); !set.ok()) return fail("set from1: " + set.to_string());
-  std::printf("rank 1: done (go=%s, arrived=%lld, re-join %.2f s)\n", go->c_str(), static_cast<long long>(*arrived),
-              rejoin_s);
+  std::printf("rank 1: done (go=%s, arrived=%lld, re-join %.2f s)\n", go->c_str(),
+              static_cast<long long>(*arrived), rejoin_s);
   return 0;
 }
 

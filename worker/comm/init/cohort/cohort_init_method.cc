@@ -75,8 +75,8 @@ StatusOr<Bootstrap> cohort_init(const InitUrl& url, const InitOptions& options) 
   request.set_timeout_ms(std::max<int64_t>(options.timeout.count(), 1));
   cohort::v1::JoinResponse joined;
   grpc::Status joining = leader->unary<cohort::v1::Rendezvous>(
-      std::chrono::system_clock::now() + options.timeout + kRpcDeadlineSlack, &cohort::v1::Rendezvous::Stub::Join,
-      request, &joined, [](grpc::ClientContext& context) {
+      std::chrono::system_clock::now() + options.timeout + kRpcDeadlineSlack,
+      &cohort::v1::Rendezvous::Stub::Join, request, &joined, [](grpc::ClientContext& context) {
         // The coordinator may still be starting: wait for it rather than failing on the first refusal.
         context.set_wait_for_ready(true);
       });

@@ -25,7 +25,10 @@ std::string random_client_id() {
 }  // namespace
 
 RendezvousStore::RendezvousStore(std::shared_ptr<tls::LeaderChannel> leader, std::string job_id, int attempt)
-    : leader_(std::move(leader)), job_id_(std::move(job_id)), attempt_(attempt), client_id_(random_client_id()) {}
+    : leader_(std::move(leader)),
+      job_id_(std::move(job_id)),
+      attempt_(attempt),
+      client_id_(random_client_id()) {}
 
 std::string RendezvousStore::next_request_id() {
   return fmt::format("{}-{}", client_id_, next_request_.fetch_add(1, std::memory_order_relaxed));
@@ -37,8 +40,8 @@ Status RendezvousStore::call(std::string_view rpc, Method method, Request& reque
   cohort::v1::AttemptRef* ref = request.mutable_attempt();
   ref->set_job_id(job_id_);
   ref->set_attempt(attempt_);
-  const grpc::Status status = leader_->unary<cohort::v1::Rendezvous>(std::chrono::system_clock::now() + rpc_timeout,
-                                                                     method, request, response);
+  const grpc::Status status = leader_->unary<cohort::v1::Rendezvous>(
+      std::chrono::system_clock::now() + rpc_timeout, method, request, response);
   return from_grpc_status(status, rpc, leader_->leader_address());
 }
 
