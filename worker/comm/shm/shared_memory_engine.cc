@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <numeric>
@@ -50,12 +51,14 @@ constexpr size_t kDataOffset = kControlBytes * kShmMaxRanks;
 constexpr size_t kSlotBytes = 4 * kShmChunkBytes;
 // The segment name travels over the transport in a fixed buffer.
 constexpr size_t kNameBytes = 64;
-// How long a waiter polls before sleeping in the kernel. With a core per rank the peer usually
-// arrives within microseconds, and a sleeping rank pays a futex wake-up plus, on a busy machine,
-// a wait for its core (tens to hundreds of microseconds) at every step, so it polls for a while.
-// With more ranks than cores the peer needs the poller's core: it yields a few times instead.
-constexpr auto kSpinTime = std::chrono::microseconds(50);
-constexpr int kOversubscribedYields = 16;
+// The wait policy (wait_for): poll for kPurePollTime, then poll with sched_yield between polls
+// until kSpinTime, then sleep in the futex. Measured on the loaded 2-core box (bench/README.md,
+// 2-rank allgather, COHORT_SHM_POLL_US / COHORT_SHM_SPIN_US): with the earlier 50 us pure poll
+// then futex, 8 B took 57-161 us in 2 of 3 runs (the ranks fell into sleeping and waking each
+// other on one core); 200 us then yields to 5 ms took 0.39-0.40 us in all 3, OpenMPI 0.29-0.74.
+// The futex still bounds a stopped or slow peer's cost to one spin per wait.
+constexpr auto kPurePollTime = std::chrono::microseconds(200);
+constexpr auto kSpinTime = std::chrono::milliseconds(5);
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -151,6 +154,19 @@ StatusOr<std::unique_ptr<SharedMemoryEngine>> SharedMemoryEngine::create(int ran
     return invalid_argument_error("shared-memory engine for {}: {} ranks (supported: 2..{}, kShmMaxRanks)",
                                   label, size, kShmMaxRanks);
   }
+  // The wait policy's two times, overridable for measuring it on a given machine (bench/README.md);
+  // read before any rank creates anything (every rank of a job sees the same environment).
+  std::chrono::microseconds spin_time = kSpinTime, poll_time = kPurePollTime;
+  for (auto [name, value] : {std::pair{"COHORT_SHM_SPIN_US", &spin_time}, std::pair{"COHORT_SHM_POLL_US", &poll_time}}) {
+    const char* text = std::getenv(name);
+    if (text == nullptr || *text == '\0') continue;
+    char* end = nullptr;
+    long us = std::strtol(text, &end, 10);
+    if (*end != '\0' || us < 0 || us > 1000000) {
+      return invalid_argument_error("{}='{}' is not a number of microseconds in 0..1000000", name, text);
+    }
+    *value = std::chrono::microseconds(us);
+  }
   const size_t bytes = kDataOffset + static_cast<size_t>(size) * kSlotBytes;
   char name[kNameBytes] = {};
   std::string failure;
@@ -229,6 +245,8 @@ StatusOr<std::unique_ptr<SharedMemoryEngine>> SharedMemoryEngine::create(int ran
                                      failure.empty() ? "" : " (here: " + failure + ")");
   }
   engine->oversubscribed_ = size > static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  engine->spin_time_ = spin_time;
+  engine->poll_time_ = poll_time;
   // The peers' identities, for the liveness checks.
   engine->in_process_ = true;
   for (int r = 0; r < size; ++r) {
@@ -289,20 +307,24 @@ Status SharedMemoryEngine::check_alive(int peer, const char* op) const {
 Status SharedMemoryEngine::wait_for(int peer, uint32_t target, Deadline deadline, const char* op) {
   Control& c = control(peer);
   auto reached = [&] { return static_cast<int32_t>(c.arrive.load(std::memory_order_acquire) - target) >= 0; };
-  if (oversubscribed_) {
-    for (int i = 0; i < kOversubscribedYields; ++i) {
+  // Poll, and past poll_time_ yield between polls, until spin_time_; then sleep in the futex. A
+  // core per rank is not a given: a futex wake-up tends to pull the woken rank onto its waker's
+  // core, and on a busy machine two ranks then share one, where a pure poll keeps the peer off
+  // the core for the whole poll. sched_yield hands the core to such a peer at once and returns
+  // at once when nothing else waits for it (OpenMPI's yield_when_idle). Oversubscribed, the peer
+  // needs this core anyway: yield from the first miss.
+  const auto start = Clock::now();
+  const auto pure_until = start + (oversubscribed_ ? std::chrono::microseconds(0) : poll_time_);
+  const auto spin_until = start + spin_time_;
+  const int polls = oversubscribed_ ? 1 : 64;
+  while (true) {
+    for (int i = 0; i < polls; ++i) {
       if (reached()) return ok_status();
-      sched_yield();
+      cpu_relax();
     }
-  } else {
-    const auto spin_until = Clock::now() + kSpinTime;
-    while (true) {
-      for (int i = 0; i < 64; ++i) {
-        if (reached()) return ok_status();
-        cpu_relax();
-      }
-      if (Clock::now() >= spin_until) break;
-    }
+    const auto now = Clock::now();
+    if (now >= spin_until) break;
+    if (now >= pure_until) sched_yield();
   }
   while (true) {
     // Announce the sleep before the last look, so the peer's bump either is seen here or sees us.

@@ -20,8 +20,9 @@
 // Large messages are pipelined in chunks of kShmChunkBytes (cache-sized): posting chunk t,
 // reducing chunk t-1 and copying out chunk t-2 share one step.
 //
-// Waiting polls briefly (or, with more ranks than cores, yields), then sleeps in FUTEX_WAIT on the peer's `arrive` word with a bounded slice, so stopped or
-// oversubscribed peers cost no CPU; after each slice the waiter checks the deadline and that the
+// Waiting polls, then polls with sched_yield between polls (a peer sharing the core runs at once),
+// then sleeps in FUTEX_WAIT on the peer's `arrive` word with a bounded slice, so a stopped or
+// slow peer costs at most one spin of CPU per wait; after each slice the waiter checks the deadline and that the
 // peer's process is alive (its pid and start time in /proc), so a dead rank becomes UNAVAILABLE
 // naming it and a stopped one DEADLINE_EXCEEDED naming it, never a hang.
 //
@@ -167,7 +168,9 @@ class SharedMemoryEngine {
   // The first failure: ranks' generations have diverged, so every later operation fails with it.
   Status failure_;
   bool in_process_ = false;
-  bool oversubscribed_ = false;  // more ranks than online CPUs: yield rather than poll
+  bool oversubscribed_ = false;  // more ranks than online CPUs: yield from the first miss
+  std::chrono::microseconds spin_time_{};  // how long a waiter polls before the futex (kSpinTime, COHORT_SHM_SPIN_US)
+  std::chrono::microseconds poll_time_{};  // how long of it without yielding (kPurePollTime, COHORT_SHM_POLL_US)
   std::vector<int> pids_;                  // each rank's pid (as this rank sees it)
   std::vector<uint64_t> start_times_;      // each rank's process start time, to tell pid reuse
   std::vector<bool> liveness_checkable_;   // false where the pid was not this rank's to check
