@@ -240,5 +240,17 @@ TEST(CollectivesTest, MonitoredBarrierNamesTheRanksThatDidNotArrive) {
             "");
 }
 
+// A rank 0 that arrives later than the timeout (but within twice it, as collectives.h promises
+// the others wait) still passes the barrier: the others' arrivals wait for it too, even where a
+// send completes only once its receive is posted (the loopback transport here).
+TEST(CollectivesTest, MonitoredBarrierWaitsForALateRankZero) {
+  EXPECT_EQ(run_autograd_ranks(3,
+                               [](int rank, comm::Communicator& comm) {
+                                 if (rank == 0) std::this_thread::sleep_for(700ms);
+                                 monitored_barrier(comm, 400ms);
+                               }),
+            "");
+}
+
 }  // namespace
 }  // namespace cohort::distributed

@@ -26,8 +26,12 @@ void monitored_barrier(Communicator& group, std::optional<comm::Duration> timeou
   call.timeout = limit;
   if (group.rank() != 0) {
     int32_t arrived = 1, release = -1;
+    // Rank 0 may arrive late, then waits up to `limit` for the others. The arrival gets as long
+    // as the release: a send may complete only once rank 0 posted its receive (the loopback
+    // transport, large UCX messages, COHORT_DEBUG=detail's check), so a rank 0 late by more than
+    // `limit` would otherwise find this rank missing although it came.
+    call.timeout = 2 * limit;
     auto send = group.isend(&arrived, 1, comm::DataType::kInt32, 0, kMonitoredBarrierArriveTag, call);
-    call.timeout = 2 * limit;  // rank 0 may arrive late, then waits up to `limit` for the others
     auto recv = group.irecv(&release, 1, comm::DataType::kInt32, 0, kMonitoredBarrierReleaseTag, call);
     Status sent = send->wait(), released = recv->wait();
     if (!sent.ok() || !released.ok()) {

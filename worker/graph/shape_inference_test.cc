@@ -268,6 +268,28 @@ TEST(ShapeInferenceTest, SendWithoutReceiveAndCountMismatch) {
              "rank 0 sends 2 outputs to rank 1 (stages[0], stages[1]) but rank 1 receives 1 (stages[2])");
 }
 
+// ChainerMN's NonConnectedGraph2 as stages (as //worker/runner:job_runner_test trains it): rank
+// 0's output stage comes before a stage that sends, and each rank ends with its own classifier.
+// The submit-time check accepts it, and still follows shapes through it.
+TEST(ShapeInferenceTest, NonConnectedGraph2StagesPass) {
+  const std::string ncg2 = R"(model_parallel {
+    stages { rank: 1 rank_out: 0 graph { layers { type: "flatten" } layers { type: "linear" in_features: 64 out_features: 32 } } }
+    stages { rank: 0 rank_in: 1 graph { layers { type: "linear" in_features: 32 out_features: 4 } } }
+    stages { rank: 0 rank_out: 1 graph { layers { type: "flatten" } layers { type: "linear" in_features: 64 out_features: 32 } } }
+    stages { rank: 1 rank_in: 0 graph { layers { type: "linear" in_features: IN out_features: 4 } } }
+  })";
+  const std::string dataset = "kind: SYNTHETIC train_size: 64 input_shape: [1, 8, 8] num_classes: 4";
+  std::string good = ncg2;
+  good.replace(good.find("IN"), 2, "32");
+  Status status = validate_model(job_of(good, dataset));
+  EXPECT_TRUE(status.ok()) << status.to_string();
+  std::string bad = ncg2;
+  bad.replace(bad.find("IN"), 2, "33");
+  EXPECT_HAS(problems_of(job_of(bad, dataset)),
+             "model_parallel.stages[3].graph.layers[0] (linear 'linear0'): in_features is 33 but its input has 32 features "
+             "(32 from model_parallel.stages[2] on rank 0)");
+}
+
 TEST(ShapeInferenceTest, DeadlockIsFound) {
   // Rank 0 first waits for rank 1's output, while rank 1 first waits for rank 0's: a cycle.
   const std::string message = problems_of(job_of(R"(model_parallel {
