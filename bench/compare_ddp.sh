@@ -8,8 +8,11 @@
 # Each pair runs both sides one after the other, alternating which goes first, each under
 # `/usr/bin/time -v` (its "Maximum resident set size" is the largest single process of the tree
 # that was waited for: one rank, on both sides). It prints a Markdown table, one row per run, and
-# per pair cohort's samples/s over DDP's. Speed is reported, never asserted; the exit status is 1
-# only when a run failed or printed no RESULT line.
+# per pair cohort's samples/s over DDP's. CPU ms/step and faults/step are rank 0's process's CPU
+# time and minor page faults per training step (the figures other load on a shared machine moves
+# least; samples/s is wall-clock); peak RSS is one rank's (see above). Speed
+# is reported, never asserted; the exit status is 1 only when a run failed or printed no RESULT
+# line.
 set -u
 
 usage() {
@@ -108,13 +111,15 @@ run_side() {
     echo 0 >&3
     return
   fi
-  local acc sps epoch wait rss
+  local acc sps epoch wait rss cpu faults
   acc="$(sed -n 's/.*acc=\([0-9.]*\).*/\1/p' <<< "$result")"
   sps="$(sed -n 's/.*samples_per_s=\([0-9.]*\).*/\1/p' <<< "$result")"
   epoch="$(sed -n 's/.*epoch_s=\([0-9.]*\).*/\1/p' <<< "$result")"
   wait="$(sed -n 's/.*comm_wait=\([0-9.]*%\).*/\1/p' <<< "$result")"
+  cpu="$(sed -n 's/.*cpu_ms_per_step=\([0-9.]*\).*/\1/p' <<< "$result")"
+  faults="$(sed -n 's/.*faults_per_step=\([0-9]*\).*/\1/p' <<< "$result")"
   rss="$(sed -n 's/.*Maximum resident set size (kbytes): *\([0-9]*\).*/\1/p' "$timing")"
-  rows+=("| $pair | $side | $acc | $sps | $epoch | ${wait:-n/a} | $((rss / 1024)) |")
+  rows+=("| $pair | $side | $acc | $sps | $epoch | ${wait:-n/a} | ${cpu:-n/a} | ${faults:-n/a} | $((rss / 1024)) |")
   echo "$sps" >&3
 }
 
@@ -133,8 +138,8 @@ for ((p = 1; p <= pairs; p++)); do
 done
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 
-echo "| pair | side | test acc | samples/s | epoch s | comm wait | peak RSS MiB (one rank) |"
-echo "|---:|---|---:|---:|---:|---:|---:|"
+echo "| pair | side | test acc | samples/s | epoch s | comm wait | CPU ms/step | faults/step | peak RSS MiB |"
+echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|"
 printf '%s\n' "${rows[@]}"
 echo
 echo "cohort samples/s / DDP samples/s: ${ratios[*]:-none}"

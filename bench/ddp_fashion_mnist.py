@@ -5,12 +5,22 @@ batch, optimizer and epochs in PyTorch DDP over gloo, one intra-op thread per ra
     /usr/bin/python3 bench/ddp_fashion_mnist.py --ranks 2 --epochs 1
 
 Uses Debian's python3-torch (hence /usr/bin/python3). Ends with the same line as the C++ side:
-    RESULT acc=0.9123 samples_per_s=1234 epoch_s=45.6 comm_wait=n/a
+    RESULT acc=0.9123 samples_per_s=1234 epoch_s=45.6 comm_wait=n/a cpu_ms_per_step=80.5 faults_per_step=2100
 DDP does not expose the time step() waits on its allreduces, so comm_wait is reported as n/a.
+cpu_ms_per_step and faults_per_step: CPU time and minor page faults of rank 0's process (all its
+threads, gloo's included) per training step.
+
+It computes what the C++ side computes, so both reach the same test accuracy: rank 0's
+initialization (torch.manual_seed(rank), broadcast), the same shards, each epoch's batch order
+drawn exactly as worker/train's BatchIterator draws it (scatter_order: Fisher-Yates over
+std::mt19937_64 seeded with epoch_seed(rank, epoch)), and BatchNorm statistics kept per rank
+during training (broadcast_buffers=False; the C++ side broadcasts no buffers either) and averaged
+after each epoch.
 """
 import argparse
 import gzip
 import os
+import resource
 import tempfile
 import time
 
@@ -42,6 +52,57 @@ def read_split(train, limit):
     if limit > 0:
         x, y = x[:limit], y[:limit]
     return x, y
+
+
+MASK64 = (1 << 64) - 1
+
+
+class Mt19937_64:
+    """std::mt19937_64 (the C++ standard's 64-bit Mersenne Twister), bit for bit."""
+
+    def __init__(self, seed):
+        self.mt = [seed & MASK64]
+        for i in range(1, 312):
+            prev = self.mt[-1]
+            self.mt.append((6364136223846793005 * (prev ^ (prev >> 62)) + i) & MASK64)
+        self.index = 312
+
+    def __call__(self):
+        mt = self.mt
+        if self.index >= 312:
+            for i in range(312):
+                x = (mt[i] & 0xFFFFFFFF80000000) | (mt[(i + 1) % 312] & 0x7FFFFFFF)
+                mt[i] = mt[(i + 156) % 312] ^ (x >> 1) ^ (0xB5026F5AA96619E9 if x & 1 else 0)
+            self.index = 0
+        x = mt[self.index]
+        self.index += 1
+        x ^= (x >> 29) & 0x5555555555555555
+        x ^= (x << 17) & 0x71D67FFFEDA60000
+        x ^= (x << 37) & 0xFFF7EEE000000000
+        return (x ^ (x >> 43)) & MASK64
+
+
+def epoch_seed(seed, epoch):
+    """worker/train/multi_node_iterator.cc's epoch_seed (splitmix64 of both)."""
+    z = (seed + 0x9E3779B97F4A7C15 * (epoch + 1)) & MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return z ^ (z >> 31)
+
+
+def scatter_order(n, seed):
+    """worker/train/scatter_dataset.cc's scatter_order(n, shuffle=true, seed)."""
+    order = list(range(n))
+    rng = Mt19937_64(seed)
+    for i in range(n - 1, 0, -1):
+        bound = i + 1
+        limit = MASK64 - MASK64 % bound
+        draw = rng()
+        while draw >= limit:
+            draw = rng()
+        j = draw % bound
+        order[i], order[j] = order[j], order[i]
+    return torch.tensor(order, dtype=torch.int64)
 
 
 def shard(x, y, rank, size, equal):
@@ -76,16 +137,18 @@ def run(rank, args, store_path):
     xtr, ytr = shard(*read_split(True, args.limit), rank, size, equal=True)
     xte, yte = shard(*read_split(False, args.limit), rank, size, equal=False)
     torch.manual_seed(rank)
-    model = nn.parallel.DistributedDataParallel(FashionCnn())  # broadcasts rank 0's parameters
+    # Broadcasts rank 0's parameters. BN statistics stay per rank until the epoch's end.
+    model = nn.parallel.DistributedDataParallel(FashionCnn(), broadcast_buffers=False)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    gen = torch.Generator().manual_seed(rank)
-    total_time, total_samples = 0.0, 0
+    total_time, total_samples, total_cpu, total_steps, total_faults = 0.0, 0, 0.0, 0, 0
     acc = 0.0
     for epoch in range(args.epochs):
         model.train()
-        order = torch.randperm(xtr.shape[0], generator=gen)
+        order = scatter_order(xtr.shape[0], epoch_seed(rank, epoch))
         loss_sum, steps = 0.0, 0
         start = time.perf_counter()
+        cpu_start = time.process_time()
+        faults_start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         for b in range(0, xtr.shape[0], args.batch):
             idx = order[b:b + args.batch]
             opt.zero_grad()
@@ -95,6 +158,9 @@ def run(rank, args, store_path):
             loss_sum += loss.item()
             steps += 1
         seconds = time.perf_counter() - start
+        total_cpu += time.process_time() - cpu_start
+        total_faults += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_start
+        total_steps += steps
         total_time += seconds
         total_samples += xtr.shape[0] * size
         # BN running statistics averaged over ranks, as AllreducePersistent on the C++ side.
@@ -119,7 +185,9 @@ def run(rank, args, store_path):
     if rank == 0:
         print(f"ranks={size} backend=gloo epochs={args.epochs}")
         print(f"RESULT acc={acc:.4f} samples_per_s={total_samples / total_time:.0f} "
-              f"epoch_s={total_time / args.epochs:.1f} comm_wait=n/a", flush=True)
+              f"epoch_s={total_time / args.epochs:.1f} comm_wait=n/a "
+              f"cpu_ms_per_step={1000 * total_cpu / max(total_steps, 1):.1f} "
+              f"faults_per_step={total_faults / max(total_steps, 1):.0f}", flush=True)
     dist.destroy_process_group()
 
 

@@ -6,6 +6,7 @@
 
 #include "worker/comm/bootstrap.h"
 #include "worker/examples/local_ranks.h"
+#include "worker/train/host_allocator.h"
 
 namespace cohort::examples {
 
@@ -22,6 +23,9 @@ std::unique_ptr<comm::Communicator> start_example_rank(int argc, char** argv, co
   }
   // Each rank is one process of several sharing the machine's cores.
   at::set_num_threads(1);
+  // Before the dataset and the model allocate: keeps each step's tensors in the heap instead of
+  // faulting them in again every step (train/host_allocator.h).
+  train::tune_host_allocator();
   auto comm = comm::create_communicator(flags.kind, comm::InitOptions::from_url(flags.init));
   if (!comm.ok()) {
     std::fprintf(stderr, "%s: %s\n", program, comm.status().to_string().c_str());

@@ -69,6 +69,10 @@ struct EpochStats {
   double test_accuracy = 0;   // over the whole test set
   double seconds = 0;         // training time of the epoch (evaluation excluded)
   double comm_wait_seconds = 0;  // of which step() waited for gradient allreduces
+  double cpu_seconds = 0;        // CPU time of this rank's process (all threads) during that training:
+                                 // unlike `seconds`, hardly moved by other load on the machine
+  int64_t page_faults = 0;       // minor page faults of this rank's process during that training
+  int64_t steps = 0;             // optimizer steps of the epoch
   int64_t samples = 0;        // training samples processed by all ranks
 };
 

@@ -36,6 +36,7 @@
 #include "worker/runner/metrics_reporter.h"
 #include "worker/runner/spec_path_check.h"
 #include "worker/runner/worker_info.h"
+#include "worker/train/host_allocator.h"
 
 namespace {
 
@@ -150,6 +151,9 @@ int main(int argc, char** argv) {
                   "else pure_nccl when training on a GPU, else flat)")
       ->type_name("KIND");
   if (std::optional<int> exit = cohort::cli_flags::parse(*app, argc, argv)) return *exit;
+  // Before the dataset and the model allocate: each step's tensors stay in the heap instead of
+  // being faulted in again every step (worker/train/host_allocator.h).
+  cohort::train::tune_host_allocator();
   if (cohort::Status logging = cohort::init_logging("cohort-worker"); !logging.ok()) {
     std::fprintf(stderr, "cohort-worker: %s\n", logging.message().c_str());
     return 2;

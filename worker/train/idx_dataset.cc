@@ -144,7 +144,7 @@ StatusOr<at::Tensor> read_idx_file(const std::string& path) {
   return out;
 }
 
-StatusOr<TensorDataset> read_idx_dataset(const std::string& images_path, const std::string& labels_path) {
+StatusOr<TensorDataset> read_idx_dataset_u8(const std::string& images_path, const std::string& labels_path) {
   COHORT_ASSIGN_OR_RETURN(at::Tensor images, read_idx_file(images_path));
   COHORT_ASSIGN_OR_RETURN(at::Tensor labels, read_idx_file(labels_path));
   if (images.dim() != 3 || images.scalar_type() != at::kByte) {
@@ -161,14 +161,28 @@ StatusOr<TensorDataset> read_idx_dataset(const std::string& images_path, const s
     return invalid_argument_error("idx files disagree: {} holds {} images but {} holds {} labels",
                                   images_path, images.size(0), labels_path, labels.size(0));
   }
-  at::Tensor inputs = images.unsqueeze(1).to(at::kFloat).div_(255.0);
-  return TensorDataset{inputs.contiguous(), labels.to(at::kLong)};
+  return TensorDataset{images.unsqueeze(1), labels.to(at::kLong)};
+}
+
+TensorDataset scale_images(const TensorDataset& data) {
+  if (!data.inputs.defined() || data.inputs.scalar_type() != at::kByte) return data;
+  return TensorDataset{data.inputs.to(at::kFloat).div_(255.0).contiguous(), data.targets};
+}
+
+StatusOr<TensorDataset> read_idx_dataset(const std::string& images_path, const std::string& labels_path) {
+  COHORT_ASSIGN_OR_RETURN(TensorDataset raw, read_idx_dataset_u8(images_path, labels_path));
+  return scale_images(raw);
+}
+
+StatusOr<TensorDataset> read_fashion_mnist_u8(bool train) {
+  const std::string prefix = train ? "train" : "t10k";
+  return read_idx_dataset_u8(fashion_mnist_path(prefix + "-images-idx3-ubyte.gz"),
+                             fashion_mnist_path(prefix + "-labels-idx1-ubyte.gz"));
 }
 
 StatusOr<TensorDataset> read_fashion_mnist(bool train) {
-  const std::string prefix = train ? "train" : "t10k";
-  return read_idx_dataset(fashion_mnist_path(prefix + "-images-idx3-ubyte.gz"),
-                          fashion_mnist_path(prefix + "-labels-idx1-ubyte.gz"));
+  COHORT_ASSIGN_OR_RETURN(TensorDataset raw, read_fashion_mnist_u8(train));
+  return scale_images(raw);
 }
 
 }  // namespace cohort::train

@@ -153,6 +153,19 @@ TEST(IdxDatasetTest, ReadsFashionMnistTestSplit) {
   EXPECT_EQ(ds->targets.max().item<int64_t>(), 9);
   // Fashion-MNIST's test split is balanced: 1000 per class.
   EXPECT_EQ(ds->targets.eq(4).sum().item<int64_t>(), 1000);
+
+  // The u8 reading, cut first and scaled after, gives exactly the float reading's samples.
+  auto raw = read_fashion_mnist_u8(/*train=*/false);
+  ASSERT_TRUE(raw.ok()) << raw.status().to_string();
+  EXPECT_EQ(raw->inputs.scalar_type(), at::kByte);
+  EXPECT_EQ(raw->inputs.sizes(), ds->inputs.sizes());
+  at::Tensor picked = at::tensor({9999, 3, 5000, 3}, at::kLong);
+  TensorDataset scaled = scale_images(raw->select(picked));
+  EXPECT_EQ(scaled.inputs.scalar_type(), at::kFloat);
+  EXPECT_TRUE(scaled.inputs.equal(ds->inputs.index_select(0, picked)));
+  EXPECT_TRUE(scaled.targets.equal(ds->targets.index_select(0, picked)));
+  // Already float: unchanged.
+  EXPECT_TRUE(scale_images(scaled).inputs.is_same(scaled.inputs));
 }
 
 TEST(SyntheticDatasetTest, DeterministicShapesAndRange) {
