@@ -33,6 +33,7 @@ struct alignas(128) SharedMemoryEngine::Control {
   std::atomic<uint32_t> waiters;  // peers inside FUTEX_WAIT on `arrive` (the waker skips the syscall at 0)
   std::atomic<int32_t> pid;
   std::atomic<uint64_t> start_time;  // /proc/<pid>/stat field 22: tells a reused pid apart
+  std::atomic<int32_t> cpu;          // the CPU this rank last published from (wait_for's co-location test)
   // Tiny messages (at most kShmInlineBytes per rank, both banks) travel in the flag's own cache
   // line: a peer that sees the new generation already holds the data, one line transfer instead
   // of two (the flag's, then the slot's). Ordered by `arrive`'s release / acquire, as the slots.
@@ -232,6 +233,7 @@ StatusOr<std::unique_ptr<SharedMemoryEngine>> SharedMemoryEngine::create(int ran
     read_proc_stat(static_cast<int>(getpid()), &state, &start);
     mine.start_time.store(start, std::memory_order_relaxed);
     mine.pid.store(static_cast<int32_t>(getpid()), std::memory_order_release);
+    mine.cpu.store(-1, std::memory_order_relaxed);  // not yet published from any CPU
   }
   // Every rank has tried to map it: agree, then unlink everywhere (whoever survives cleans up).
   int64_t mapped = base != nullptr ? 1 : 0;
@@ -311,8 +313,12 @@ Status SharedMemoryEngine::wait_for(int peer, uint32_t target, Deadline deadline
   // core per rank is not a given: a futex wake-up tends to pull the woken rank onto its waker's
   // core, and on a busy machine two ranks then share one, where a pure poll keeps the peer off
   // the core for the whole poll. sched_yield hands the core to such a peer at once and returns
-  // at once when nothing else waits for it (OpenMPI's yield_when_idle). Oversubscribed, the peer
-  // needs this core anyway: yield from the first miss.
+  // at once when nothing else waits for it (OpenMPI's yield_when_idle). So a waiter yields from
+  // the first miss when the peer last published from this CPU, or when oversubscribed; it does
+  // not yield early otherwise, since on a busy machine a yield hands the core to another
+  // program's process, possibly for a whole time slice.
+  const int here = sched_getcpu();
+  auto colocated = [&] { return here >= 0 && c.cpu.load(std::memory_order_relaxed) == here; };
   const auto start = Clock::now();
   const auto pure_until = start + (oversubscribed_ ? std::chrono::microseconds(0) : poll_time_);
   const auto spin_until = start + spin_time_;
@@ -324,7 +330,7 @@ Status SharedMemoryEngine::wait_for(int peer, uint32_t target, Deadline deadline
     }
     const auto now = Clock::now();
     if (now >= spin_until) break;
-    if (now >= pure_until) sched_yield();
+    if (now >= pure_until || colocated()) sched_yield();
   }
   while (true) {
     // Announce the sleep before the last look, so the peer's bump either is seen here or sees us.
@@ -356,6 +362,7 @@ Status SharedMemoryEngine::publish(const char* op) {
   ++arrived_;
   Control& mine = control(rank_);
   // Release: this phase's writes to our slot are visible to whoever sees the new generation.
+  mine.cpu.store(sched_getcpu(), std::memory_order_relaxed);
   mine.arrive.store(arrived_, std::memory_order_seq_cst);
   if (mine.waiters.load(std::memory_order_seq_cst) != 0) futex_wake_all(mine.arrive);
   return ok_status();
