@@ -69,7 +69,8 @@ struct MultiNodeChainListOptions {
   // layout whose transfers cannot meet is an error on every rank instead of a forward that waits
   // for the communicator's timeout. It costs one allgather_obj per (re)built chain and needs every
   // rank of the communicator to call forward, a rank without links too; false leaves the check
-  // to an explicit check_layout() (or none).
+  // to an explicit check_layout() (or none). Set it alike on every rank: a rank that checks
+  // waits in the check's collective for ranks that do not.
   bool check_layout_before_first_forward = true;
 };
 
