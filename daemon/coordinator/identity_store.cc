@@ -72,40 +72,142 @@ StatusOr<std::unique_ptr<IdentityStore>> IdentityStore::open(const std::string& 
 }
 
 Status IdentityStore::load() {
+  IdentityRecords records;
   COHORT_ASSIGN_OR_RETURN(SqliteStatement users,
                           db_->prepare("SELECT name, token_sha256, admin, revoked, create_unix_ms FROM users"));
   while (true) {
     COHORT_ASSIGN_OR_RETURN(bool row, users.step());
     if (!row) break;
-    User user{users.column_text(0), users.column_int64(2) != 0, users.column_int64(3) != 0, users.column_int64(4)};
-    token_hashes_[users.column_text(1)] = user.name;
-    users_[user.name] = user;
+    records.users.push_back(UserRecord{users.column_text(0), users.column_text(1), users.column_int64(2) != 0,
+                                       users.column_int64(3) != 0, users.column_int64(4)});
   }
   COHORT_ASSIGN_OR_RETURN(SqliteStatement tokens, db_->prepare("SELECT secret_sha256, expire_unix_ms FROM join_tokens"));
   while (true) {
     COHORT_ASSIGN_OR_RETURN(bool row, tokens.step());
     if (!row) break;
-    join_tokens_[tokens.column_text(0)] = tokens.column_int64(1);
+    records.join_tokens.push_back(JoinTokenRecord{tokens.column_text(0), tokens.column_int64(1)});
   }
   COHORT_ASSIGN_OR_RETURN(SqliteStatement certs, db_->prepare("SELECT serial, node_id, revoked FROM node_certificates"));
   while (true) {
     COHORT_ASSIGN_OR_RETURN(bool row, certs.step());
     if (!row) break;
-    certificates_[certs.column_text(0)] = NodeCertificate{certs.column_text(1), certs.column_int64(2) != 0};
+    records.certificates.push_back(
+        CertificateRecord{certs.column_text(0), certs.column_text(1), certs.column_int64(2) != 0});
   }
+  apply_locked(records);
   return ok_status();
+}
+
+void IdentityStore::clear_maps_locked() {
+  users_.clear();
+  token_hashes_.clear();
+  user_hashes_.clear();
+  join_tokens_.clear();
+  certificates_.clear();
+}
+
+void IdentityStore::apply_locked(const IdentityRecords& records) {
+  for (const UserRecord& record : records.users) {
+    users_[record.name] = User{record.name, record.admin, record.revoked, record.create_unix_ms};
+    token_hashes_[record.token_sha256] = record.name;
+    user_hashes_[record.name] = record.token_sha256;
+  }
+  for (const JoinTokenRecord& token : records.join_tokens)
+    join_tokens_[token.secret_sha256] = token.expire_unix_ms;
+  for (const CertificateRecord& certificate : records.certificates)
+    certificates_[certificate.serial] = NodeCertificate{certificate.node_id, certificate.revoked};
+}
+
+IdentityRecords IdentityStore::records() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  IdentityRecords out;
+  for (const auto& [name, user] : users_) {
+    out.users.push_back(
+        UserRecord{name, user_hashes_.at(name), user.admin, user.revoked, user.create_unix_ms});
+  }
+  for (const auto& [hash, expire] : join_tokens_) out.join_tokens.push_back(JoinTokenRecord{hash, expire});
+  for (const auto& [serial, certificate] : certificates_)
+    out.certificates.push_back(CertificateRecord{serial, certificate.node_id, certificate.revoked});
+  return out;
+}
+
+Status IdentityStore::replace_locked(const IdentityRecords& records) {
+  COHORT_RETURN_IF_ERROR(db_->transaction([&]() -> Status {
+    COHORT_RETURN_IF_ERROR(
+        db_->exec("DELETE FROM users; DELETE FROM join_tokens; DELETE FROM node_certificates"));
+    COHORT_ASSIGN_OR_RETURN(
+        SqliteStatement user,
+        db_->prepare(
+            "INSERT INTO users (name, token_sha256, admin, revoked, create_unix_ms) VALUES (?, ?, ?, ?, ?)"));
+    for (const UserRecord& record : records.users) {
+      COHORT_RETURN_IF_ERROR(user.reset());
+      COHORT_RETURN_IF_ERROR(user.bind(record.name, record.token_sha256, record.admin ? 1 : 0,
+                                       record.revoked ? 1 : 0, record.create_unix_ms));
+      COHORT_RETURN_IF_ERROR(user.run());
+    }
+    COHORT_ASSIGN_OR_RETURN(
+        SqliteStatement token,
+        db_->prepare("INSERT INTO join_tokens (secret_sha256, expire_unix_ms) VALUES (?, ?)"));
+    for (const JoinTokenRecord& record : records.join_tokens) {
+      COHORT_RETURN_IF_ERROR(token.reset());
+      COHORT_RETURN_IF_ERROR(token.bind(record.secret_sha256, record.expire_unix_ms));
+      COHORT_RETURN_IF_ERROR(token.run());
+    }
+    COHORT_ASSIGN_OR_RETURN(
+        SqliteStatement certificate,
+        db_->prepare("INSERT INTO node_certificates (serial, node_id, revoked) VALUES (?, ?, ?)"));
+    for (const CertificateRecord& record : records.certificates) {
+      COHORT_RETURN_IF_ERROR(certificate.reset());
+      COHORT_RETURN_IF_ERROR(certificate.bind(record.serial, record.node_id, record.revoked ? 1 : 0));
+      COHORT_RETURN_IF_ERROR(certificate.run());
+    }
+    return ok_status();
+  }));
+  clear_maps_locked();
+  apply_locked(records);
+  return ok_status();
+}
+
+StatusOr<IdentityStore::JournalSync> IdentityStore::follow_journal(std::shared_ptr<IdentityJournal> journal) {
+  if (journal == nullptr) return invalid_argument_error("follow_journal: no journal given");
+  std::lock_guard<std::mutex> write(write_mu_);
+  JournalSync sync;
+  COHORT_ASSIGN_OR_RETURN(std::optional<IdentityRecords> loaded, journal->load());
+  if (loaded.has_value()) {
+    // The journal wins: what this coordinator's identity.db held may be stale (it did not lead).
+    std::lock_guard<std::mutex> lock(mu_);
+    COHORT_RETURN_IF_ERROR(replace_locked(*loaded).with_context(
+        "caching the identities of " + journal->description() + " in " + db_->path()));
+  } else {
+    // A new cluster: the local identities (the first admin made at this coordinator's first start,
+    // or an identity.db copied by hand before) become everyone's.
+    COHORT_RETURN_IF_ERROR(journal->seed(records()));
+    sync.seeded = true;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  journal_ = std::move(journal);
+  sync.users = users_.size();
+  sync.join_tokens = join_tokens_.size();
+  sync.certificates = certificates_.size();
+  return sync;
 }
 
 StatusOr<std::string> IdentityStore::add_user(const std::string& name, bool admin) {
   COHORT_RETURN_IF_ERROR(validate_user_name(name));
-  std::lock_guard<std::mutex> lock(mu_);
-  if (users_.count(name) != 0) {
-    return already_exists_error("user {:?} already exists{}; pick another name", name,
-                                users_[name].revoked ? " (revoked; names are never reused)" : "");
+  std::lock_guard<std::mutex> write(write_mu_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (users_.count(name) != 0) {
+      return already_exists_error("user {:?} already exists{}; pick another name", name,
+                                  users_[name].revoked ? " (revoked; names are never reused)" : "");
+    }
   }
   const std::string token = random_hex(kTokenBytes);
   const std::string hash = sha256_hex(token);
   User user{name, admin, false, unix_ms_now()};
+  if (journal_ != nullptr)
+    COHORT_RETURN_IF_ERROR(journal_->put_user(UserRecord{name, hash, admin, false, user.create_unix_ms}));
+  std::lock_guard<std::mutex> lock(mu_);
   COHORT_ASSIGN_OR_RETURN(
       SqliteStatement insert,
       db_->prepare("INSERT INTO users (name, token_sha256, admin, revoked, create_unix_ms) VALUES (?, ?, ?, 0, ?)"));
@@ -113,6 +215,7 @@ StatusOr<std::string> IdentityStore::add_user(const std::string& name, bool admi
   COHORT_RETURN_IF_ERROR(insert.run());
   users_[name] = user;
   token_hashes_[hash] = name;
+  user_hashes_[name] = hash;
   return token;
 }
 
@@ -124,13 +227,20 @@ std::vector<User> IdentityStore::list_users() const {
 }
 
 Status IdentityStore::revoke_user(const std::string& name) {
+  std::lock_guard<std::mutex> write(write_mu_);
+  UserRecord record;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = users_.find(name);
+    if (it == users_.end()) return not_found_error("no user {:?}; `cohort user list` shows them", name);
+    record = UserRecord{name, user_hashes_[name], it->second.admin, true, it->second.create_unix_ms};
+  }
+  if (journal_ != nullptr) COHORT_RETURN_IF_ERROR(journal_->put_user(record));
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = users_.find(name);
-  if (it == users_.end()) return not_found_error("no user {:?}; `cohort user list` shows them", name);
   COHORT_ASSIGN_OR_RETURN(SqliteStatement update, db_->prepare("UPDATE users SET revoked = 1 WHERE name = ?"));
   COHORT_RETURN_IF_ERROR(update.bind(name));
   COHORT_RETURN_IF_ERROR(update.run());
-  it->second.revoked = true;
+  users_[name].revoked = true;
   return ok_status();
 }
 
@@ -162,6 +272,8 @@ StatusOr<std::string> IdentityStore::add_join_token(std::chrono::milliseconds tt
   const std::string secret = random_hex(kTokenBytes);
   const std::string hash = sha256_hex(secret);
   const int64_t expire = now_unix_ms + ttl.count();
+  std::lock_guard<std::mutex> write(write_mu_);
+  if (journal_ != nullptr) COHORT_RETURN_IF_ERROR(journal_->put_join_token(JoinTokenRecord{hash, expire}));
   std::lock_guard<std::mutex> lock(mu_);
   COHORT_ASSIGN_OR_RETURN(SqliteStatement insert,
                           db_->prepare("INSERT INTO join_tokens (secret_sha256, expire_unix_ms) VALUES (?, ?)"));
@@ -180,21 +292,36 @@ bool IdentityStore::join_token_valid(const std::string& secret, int64_t now_unix
 
 Status IdentityStore::consume_join_token(const std::string& secret, int64_t now_unix_ms) {
   const std::string hash = sha256_hex(secret);
+  const Status invalid = permission_denied_error(
+      "the join token is not valid (unknown, expired, or already used by another node); an admin makes a new "
+      "one with `cohort node token`");
+  std::lock_guard<std::mutex> write(write_mu_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = join_tokens_.find(hash);
+    if (it == join_tokens_.end() || now_unix_ms >= it->second) return invalid;
+  }
+  // Deleted from the journal only if still there: of two coordinators that both believe they may
+  // admit with it (a deposed leader and its successor), one wins.
+  Status consumed = journal_ != nullptr ? journal_->consume_join_token(hash) : ok_status();
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = join_tokens_.find(hash);
-  if (it == join_tokens_.end() || now_unix_ms >= it->second) {
-    return permission_denied_error(
-        "the join token is not valid (unknown, expired, or already used by another node); an admin makes a new "
-        "one with `cohort node token`");
+  if (consumed.code() == StatusCode::kPermissionDenied) {
+    join_tokens_.erase(hash);  // gone from the journal: forget it here too (the database below as well)
+  } else if (!consumed.ok()) {
+    return consumed;
   }
   COHORT_ASSIGN_OR_RETURN(SqliteStatement remove, db_->prepare("DELETE FROM join_tokens WHERE secret_sha256 = ?"));
   COHORT_RETURN_IF_ERROR(remove.bind(hash));
   COHORT_RETURN_IF_ERROR(remove.run());
-  join_tokens_.erase(it);
+  join_tokens_.erase(hash);
+  if (!consumed.ok()) return invalid;
   return ok_status();
 }
 
 Status IdentityStore::add_node_certificate(const std::string& serial, const std::string& node_id) {
+  std::lock_guard<std::mutex> write(write_mu_);
+  if (journal_ != nullptr)
+    COHORT_RETURN_IF_ERROR(journal_->put_certificates({CertificateRecord{serial, node_id, false}}));
   std::lock_guard<std::mutex> lock(mu_);
   COHORT_ASSIGN_OR_RETURN(SqliteStatement insert,
                           db_->prepare("INSERT INTO node_certificates (serial, node_id, revoked) VALUES (?, ?, 0)"));
@@ -205,22 +332,22 @@ Status IdentityStore::add_node_certificate(const std::string& serial, const std:
 }
 
 Status IdentityStore::revoke_node(const std::string& node_id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  COHORT_ASSIGN_OR_RETURN(SqliteStatement select, db_->prepare("SELECT serial FROM node_certificates WHERE node_id = ?"));
-  COHORT_RETURN_IF_ERROR(select.bind(node_id));
-  std::vector<std::string> serials;
-  while (true) {
-    COHORT_ASSIGN_OR_RETURN(bool row, select.step());
-    if (!row) break;
-    serials.push_back(select.column_text(0));
+  std::lock_guard<std::mutex> write(write_mu_);
+  std::vector<CertificateRecord> revoked;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [serial, certificate] : certificates_)
+      if (certificate.node_id == node_id) revoked.push_back(CertificateRecord{serial, node_id, true});
   }
-  if (serials.empty())
+  if (revoked.empty())
     return not_found_error("no certificate was issued to node {:?}; `cohort nodes` lists the nodes", node_id);
+  if (journal_ != nullptr) COHORT_RETURN_IF_ERROR(journal_->put_certificates(revoked));
+  std::lock_guard<std::mutex> lock(mu_);
   COHORT_ASSIGN_OR_RETURN(SqliteStatement update,
                           db_->prepare("UPDATE node_certificates SET revoked = 1 WHERE node_id = ?"));
   COHORT_RETURN_IF_ERROR(update.bind(node_id));
   COHORT_RETURN_IF_ERROR(update.run());
-  for (const std::string& serial : serials) certificates_[serial].revoked = true;
+  for (const CertificateRecord& certificate : revoked) certificates_[certificate.serial].revoked = true;
   return ok_status();
 }
 

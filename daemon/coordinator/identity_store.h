@@ -11,8 +11,13 @@
 //   COHORT_ASSIGN_OR_RETURN(std::string token, store->add_user("alice", /*admin=*/false));
 //   std::optional<User> who = store->user_by_token(token);   // what the server checks per call
 //
-// Thread-safe: one mutex serializes the database; lookups on the per-call path are answered from
-// memory.
+// With a journal (follow_journal: the leader of coordinators that share an etcd store, issue 16),
+// the journal is the authority: its records replace the local ones when this coordinator starts to
+// lead, and each change is written to it first; identity.db stays a cache of it.
+//
+// Thread-safe: changes are serialized (one at a time, journal write included); lookups on the
+// per-call path are answered from memory under a second mutex that no journal or disk I/O holds
+// long (the Authenticator runs them on gRPC's threads and must not block).
 
 #include <chrono>
 #include <map>
@@ -23,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/coordinator/identity_journal.h"
 #include "daemon/coordinator/sqlite_db.h"
 #include "worker/base/status.h"
 
@@ -86,14 +92,38 @@ class IdentityStore {
   // Whether `node_id` holds a certificate that is not revoked (a second join for it is refused).
   bool node_has_valid_certificate(const std::string& node_id) const;
 
+  // What follow_journal found.
+  struct JournalSync {
+    bool seeded = false;  // the journal was empty: this store's records were uploaded to it
+    size_t users = 0;     // what the store holds now
+    size_t join_tokens = 0;
+    size_t certificates = 0;
+  };
+  // Makes `journal` the authority for every identity (a coordinator starting to lead): loads its
+  // records, replacing this store's memory and identity.db with them; or, when the journal was
+  // never seeded (a new cluster's first leader), uploads this store's records to it. Every later
+  // change is written to the journal before it lands here. On error nothing changes here and no
+  // journal is followed. Blocks on the journal's I/O.
+  StatusOr<JournalSync> follow_journal(std::shared_ptr<IdentityJournal> journal);
+  // Everything the store holds (what seeding uploads; tests).
+  IdentityRecords records() const;
+
  private:
   explicit IdentityStore(std::unique_ptr<SqliteDb> db) : db_(std::move(db)) {}
   Status load();
+  // Replaces the tables and the maps with `records`, in one SQLite transaction. Requires mu_.
+  Status replace_locked(const IdentityRecords& records);
+  void clear_maps_locked();
+  void apply_locked(const IdentityRecords& records);
 
-  mutable std::mutex mu_;
+  // Serializes changes, the journal's round trip included; taken before mu_. Lookups never take it.
+  std::mutex write_mu_;
+  std::shared_ptr<IdentityJournal> journal_;  // set under write_mu_ and mu_; null: identity.db only
+  mutable std::mutex mu_;                     // the database and the maps below
   std::unique_ptr<SqliteDb> db_;
   std::map<std::string, User> users_;                  // by name
   std::map<std::string, std::string> token_hashes_;    // SHA-256 hex -> user name
+  std::map<std::string, std::string> user_hashes_;     // user name -> SHA-256 hex of their token
   std::map<std::string, int64_t> join_tokens_;         // SHA-256 hex -> expiry (unix ms)
   struct NodeCertificate {
     std::string node_id;

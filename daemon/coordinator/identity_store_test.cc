@@ -1,5 +1,7 @@
 #include "daemon/coordinator/identity_store.h"
 
+#include <memory>
+
 #include <gtest/gtest.h>
 
 #include "daemon/coordinator/temp_dir.h"
@@ -75,6 +77,112 @@ TEST(IdentityStoreTest, JoinTokensExpireAndNodeCertificatesRevoke) {
   EXPECT_FALSE(validate_node_id("NODE-A").ok()) << "certificate names match case-insensitively";
   EXPECT_FALSE(validate_node_id("node-a.").ok());
   EXPECT_FALSE(validate_node_id("a..b").ok());
+}
+
+// An in-memory IdentityJournal (the etcd one is tested in daemon/etcd against a real etcd): it
+// records what it was told and refuses writes while `refuse` is set, as a deposed leader's are.
+class FakeJournal : public IdentityJournal {
+ public:
+  StatusOr<std::optional<IdentityRecords>> load() override {
+    return seeded ? std::optional(records) : std::nullopt;
+  }
+  Status seed(const IdentityRecords& seeded_records) override {
+    if (refuse || seeded) return failed_precondition_error("refused");
+    records = seeded_records;
+    seeded = true;
+    return ok_status();
+  }
+  Status put_user(const UserRecord& user) override {
+    if (refuse) return failed_precondition_error("refused");
+    for (UserRecord& record : records.users) {
+      if (record.name == user.name) {
+        record = user;
+        return ok_status();
+      }
+    }
+    records.users.push_back(user);
+    return ok_status();
+  }
+  Status put_join_token(const JoinTokenRecord& token) override {
+    if (refuse) return failed_precondition_error("refused");
+    records.join_tokens.push_back(token);
+    return ok_status();
+  }
+  Status consume_join_token(const std::string& secret_sha256) override {
+    if (refuse) return failed_precondition_error("refused");
+    for (auto it = records.join_tokens.begin(); it != records.join_tokens.end(); ++it) {
+      if (it->secret_sha256 == secret_sha256) {
+        records.join_tokens.erase(it);
+        return ok_status();
+      }
+    }
+    return permission_denied_error("used");
+  }
+  Status put_certificates(const std::vector<CertificateRecord>& certificates) override {
+    if (refuse) return failed_precondition_error("refused");
+    for (const CertificateRecord& certificate : certificates) records.certificates.push_back(certificate);
+    return ok_status();
+  }
+  std::string description() const override { return "fake"; }
+
+  bool seeded = false;
+  bool refuse = false;
+  IdentityRecords records;
+};
+
+TEST(IdentityStoreTest, AnEmptyJournalIsSeededAndASeededOneReplacesTheLocalIdentities) {
+  testing::TempDir dir_a, dir_b;
+  auto a = IdentityStore::open(dir_a.path());
+  auto b = IdentityStore::open(dir_b.path());
+  ASSERT_TRUE(a.ok() && b.ok());
+  StatusOr<std::string> admin = (*a)->add_user("admin", true);
+  StatusOr<std::string> local = (*b)->add_user("local", true);
+  ASSERT_TRUE(admin.ok() && local.ok());
+  auto journal = std::make_shared<FakeJournal>();
+  auto seeded = (*a)->follow_journal(journal);
+  ASSERT_TRUE(seeded.ok()) << seeded.status().to_string();
+  EXPECT_TRUE(seeded->seeded);
+  ASSERT_EQ(journal->records.users.size(), 1u);
+  EXPECT_EQ(journal->records.users[0].name, "admin");
+  EXPECT_NE(journal->records.users[0].token_sha256, *admin) << "the journal got the token in clear";
+
+  StatusOr<std::string> alice = (*a)->add_user("alice", false);
+  ASSERT_TRUE(alice.ok());
+  EXPECT_EQ(journal->records.users.size(), 2u) << "a change did not reach the journal";
+  auto loaded = (*b)->follow_journal(journal);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  EXPECT_FALSE(loaded->seeded);
+  EXPECT_TRUE((*b)->user_by_token(*alice).has_value());
+  EXPECT_TRUE((*b)->user_by_token(*admin).has_value());
+  EXPECT_FALSE((*b)->user_by_token(*local).has_value()) << "the journal wins over the local identity.db";
+}
+
+TEST(IdentityStoreTest, AChangeTheJournalRefusesChangesNothingLocally) {
+  testing::TempDir dir;
+  auto store = IdentityStore::open(dir.path());
+  ASSERT_TRUE(store.ok());
+  auto journal = std::make_shared<FakeJournal>();
+  ASSERT_TRUE((*store)->follow_journal(journal).ok());
+  StatusOr<std::string> alice = (*store)->add_user("alice", false);
+  StatusOr<std::string> token = (*store)->add_join_token(std::chrono::hours(1), 1000);
+  ASSERT_TRUE(alice.ok() && token.ok());
+  ASSERT_TRUE((*store)->add_node_certificate("01", "node-a").ok());
+
+  journal->refuse = true;
+  EXPECT_EQ((*store)->add_user("bob", false).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*store)->list_users().size(), 1u);
+  EXPECT_EQ((*store)->revoke_user("alice").code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE((*store)->user_by_token(*alice).has_value());
+  EXPECT_EQ((*store)->consume_join_token(*token, 2000).code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE((*store)->join_token_valid(*token, 2000));
+  EXPECT_EQ((*store)->revoke_node("node-a").code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE((*store)->certificate_valid("01", "node-a"));
+
+  // The journal says the token is used (another coordinator used it): refused, and forgotten here.
+  journal->refuse = false;
+  journal->records.join_tokens.clear();
+  EXPECT_EQ((*store)->consume_join_token(*token, 2000).code(), StatusCode::kPermissionDenied);
+  EXPECT_FALSE((*store)->join_token_valid(*token, 2000));
 }
 
 }  // namespace

@@ -263,6 +263,19 @@ StatusOr<RangeResult> EtcdClient::range_prefix(const std::string& prefix, int64_
   return range(prefix, prefix_end(prefix), limit);
 }
 
+StatusOr<std::vector<KeyValue>> EtcdClient::range_all(const std::string& prefix, int64_t page_size) {
+  std::vector<KeyValue> out;
+  std::string from = prefix;
+  const std::string end = prefix_end(prefix);
+  while (true) {
+    COHORT_ASSIGN_OR_RETURN(RangeResult page, range(from, end, page_size));
+    for (KeyValue& kv : page.kvs) out.push_back(std::move(kv));
+    if (!page.more || out.empty()) break;
+    from = out.back().key + std::string(1, '\0');
+  }
+  return out;
+}
+
 StatusOr<int64_t> EtcdClient::put(const std::string& key, const std::string& value, int64_t lease) {
   etcdserverpb::PutRequest request;
   request.set_key(key);

@@ -48,6 +48,10 @@ inline constexpr std::chrono::milliseconds kDefaultCallTimeout{5000};
 // write waits for one raft round trip and an fsync.
 inline constexpr std::chrono::milliseconds kDefaultAttemptTimeout{2000};
 
+// Operations cohort puts in one transaction at most when it splits a large write (etcd's default
+// --max-txn-ops is 128).
+inline constexpr int kMaxOpsPerTxn = 100;
+
 // Parses "etcd://host:port,host:port,..." (also accepts the list without the scheme) into
 // HOST:PORT endpoints. INVALID_ARGUMENT naming the bad part.
 StatusOr<std::vector<std::string>> parse_etcd_url(const std::string& url);
@@ -130,6 +134,9 @@ class EtcdClient {
   StatusOr<RangeResult> range(const std::string& key, const std::string& range_end = "", int64_t limit = 0);
   // Every key starting with `prefix`, in key order.
   StatusOr<RangeResult> range_prefix(const std::string& prefix, int64_t limit = 0);
+  // Every key starting with `prefix`, in key order, read in Ranges of `page_size` keys (a page
+  // stays below gRPC's message limit however many keys there are). One call per page.
+  StatusOr<std::vector<KeyValue>> range_all(const std::string& prefix, int64_t page_size);
   // Writes key = value (attached to `lease` unless 0). Returns the store's revision after it.
   StatusOr<int64_t> put(const std::string& key, const std::string& value, int64_t lease = 0);
   // Deletes [key, range_end) (range_end empty: the key). Returns how many keys were deleted.

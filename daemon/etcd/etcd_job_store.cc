@@ -364,16 +364,7 @@ StatusOr<std::vector<MetricsRecord>> EtcdJobStore::load_metrics(const std::strin
 }
 
 StatusOr<std::vector<KeyValue>> EtcdJobStore::range_all(const std::string& prefix) const {
-  std::vector<KeyValue> out;
-  std::string from = prefix;
-  const std::string end = EtcdClient::prefix_end(prefix);
-  while (true) {
-    COHORT_ASSIGN_OR_RETURN(RangeResult page, client_->range(from, end, kLoadPageSize));
-    for (KeyValue& kv : page.kvs) out.push_back(std::move(kv));
-    if (!page.more || out.empty()) break;
-    from = out.back().key + std::string(1, '\0');
-  }
-  return out;
+  return client_->range_all(prefix, kLoadPageSize);
 }
 
 StatusOr<int64_t> EtcdJobStore::read_counter(const std::string& key) const {

@@ -50,8 +50,6 @@ namespace cohort::etcd {
 inline constexpr const char* kDefaultStorePrefix = "/cohort";
 // Keys read per Range page in load_all (a page stays far below gRPC's 4 MiB message limit).
 inline constexpr int64_t kLoadPageSize = 500;
-// Operations per thinning transaction (etcd's default --max-txn-ops is 128).
-inline constexpr int kMaxOpsPerTxn = 100;
 
 class EtcdJobStore final : public coordinator::JobStore {
  public:

@@ -230,7 +230,14 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
   if (server->has_coordinator()) {
     server->gate_->set_self(server->advertised_address());
     if (server->coordinator_service_ != nullptr) server->coordinator_service_->set_address(server->advertised_address());
-    COHORT_RETURN_IF_ERROR(server->security_->write_first_admin_credentials(server->address_));
+    // With identities in etcd, a coordinator that does not lead yet makes no admin of its own: the
+    // cluster may have one already, and etcd's identities replace the local ones when it leads
+    // (become_leader makes the first admin then, if the cluster has none).
+    if (server->coordinator_ != nullptr) {
+      COHORT_RETURN_IF_ERROR(server->follow_identities());
+    } else if (server->options_.job_store.empty()) {
+      COHORT_RETURN_IF_ERROR(server->security_->write_first_admin_credentials(server->address_));
+    }
   }
   if (!server->options_.http_listen.empty()) {
     DaemonHttpOptions http_options;
@@ -786,6 +793,22 @@ Status DaemonServer::open_coordinator() {
   return ok_status();
 }
 
+Status DaemonServer::follow_identities() {
+  coordinator::IdentityStore* identities = security_->identities();
+  if (!options_.job_store.empty() && identities != nullptr) {
+    // store_etcd_ is open (open_coordinator); the records sit beside the jobs, under the same prefix.
+    auto journal = std::make_shared<etcd::EtcdIdentityJournal>(store_etcd_.get(), etcd::kDefaultStorePrefix,
+                                                               leader_key_);
+    const std::string where = journal->description();
+    COHORT_ASSIGN_OR_RETURN(coordinator::IdentityStore::JournalSync sync,
+                            identities->follow_journal(journal));
+    spdlog::info("identities {} {}: {} users, {} unused join tokens, {} node certificates",
+                 sync.seeded ? "uploaded to" : "loaded from", where, sync.users, sync.join_tokens,
+                 sync.certificates);
+  }
+  return security_->write_first_admin_credentials(address_);
+}
+
 void DaemonServer::start_leading_threads() {
   tick_healthy_until_ns_ = healthy_deadline_ns(options_.tick_interval);
   tick_thread_ = std::thread([this] { tick_loop(); });
@@ -818,6 +841,7 @@ Status DaemonServer::become_leader() {
   // lease) for their agents to re-register and report them, as after a coordinator restart.
   COHORT_RETURN_IF_ERROR(open_coordinator());
   coordinator_service_->set_address(advertised_address());
+  COHORT_RETURN_IF_ERROR(follow_identities());
   start_leading_threads();
   spdlog::info("cohortd at {} leads the cluster now (store loaded in {} ms)", advertised_address(),
                std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started)

@@ -62,6 +62,10 @@
 #include "daemon/agent/task_supervisor.h"
 #include "daemon/coordinator/clock.h"
 #include "daemon/coordinator/coordinator.h"
+#include "daemon/etcd/etcd_client.h"
+#include "daemon/etcd/etcd_identity_journal.h"
+#include "daemon/etcd/etcd_job_store.h"
+#include "daemon/etcd/leader_election.h"
 #include "daemon/http/http_server.h"
 #include "daemon/metrics/daemon_metrics.h"
 #include "daemon/security/daemon_security.h"
@@ -69,12 +73,9 @@
 #include "daemon/service/agent_service.h"
 #include "daemon/service/coordinator_service.h"
 #include "daemon/service/info_service.h"
-#include "daemon/etcd/etcd_client.h"
-#include "daemon/etcd/etcd_job_store.h"
-#include "daemon/etcd/leader_election.h"
 #include "daemon/service/leader_gate.h"
-#include "worker/base/leader_channel.h"
 #include "daemon/service/rendezvous_service.h"
+#include "worker/base/leader_channel.h"
 #include "worker/base/status.h"
 
 namespace cohort::daemon {
@@ -223,7 +224,13 @@ class DaemonServer {
   // High availability (issue 16). become_leader: this coordinator won the election: it opens the
   // Coordinator on the shared store (every job loaded; running attempts wait one node lease for
   // their agents to re-register and report them, as after a restart), starts placing, and its
-  // services answer from now on. Blocks on the store. FAILED_PRECONDITION for a daemon that led
+  // services answer from now on. With `job_store: etcd://` the identities follow the leader too:
+  // the users, join tokens and node certificates in etcd replace the local identity.db (the first
+  // leader of a new cluster uploads its own instead), every later change is written to etcd, and
+  // the first admin is made here, once the cluster's identities are known. A standby authenticates
+  // from its local identity.db alone (a cache, possibly stale: it serves no Coordinator or
+  // Rendezvous call anyway, and a caller it does not know gets UNAVAILABLE naming the leader).
+  // Blocks on the store. FAILED_PRECONDITION for a daemon that led
   // before (restart it instead). follow_leader: another coordinator leads (`leader`, empty when
   // unknown): calls are refused naming it, health turns NOT_SERVING; a leader losing its leadership
   // stops ticking and dispatching at once and calls options.on_leadership_lost. Thread-safe.
@@ -266,6 +273,9 @@ class DaemonServer {
   StatusOr<std::unique_ptr<etcd::EtcdClient>> etcd_client(const std::string& url) const;
   // Opens the Coordinator and its services (not yet serving: the gate opens in start_leading_threads).
   Status open_coordinator();
+  // With an etcd job store: makes the identities follow etcd (fenced on leader_key_), and makes the
+  // first admin if the cluster has none yet (a new cluster's first leader). Before the gate opens.
+  Status follow_identities();
   // Starts the tick and dispatch threads and opens the leadership gate.
   void start_leading_threads();
   // Now + `idle` + options_.max_loop_silence, in steady_clock nanoseconds.

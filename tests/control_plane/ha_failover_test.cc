@@ -10,15 +10,23 @@
 //     fenced or restarted);
 //   - a new job submitted with the `cohort` CLI given both addresses runs and SUCCEEDS.
 //
-// The standby is set up as README's "High availability" says: its data directory starts with a
-// copy of the first coordinator's ca/ (cluster CA, job-secret key) and identity.db (users, node
-// certificates), taken while that coordinator is stopped, after the nodes joined.
+// In the first two cases the standby is set up the way README's "High availability" asked before
+// identities followed the leader through etcd: its data directory starts with a copy of the first
+// coordinator's ca/ (cluster CA, job-secret key) and identity.db (users, node certificates), taken
+// while that coordinator is stopped, after the nodes joined. That still works (the copy is a cache
+// that etcd's identities replace when the standby leads); the third case copies ca/ only.
 //
 // A second case (issue 16: rendezvous state in etcd) SIGKILLs the leader while a command job's two
 // ranks are inside their rendezvous (tests/control_plane/rendezvous_failover_rank.cc): rank 1 is
 // blocked on a store key that rank 0 sets only once the standby leads. Their calls fail over to
 // the standby, which rebuilt the attempt's rendezvous from etcd: the job SUCCEEDS on its first
 // attempt, rank 1 having read the old leader's store contents and counter, and joined again at once.
+//
+// A third case (issue 16: identities in etcd) seeds the standby with the CA only, as README says
+// now: users added and revoked, and join tokens made and used on the leader, follow it through
+// etcd. After the leader's SIGKILL the standby authenticates the user added before it, refuses the
+// revoked one, accepts the joined node's certificate, refuses the join token already used and
+// admits a node with the one that was not.
 //
 // COHORT_HA_TEST_JOB_SECONDS sets how long each job runs (default 6).
 
@@ -277,6 +285,35 @@ class HaFailoverTest : public ::testing::Test {
         << "the agents did not register with the restarted leader";
   }
 
+  // An agent `node` joining with `join_token`, given both coordinators' addresses.
+  StatusOr<std::unique_ptr<DaemonServer>> start_agent(const std::string& node,
+                                                      const std::string& join_token) {
+    auto dir = std::make_unique<TempDir>();
+    DaemonServerOptions options;
+    options.role = DaemonRole::kAgent;
+    options.listen = "127.0.0.1:0";
+    options.data_dir = dir->path();
+    options.coordinator_address = both_;
+    options.join_token = join_token;
+    options.node_id = node;
+    options.slots = 1;
+    options.worker_command = {"/bin/true"};
+    options.stop_grace_period = 3s;
+    agent_dirs_.push_back(std::move(dir));
+    return DaemonServer::start(options);
+  }
+
+  // A user's ListJobs sent to the coordinator at `address` itself (not followed to the leader).
+  grpc::Status list_jobs_as(const std::string& address, const std::string& token) {
+    tls::ChannelSecurity security = admin_;
+    security.bearer_token = token;
+    auto stub = cohort::v1::Coordinator::NewStub(tls::make_channel(address, security));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + 5s);
+    cohort::v1::ListJobsResponse jobs;
+    return stub->ListJobs(&context, cohort::v1::ListJobsRequest(), &jobs);
+  }
+
   std::unique_ptr<etcd::testing::EtcdCluster> etcd_;
   int port_a_ = 0;
   int port_b_ = 0;
@@ -446,6 +483,108 @@ TEST_F(HaFailoverTest, ARendezvousInProgressIsCarriedOverToTheStandby) {
   EXPECT_NE(standby_text.find("rendezvous restored from etcd://"), std::string::npos)
       << "the standby did not log restoring the attempt's rendezvous\n"
       << tail_of(log_b_);
+}
+
+TEST_F(HaFailoverTest, IdentitiesFollowTheLeaderThroughEtcd) {
+  // 1. The first coordinator: it creates the cluster CA, uploads its (empty) identities to etcd as
+  //    the new cluster's first leader, then makes the admin there.
+  const std::string config_a = write_config("a", dir_a_.path(), port_a_);
+  const std::string config_b = write_config("b", dir_b_.path(), port_b_);
+  log_a_ = etcd_->dir() + "/coordinator-a.log";
+  log_b_ = etcd_->dir() + "/coordinator-b.log";
+  start_coordinator(&coordinator_a_, config_a, log_a_);
+  ASSERT_TRUE(eventually([&] { return std::filesystem::exists(dir_a_.path() + "/admin.credentials"); }, 30s))
+      << tail_of(log_a_);
+  admin_ = testing::admin_security(dir_a_.path());
+  ASSERT_TRUE(eventually([&] { return leads(address_a_); }, 30s)) << tail_of(log_a_);
+
+  // 2. The standby gets a copy of ca/ only (README: once, at setup); no identity.db. It knows no
+  //    one, so it answers the admin UNAVAILABLE naming the leader (never UNAUTHENTICATED).
+  std::filesystem::copy(dir_a_.path() + "/ca", dir_b_.path() + "/ca",
+                        std::filesystem::copy_options::recursive);
+  start_coordinator(&coordinator_b_, config_b, log_b_);
+  grpc::Status standby;
+  ASSERT_TRUE(eventually(
+      [&] {
+        standby = list_jobs_as(address_b_, admin_.bearer_token);
+        return standby.error_code() == grpc::StatusCode::UNAVAILABLE &&
+               standby.error_message().find("standby") != std::string::npos;
+      },
+      30s))
+      << standby.error_code() << " " << standby.error_message() << "\n"
+      << tail_of(log_b_);
+
+  // 3. On the leader: two users (one revoked at once), a node joined with one join token, and a
+  //    second token left unused.
+  client::ClientOptions admin_options;
+  admin_options.security = admin_;
+  client_ = std::make_unique<client::Client>(both_, admin_options);
+  client::Client& client = *client_;
+  std::string tokens[2];
+  for (int i = 0; i < 2; ++i) {
+    const char* name = i == 0 ? "alice" : "bob";
+    StatusOr<std::string> credentials_text = client.add_user(name, /*admin=*/false);
+    ASSERT_TRUE(credentials_text.ok()) << credentials_text.status().to_string();
+    StatusOr<Credentials> credentials = parse_credentials(*credentials_text, name);
+    ASSERT_TRUE(credentials.ok()) << credentials.status().to_string();
+    tokens[i] = credentials->token;
+  }
+  const std::string& alice = tokens[0];
+  const std::string& bob = tokens[1];
+  ASSERT_TRUE(client.revoke_user("bob").ok());
+  ASSERT_TRUE(list_jobs_as(address_a_, alice).ok());
+  EXPECT_EQ(list_jobs_as(address_a_, bob).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  StatusOr<cohort::v1::CreateJoinTokenResponse> used = client.join_token(600s);
+  StatusOr<cohort::v1::CreateJoinTokenResponse> unused = client.join_token(600s);
+  ASSERT_TRUE(used.ok() && unused.ok());
+  auto node_a = start_agent("node-a", used->token());
+  ASSERT_TRUE(node_a.ok()) << node_a.status().to_string();
+  agents_.push_back(std::move(*node_a));
+  // Still a standby: it loaded nothing yet, so alice is sent to the leader too.
+  EXPECT_EQ(list_jobs_as(address_b_, alice).error_code(), grpc::StatusCode::UNAVAILABLE);
+
+  // 4. SIGKILL the leader. The standby leads with etcd's identities.
+  coordinator_a_.kill_now();
+  ASSERT_TRUE(eventually([&] { return leads(address_b_); }, kTakeoverBound + 5s))
+      << "the standby never led, or does not know the admin\n"
+      << tail_of(log_b_);
+  EXPECT_FALSE(std::filesystem::exists(dir_b_.path() + "/admin.credentials"))
+      << "the standby made an admin of its own although the cluster had one";
+  const grpc::Status alice_on_b = list_jobs_as(address_b_, alice);
+  EXPECT_TRUE(alice_on_b.ok()) << "alice, added on the old leader: " << alice_on_b.error_message();
+  const grpc::Status bob_on_b = list_jobs_as(address_b_, bob);
+  EXPECT_EQ(bob_on_b.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+      << "bob, revoked on the old leader: " << bob_on_b.error_message();
+  // node-a's certificate, issued by the old leader: its agent registers with the new one.
+  ASSERT_TRUE(eventually(
+      [&] {
+        auto nodes = client.nodes();
+        return nodes.ok() && nodes->size() == 1 && nodes->front().node().node_id() == "node-a" &&
+               !nodes->front().awaiting_registration();
+      },
+      30s))
+      << "node-a did not register with the new leader\n"
+      << tail_of(log_b_);
+
+  // 5. The join token node-a used admits no one else; the unused one admits a node.
+  auto again = start_agent("node-c", used->token());
+  EXPECT_FALSE(again.ok()) << "a join token used before the failover admitted node-c after it";
+  if (again.ok()) agents_.push_back(std::move(*again));
+  auto node_d = start_agent("node-d", unused->token());
+  ASSERT_TRUE(node_d.ok()) << "the unused join token made before the failover: "
+                           << node_d.status().to_string();
+  agents_.push_back(std::move(*node_d));
+  ASSERT_TRUE(eventually(
+      [&] {
+        auto nodes = client.nodes();
+        return nodes.ok() && nodes->size() == 2;
+      },
+      30s))
+      << "node-d did not register";
+  std::ifstream standby_log(log_b_);
+  const std::string standby_text((std::istreambuf_iterator<char>(standby_log)),
+                                 std::istreambuf_iterator<char>());
+  EXPECT_NE(standby_text.find("identities loaded from etcd://"), std::string::npos) << tail_of(log_b_);
 }
 
 }  // namespace

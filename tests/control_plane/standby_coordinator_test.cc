@@ -1,6 +1,7 @@
 // A standby coordinator (issue 16) against a real leader, both TLS DaemonServers on 127.0.0.1:0
 // sharing the cluster CA and the identities (the standby's data directory starts as a copy of the
-// leader's ca/ and identity.db, as README's "High availability" says):
+// leader's ca/ and identity.db: these coordinators share no etcd, so the identities cannot follow
+// the leader as they do with `job_store: etcd://`, README's "High availability"):
 //   - the standby answers every Coordinator and Rendezvous call UNAVAILABLE, naming itself and the
 //     leader, with the `cohort-leader` trailer; its health for cohort.v1.Coordinator is NOT_SERVING;
 //   - a client given "standby,leader" reaches the leader (submit, get, list), also with a token the

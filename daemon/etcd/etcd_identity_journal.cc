@@ -1,0 +1,196 @@
+#include "daemon/etcd/etcd_identity_journal.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "daemon/etcd/job_records.pb.h"
+
+namespace cohort::etcd {
+namespace {
+
+using coordinator::CertificateRecord;
+using coordinator::IdentityRecords;
+using coordinator::JoinTokenRecord;
+using coordinator::UserRecord;
+
+bool starts_with(const std::string& text, const std::string& prefix) { return text.rfind(prefix, 0) == 0; }
+
+template <typename Message>
+Status add_put(etcdserverpb::TxnRequest* request, const std::string& key, const Message& message) {
+  etcdserverpb::PutRequest* put = request->add_success()->mutable_request_put();
+  put->set_key(key);
+  if (!message.SerializeToString(put->mutable_value()))
+    return internal_error("etcd key {}: cannot serialize it", key);
+  return ok_status();
+}
+
+etcdstore::StoredUser stored_user(const UserRecord& user) {
+  etcdstore::StoredUser stored;
+  stored.set_name(user.name);
+  stored.set_token_sha256(user.token_sha256);
+  stored.set_admin(user.admin);
+  stored.set_revoked(user.revoked);
+  stored.set_create_unix_ms(user.create_unix_ms);
+  return stored;
+}
+
+etcdstore::StoredJoinToken stored_join_token(const JoinTokenRecord& token) {
+  etcdstore::StoredJoinToken stored;
+  stored.set_secret_sha256(token.secret_sha256);
+  stored.set_expire_unix_ms(token.expire_unix_ms);
+  return stored;
+}
+
+etcdstore::StoredNodeCertificate stored_certificate(const CertificateRecord& certificate) {
+  etcdstore::StoredNodeCertificate stored;
+  stored.set_serial(certificate.serial);
+  stored.set_node_id(certificate.node_id);
+  stored.set_revoked(certificate.revoked);
+  return stored;
+}
+
+}  // namespace
+
+EtcdIdentityJournal::EtcdIdentityJournal(EtcdClient* client, std::string prefix,
+                                         std::optional<LeaderKey> fence)
+    : client_(client), prefix_(std::move(prefix)), fence_(std::move(fence)) {}
+
+std::string EtcdIdentityJournal::description() const {
+  std::string endpoints;
+  for (const std::string& endpoint : client_->options().endpoints)
+    endpoints += (endpoints.empty() ? "" : ",") + endpoint;
+  return "etcd://" + endpoints + identity_prefix();
+}
+
+Status EtcdIdentityJournal::write(etcdserverpb::TxnRequest request, const std::string& what) {
+  if (fence_) *request.add_compare() = EtcdClient::leader_compare(*fence_);
+  COHORT_ASSIGN_OR_RETURN(TxnResult result, client_->txn(request));
+  if (result.succeeded) return ok_status();
+  return failed_precondition_error(
+      "{} in {} refused: this coordinator no longer leads (its election key {} with revision {} is gone or "
+      "replaced); another coordinator has taken over",
+      what, description(), fence_ ? fence_->key : "", fence_ ? fence_->rev : 0);
+}
+
+StatusOr<std::optional<IdentityRecords>> EtcdIdentityJournal::load() {
+  COHORT_ASSIGN_OR_RETURN(std::vector<KeyValue> kvs,
+                          client_->range_all(identity_prefix(), kIdentityLoadPageSize));
+  IdentityRecords records;
+  bool seeded = false;
+  for (const KeyValue& kv : kvs) {
+    if (kv.key == seeded_key()) {
+      seeded = true;
+    } else if (starts_with(kv.key, identity_prefix() + "users/")) {
+      etcdstore::StoredUser stored;
+      if (!stored.ParseFromString(kv.value))
+        return data_loss_error("etcd key {}: not a StoredUser record", kv.key);
+      records.users.push_back(UserRecord{stored.name(), stored.token_sha256(), stored.admin(),
+                                         stored.revoked(), stored.create_unix_ms()});
+    } else if (starts_with(kv.key, identity_prefix() + "join_tokens/")) {
+      etcdstore::StoredJoinToken stored;
+      if (!stored.ParseFromString(kv.value))
+        return data_loss_error("etcd key {}: not a StoredJoinToken record", kv.key);
+      records.join_tokens.push_back(JoinTokenRecord{stored.secret_sha256(), stored.expire_unix_ms()});
+    } else if (starts_with(kv.key, identity_prefix() + "certificates/")) {
+      etcdstore::StoredNodeCertificate stored;
+      if (!stored.ParseFromString(kv.value))
+        return data_loss_error("etcd key {}: not a StoredNodeCertificate record", kv.key);
+      records.certificates.push_back(CertificateRecord{stored.serial(), stored.node_id(), stored.revoked()});
+    }
+  }
+  // Records without the marker are a seeding cut short (its leader died between transactions):
+  // the next leader seeds again over them.
+  if (!seeded) return std::optional<IdentityRecords>();
+  return std::optional<IdentityRecords>(std::move(records));
+}
+
+Status EtcdIdentityJournal::seed(const IdentityRecords& records) {
+  std::vector<etcdserverpb::TxnRequest> requests(1);
+  auto next = [&]() -> etcdserverpb::TxnRequest* {
+    if (requests.back().success_size() >= kMaxOpsPerTxn) requests.emplace_back();
+    return &requests.back();
+  };
+  for (const UserRecord& user : records.users)
+    COHORT_RETURN_IF_ERROR(add_put(next(), user_key(user.name), stored_user(user)));
+  for (const JoinTokenRecord& token : records.join_tokens)
+    COHORT_RETURN_IF_ERROR(add_put(next(), join_token_key(token.secret_sha256), stored_join_token(token)));
+  for (const CertificateRecord& certificate : records.certificates)
+    COHORT_RETURN_IF_ERROR(
+        add_put(next(), certificate_key(certificate.serial), stored_certificate(certificate)));
+  // The marker goes with the last records, and only if no other coordinator seeded first.
+  etcdserverpb::TxnRequest* last = next();
+  etcdserverpb::PutRequest* marker = last->add_success()->mutable_request_put();
+  marker->set_key(seeded_key());
+  marker->set_value("1");
+  etcdserverpb::Compare* unseeded = last->add_compare();
+  unseeded->set_key(seeded_key());
+  unseeded->set_result(etcdserverpb::Compare::EQUAL);
+  unseeded->set_target(etcdserverpb::Compare::CREATE);
+  unseeded->set_create_revision(0);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    COHORT_RETURN_IF_ERROR(
+        write(std::move(requests[i]),
+              fmt::format("seeding the identities ({} users, {} join tokens, {} certificates; "
+                          "transaction {} of {}; refused also when another coordinator seeded "
+                          "them first)",
+                          records.users.size(), records.join_tokens.size(), records.certificates.size(),
+                          i + 1, requests.size())));
+  }
+  return ok_status();
+}
+
+Status EtcdIdentityJournal::put_user(const UserRecord& user) {
+  etcdserverpb::TxnRequest request;
+  COHORT_RETURN_IF_ERROR(add_put(&request, user_key(user.name), stored_user(user)));
+  return write(std::move(request),
+               fmt::format("writing user {}{}", user.name, user.revoked ? " (revoked)" : ""));
+}
+
+Status EtcdIdentityJournal::put_join_token(const JoinTokenRecord& token) {
+  etcdserverpb::TxnRequest request;
+  COHORT_RETURN_IF_ERROR(add_put(&request, join_token_key(token.secret_sha256), stored_join_token(token)));
+  return write(std::move(request), "writing a join token");
+}
+
+Status EtcdIdentityJournal::consume_join_token(const std::string& secret_sha256) {
+  const std::string key = join_token_key(secret_sha256);
+  etcdserverpb::TxnRequest request;
+  etcdserverpb::Compare* exists = request.add_compare();
+  exists->set_key(key);
+  exists->set_result(etcdserverpb::Compare::GREATER);
+  exists->set_target(etcdserverpb::Compare::CREATE);
+  exists->set_create_revision(0);
+  request.add_success()->mutable_request_delete_range()->set_key(key);
+  // On failure, read the key back to tell a used token from a lost leadership.
+  request.add_failure()->mutable_request_range()->set_key(key);
+  if (fence_) *request.add_compare() = EtcdClient::leader_compare(*fence_);
+  COHORT_ASSIGN_OR_RETURN(TxnResult result, client_->txn(request));
+  if (result.succeeded) return ok_status();
+  if (result.response.responses_size() > 0 && result.response.responses(0).response_range().kvs_size() == 0) {
+    return permission_denied_error(
+        "the join token is not valid any more: a node used it already (one token admits one node, whichever "
+        "coordinator led); an admin makes a new one with `cohort node token`");
+  }
+  return failed_precondition_error(
+      "using a join token in {} refused: this coordinator no longer leads (its election key {} with revision "
+      "{} is "
+      "gone or replaced); another coordinator has taken over",
+      description(), fence_ ? fence_->key : "", fence_ ? fence_->rev : 0);
+}
+
+Status EtcdIdentityJournal::put_certificates(const std::vector<CertificateRecord>& certificates) {
+  if (certificates.size() > static_cast<size_t>(kMaxOpsPerTxn)) {
+    // A node gets one certificate per join; thousands of joins of one node id are not a deployment.
+    return resource_exhausted_error("{} certificates of node {} in one write; at most {} (kMaxOpsPerTxn)",
+                                    certificates.size(), certificates.front().node_id, kMaxOpsPerTxn);
+  }
+  etcdserverpb::TxnRequest request;
+  for (const CertificateRecord& certificate : certificates)
+    COHORT_RETURN_IF_ERROR(
+        add_put(&request, certificate_key(certificate.serial), stored_certificate(certificate)));
+  return write(std::move(request),
+               fmt::format("writing {} certificate record(s) of node {}", certificates.size(),
+                           certificates.empty() ? "" : certificates.front().node_id));
+}
+
+}  // namespace cohort::etcd

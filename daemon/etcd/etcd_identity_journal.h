@@ -1,0 +1,73 @@
+#pragma once
+
+// EtcdIdentityJournal: the coordinators' identities in etcd (issue 16), so that whichever
+// coordinator leads knows the users, join tokens and node certificates its predecessor knew, with
+// no identity.db copied between them (daemon/coordinator/identity_journal.h says how the
+// IdentityStore uses it). Keys, one protobuf message each (job_records.proto), under
+// <prefix>/identity/:
+//
+//   users/<name>                  StoredUser (token hash, admin, revoked)
+//   join_tokens/<secret sha256>   StoredJoinToken (expiry); deleted when a node uses it
+//   certificates/<serial>         StoredNodeCertificate (node id, revoked)
+//   seeded                        present once the first leader uploaded its identities
+//
+// Fencing, as every job store write (etcd_job_store.h): each write is one Txn that first compares
+// the leader's election key, so a deposed coordinator writes nothing (FAILED_PRECONDITION).
+// Consuming a join token also compares that its key still exists: of two coordinators that both
+// hold the token (a leader that admitted a node just before it died, and its successor that
+// loaded the token before that), only one deletes it, and one token admits one node.
+//
+// Cost: one Txn per identity change (a user added or revoked, a join token made or used, a node
+// certificate issued, a node revoked), made by admin commands and joins, never per call (callers
+// are authenticated from memory); load() reads the prefix page by page, once per leadership.
+//
+// Thread-safe (EtcdClient is; the rest is immutable). Blocks on etcd round trips, bounded by the
+// client's call timeout.
+
+#include <optional>
+#include <string>
+
+#include "daemon/coordinator/identity_journal.h"
+#include "daemon/etcd/etcd_client.h"
+#include "worker/base/status.h"
+
+namespace cohort::etcd {
+
+// Keys read per Range page in load() (a few hundred bytes each: a page stays far below gRPC's 4 MiB).
+inline constexpr int64_t kIdentityLoadPageSize = 500;
+
+class EtcdIdentityJournal final : public coordinator::IdentityJournal {
+ public:
+  // The identities of the coordinator cluster whose records are under `prefix` (the job store's,
+  // no trailing '/'); `client` must outlive the journal; writes are fenced on `fence` when set.
+  EtcdIdentityJournal(EtcdClient* client, std::string prefix, std::optional<LeaderKey> fence);
+
+  StatusOr<std::optional<coordinator::IdentityRecords>> load() override;
+  Status seed(const coordinator::IdentityRecords& records) override;
+  Status put_user(const coordinator::UserRecord& user) override;
+  Status put_join_token(const coordinator::JoinTokenRecord& token) override;
+  Status consume_join_token(const std::string& secret_sha256) override;
+  Status put_certificates(const std::vector<coordinator::CertificateRecord>& certificates) override;
+  std::string description() const override;
+
+  // Key helpers (tests read the layout).
+  std::string identity_prefix() const { return prefix_ + "/identity/"; }
+  std::string user_key(const std::string& name) const { return identity_prefix() + "users/" + name; }
+  std::string join_token_key(const std::string& secret_sha256) const {
+    return identity_prefix() + "join_tokens/" + secret_sha256;
+  }
+  std::string certificate_key(const std::string& serial) const {
+    return identity_prefix() + "certificates/" + serial;
+  }
+  std::string seeded_key() const { return identity_prefix() + "seeded"; }
+
+ private:
+  // Runs `request` behind the fence. FAILED_PRECONDITION when a comparison fails.
+  Status write(etcdserverpb::TxnRequest request, const std::string& what);
+
+  EtcdClient* const client_;
+  const std::string prefix_;
+  const std::optional<LeaderKey> fence_;
+};
+
+}  // namespace cohort::etcd
