@@ -50,6 +50,9 @@ constexpr size_t kControlBytes = 128;
 constexpr size_t kDataOffset = kControlBytes * kShmMaxRanks;
 // Two banks, each an input and a result region of one chunk.
 constexpr size_t kSlotBytes = 4 * kShmChunkBytes;
+// Each rank's broadcast ring (after the slots): kShmRingEntries entries of kShmInlineBytes.
+constexpr size_t kRingBytes = kShmRingEntries * kShmInlineBytes;
+static_assert((kShmRingEntries & (kShmRingEntries - 1)) == 0, "ring entries index by generation modulo a power of two");
 // The segment name travels over the transport in a fixed buffer.
 constexpr size_t kNameBytes = 64;
 // The wait policy (wait_for): poll for kPurePollTime, then poll with sched_yield between polls
@@ -168,7 +171,7 @@ StatusOr<std::unique_ptr<SharedMemoryEngine>> SharedMemoryEngine::create(int ran
     }
     *value = std::chrono::microseconds(us);
   }
-  const size_t bytes = kDataOffset + static_cast<size_t>(size) * kSlotBytes;
+  const size_t bytes = kDataOffset + static_cast<size_t>(size) * (kSlotBytes + kRingBytes);
   char name[kNameBytes] = {};
   std::string failure;
   int fd = -1;
@@ -286,6 +289,11 @@ SharedMemoryEngine::Control& SharedMemoryEngine::control(int r) const {
 
 uint8_t* SharedMemoryEngine::input(int r, int bank) const {
   return base_ + kDataOffset + static_cast<size_t>(r) * kSlotBytes + static_cast<size_t>(bank) * 2 * kShmChunkBytes;
+}
+
+uint8_t* SharedMemoryEngine::ring_entry(int r, uint32_t generation) const {
+  return base_ + kDataOffset + static_cast<size_t>(size_) * kSlotBytes + static_cast<size_t>(r) * kRingBytes +
+         static_cast<size_t>(generation % kShmRingEntries) * kShmInlineBytes;
 }
 
 uint8_t* SharedMemoryEngine::post_area(int r, int bank, size_t bytes) const {
@@ -551,18 +559,39 @@ Status SharedMemoryEngine::broadcast(void* buf, size_t bytes, int root, Deadline
   // the root's and copies the piece out. The root's `writable` waits for the readers two pieces
   // back, so pieces pipeline and a small broadcast costs the root no round trip.
   uint8_t* data = static_cast<uint8_t*>(buf);
+  if (bytes > 0 && bytes <= kShmInlineBytes) {
+    // Tiny: through the root's ring, indexed by generation, so the root may run up to
+    // kShmRingEntries - 2 broadcasts ahead of its slowest reader (the entry it writes was read
+    // kShmRingEntries phases ago). Oversubscribed, each process then does many broadcasts per
+    // time slice instead of one (OpenMPI's eager broadcast does the same).
+    if (rank_ == root) {
+      const uint32_t readers_done = arrived_ - static_cast<uint32_t>(kShmRingEntries - 2);
+      if (static_cast<int32_t>(known_ - readers_done) < 0) {
+        for (int p = 0; p < size_; ++p) {
+          if (p != rank_) COHORT_RETURN_IF_ERROR(await(p, readers_done, deadline, "broadcast"));
+        }
+        known_ = readers_done;
+      }
+      std::memcpy(ring_entry(rank_, arrived_), data, bytes);
+      return publish("broadcast");
+    }
+    COHORT_RETURN_IF_ERROR(publish("broadcast"));
+    COHORT_RETURN_IF_ERROR(await(root, arrived_, deadline, "broadcast"));
+    std::memcpy(data, ring_entry(root, arrived_ - 1), bytes);
+    return ok_status();
+  }
   const size_t piece = broadcast_piece(bytes);
   const bool streaming = bytes >= kShmStreamingStoreBytes;
   for (size_t first = 0; first < bytes; first += piece) {
     const size_t n = std::min(piece, bytes - first);
     if (rank_ == root) {
       COHORT_RETURN_IF_ERROR(writable(deadline, "broadcast"));
-      std::memcpy(post_area(rank_, bank(), bytes), data + first, n);
+      std::memcpy(input(rank_, bank()), data + first, n);
       COHORT_RETURN_IF_ERROR(publish("broadcast"));
     } else {
       COHORT_RETURN_IF_ERROR(publish("broadcast"));
       COHORT_RETURN_IF_ERROR(await(root, arrived_, deadline, "broadcast"));
-      copy_out(data + first, post_area(root, 1 - bank(), bytes), n, streaming);
+      copy_out(data + first, input(root, 1 - bank()), n, streaming);
     }
   }
   return ok_status();

@@ -70,6 +70,9 @@ inline constexpr size_t kShmBroadcastMinPieceBytes = 8 * 1024;
 inline constexpr size_t kShmStreamingStoreBytes = 8 * 1024 * 1024;
 // Bytes per rank that travel inside the flag's cache line instead of the slot (see Control).
 inline constexpr size_t kShmInlineBytes = 16;
+// Entries of a rank's broadcast ring: how far (minus 2) a root may run ahead of its slowest
+// reader with broadcasts of at most kShmInlineBytes.
+inline constexpr size_t kShmRingEntries = 64;
 // Group sizes above this use the transport (the segment and the flag scans grow with P).
 inline constexpr int kShmMaxRanks = 64;
 // Longest FUTEX_WAIT before the waiter rechecks its deadline and the peer's liveness.
@@ -129,6 +132,8 @@ class SharedMemoryEngine {
   // Where rank r posts `bytes` in `bank`: its Control's inline line when they fit, else input().
   // Writer and readers pass the same `bytes`, so they agree.
   uint8_t* post_area(int r, int bank, size_t bytes) const;
+  // Rank r's broadcast-ring entry for the phase `generation`.
+  uint8_t* ring_entry(int r, uint32_t generation) const;
   // The bank this rank writes in the current step; peers' data of the previous step is in 1 - it.
   int bank() const { return static_cast<int>(arrived_ & 1u); }
 
