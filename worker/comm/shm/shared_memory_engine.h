@@ -16,7 +16,9 @@
 // of the bank's last contents, in phase i - 1, are done). Most operations end a phase with a
 // full barrier (`step`: bump, wait for every peer), which satisfies both rules at once;
 // broadcast synchronises only root and readers (the root bumps and leaves; a reader bumps and
-// waits for the root alone), so a root may run one phase ahead, as MPI's eager broadcast does.
+// waits for the root alone), so a root may run one phase ahead, as MPI's eager broadcast does;
+// broadcasts of at most kShmInlineBytes go through a per-root ring indexed by generation instead
+// of the banks, where the root may run kShmRingEntries - 2 phases ahead.
 // Large messages are pipelined in chunks of kShmChunkBytes (cache-sized): posting chunk t,
 // reducing chunk t-1 and copying out chunk t-2 share one step.
 //
