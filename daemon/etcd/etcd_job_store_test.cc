@@ -71,6 +71,26 @@ class EtcdJobStoreTest : public testing::EtcdClusterTest {
     return store.ok() ? std::move(store).value() : nullptr;
   }
 
+  // A leader of the test's election (`value`, a fresh 10 s lease) and a store fenced on its key;
+  // revoking `lease` deposes it. `store` is null when etcd refused (the failure is recorded).
+  struct Leader {
+    int64_t lease = 0;
+    std::unique_ptr<EtcdJobStore> store;
+  };
+  Leader lead(const std::string& value) {
+    Leader leader;
+    auto lease = client_->lease_grant(std::chrono::seconds(10));
+    EXPECT_TRUE(lease.ok()) << lease.status().to_string();
+    if (!lease.ok()) return leader;
+    auto key = client_->campaign(prefix_ + "/election", *lease, value, std::chrono::milliseconds(5000));
+    EXPECT_TRUE(key.ok()) << key.status().to_string();
+    if (!key.ok()) return leader;
+    leader.lease = *lease;
+    leader.store = open_store();
+    if (leader.store != nullptr) leader.store->set_fence(*key);
+    return leader;
+  }
+
   // A Coordinator on this test's prefix (another instance on the same prefix is a coordinator
   // taking over), fenced on `fence` when given.
   std::unique_ptr<coordinator::Coordinator> open_coordinator(const coordinator::Clock* clock,
@@ -200,24 +220,17 @@ TEST_F(EtcdJobStoreTest, MetricsHistoryIsBoundedAndDeletionRetiresSeqs) {
 }
 
 TEST_F(EtcdJobStoreTest, ADeposedLeadersWriteIsRefusedAndChangesNothing) {
-  const std::string election = prefix_ + "/election";
-  auto lease_old = client_->lease_grant(std::chrono::seconds(10));
-  ASSERT_TRUE(lease_old.ok());
-  auto old_key = client_->campaign(election, *lease_old, "old:1", std::chrono::milliseconds(5000));
-  ASSERT_TRUE(old_key.ok()) << old_key.status().to_string();
-  auto old_leader = open_store();
-  old_leader->set_fence(*old_key);
+  Leader old = lead("old:1");
+  ASSERT_NE(old.store, nullptr);
+  EtcdJobStore* old_leader = old.store.get();
   Job job = make_job("mlp-1", 1);
   ASSERT_TRUE(old_leader->save(job, submitted(job, 1)).ok()) << "the leader's own write";
 
   // The old leader's lease is gone (it hung past its TTL); a new leader is elected and writes.
-  ASSERT_TRUE(client_->lease_revoke(*lease_old).ok());
-  auto lease_new = client_->lease_grant(std::chrono::seconds(10));
-  ASSERT_TRUE(lease_new.ok());
-  auto new_key = client_->campaign(election, *lease_new, "new:2", std::chrono::milliseconds(5000));
-  ASSERT_TRUE(new_key.ok());
-  auto new_leader = open_store();
-  new_leader->set_fence(*new_key);
+  ASSERT_TRUE(client_->lease_revoke(old.lease).ok());
+  Leader current = lead("new:2");
+  ASSERT_NE(current.store, nullptr);
+  EtcdJobStore* new_leader = current.store.get();
   auto cancelled = JobStateMachine::restore(JobState::kCancelled, 1, "cancelled by the new leader", 0);
   ASSERT_TRUE(cancelled.ok());
   Job by_new = job;
@@ -241,7 +254,7 @@ TEST_F(EtcdJobStoreTest, ADeposedLeadersWriteIsRefusedAndChangesNothing) {
   EXPECT_EQ(snapshot->jobs[0].state(), JobState::kCancelled);
   EXPECT_EQ(snapshot->events.size(), 1u);
   EXPECT_EQ(snapshot->max_metrics_seq, 0);
-  ASSERT_TRUE(client_->lease_revoke(*lease_new).ok());
+  ASSERT_TRUE(client_->lease_revoke(current.lease).ok());
 }
 
 coordinator::NodeInfo node_info(const std::string& id, int slots, int gpus = 0) {
@@ -344,15 +357,11 @@ TEST_F(EtcdJobStoreTest, ACoordinatorTakingOverKnowsTheNodesItsPredecessorRegist
 }
 
 TEST_F(EtcdJobStoreTest, ADeposedLeaderCannotWriteOrDeleteNodeRecords) {
-  const std::string election = prefix_ + "/election";
-  auto lease = client_->lease_grant(std::chrono::seconds(10));
-  ASSERT_TRUE(lease.ok());
-  auto key = client_->campaign(election, *lease, "old:1", std::chrono::milliseconds(5000));
-  ASSERT_TRUE(key.ok()) << key.status().to_string();
-  auto store = open_store();
-  store->set_fence(*key);
+  Leader leader = lead("old:1");
+  ASSERT_NE(leader.store, nullptr);
+  EtcdJobStore* store = leader.store.get();
   ASSERT_TRUE(store->put_node(node_info("node-a", 1)).ok());
-  ASSERT_TRUE(client_->lease_revoke(*lease).ok());
+  ASSERT_TRUE(client_->lease_revoke(leader.lease).ok());
   EXPECT_EQ(store->put_node(node_info("node-b", 1)).code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(store->delete_node("node-a").code(), StatusCode::kFailedPrecondition);
   auto snapshot = open_store()->load_all();
@@ -370,13 +379,9 @@ TEST_F(EtcdJobStoreTest, ADeposedLeaderCannotWriteOrDeleteNodeRecords) {
 // with any bytes, answered request ids in order, forgotten ones gone), and a deposed leader's
 // journal write is refused and changes nothing.
 TEST_F(EtcdJobStoreTest, ARendezvousJournalRoundTripsAndADeposedLeadersWriteIsRefused) {
-  const std::string election = prefix_ + "/election";
-  auto lease = client_->lease_grant(std::chrono::seconds(10));
-  ASSERT_TRUE(lease.ok());
-  auto key = client_->campaign(election, *lease, "old:1", std::chrono::milliseconds(5000));
-  ASSERT_TRUE(key.ok()) << key.status().to_string();
-  auto store = open_store();
-  store->set_fence(*key);
+  Leader leader = lead("old:1");
+  ASSERT_NE(leader.store, nullptr);
+  EtcdJobStore* store = leader.store.get();
   auto journal = store->rendezvous_journal("mlp-1", 1);
   ASSERT_NE(journal, nullptr);
   coordinator::RendezvousProgress progress;
@@ -409,7 +414,7 @@ TEST_F(EtcdJobStoreTest, ARendezvousJournalRoundTripsAndADeposedLeadersWriteIsRe
   EXPECT_TRUE(none->empty());
 
   // Deposed: its lease is gone. Nothing it journals lands.
-  ASSERT_TRUE(client_->lease_revoke(*lease).ok());
+  ASSERT_TRUE(client_->lease_revoke(leader.lease).ok());
   Status stale = journal->write_key("n", "4", {"req-4", "4"}, {});
   EXPECT_EQ(stale.code(), StatusCode::kFailedPrecondition) << stale.to_string();
   EXPECT_NE(stale.message().find("no longer leads"), std::string::npos) << stale.message();

@@ -234,21 +234,9 @@ class HaFailoverTest : public ::testing::Test {
     for (const char* node : {"node-a", "node-b"}) {
       StatusOr<cohort::v1::CreateJoinTokenResponse> token = client.join_token(60s);
       ASSERT_TRUE(token.ok()) << token.status().to_string();
-      auto dir = std::make_unique<TempDir>();
-      DaemonServerOptions options;
-      options.role = DaemonRole::kAgent;
-      options.listen = "127.0.0.1:0";
-      options.data_dir = dir->path();
-      options.coordinator_address = both_;
-      options.join_token = token->token();
-      options.node_id = node;
-      options.slots = 1;
-      options.worker_command = {"/bin/true"};  // command jobs run their own program
-      options.stop_grace_period = 3s;
-      auto agent = DaemonServer::start(options);
+      auto agent = start_agent(node, token->token());
       ASSERT_TRUE(agent.ok()) << agent.status().to_string();
       agents_.push_back(std::move(*agent));
-      agent_dirs_.push_back(std::move(dir));
     }
     ASSERT_TRUE(eventually(
         [&] {
@@ -297,7 +285,7 @@ class HaFailoverTest : public ::testing::Test {
     options.join_token = join_token;
     options.node_id = node;
     options.slots = 1;
-    options.worker_command = {"/bin/true"};
+    options.worker_command = {"/bin/true"};  // command jobs run their own program
     options.stop_grace_period = 3s;
     agent_dirs_.push_back(std::move(dir));
     return DaemonServer::start(options);
