@@ -578,8 +578,9 @@ cluster_wait_leader() {
 # port CLUSTER_HA_PORT) electing their leader in etcd and keeping jobs there
 # (leader_lease_ms CLUSTER_LEADER_LEASE_MS, default 3000); an agent on every host (daemon i, role
 # agent, `slots` slots) given every coordinator's address. The first coordinator starts alone, makes
-# the cluster CA and the admin, the agents join it, then it is stopped and its ca/ and identity.db
-# seed the other coordinators' data directories, and all start. Flags: CLUSTER_COORDINATOR_FLAGS
+# the cluster CA and the admin, the agents join it, then its ca/ is copied to the other coordinators'
+# data directories and they start (README: identities follow the leader through etcd; only ca/ is
+# copied by hand). Flags: CLUSTER_COORDINATOR_FLAGS
 # for the coordinators, CLUSTER_DAEMON_FLAGS for the agents.
 cluster_start_ha() {
   local count="$1" slots="$2" coordinators="$3" h i token leader
@@ -616,18 +617,12 @@ cluster_start_ha() {
     cluster_start_daemon "${i}" --role agent --coordinator "${list}" --join-token "${token}" "${common[@]}" || return 1
   done
   cluster_wait_nodes "${count}" || return 1
-  # 3. Seed the standbys with its CA and identities (stopped, so identity.db is whole), start it
-  # again, then them.
-  cluster_stop_daemon 11
+  # 3. Seed the standbys with its CA only, while it leads: the users, join tokens and node
+  # certificates they need once they lead come from etcd.
   for ((h = 2; h <= coordinators; h++)); do
     mkdir -p "${CLUSTER_TMP}/data-$((10 + h))"
     cp -a "${CLUSTER_TMP}/data-11/ca" "${CLUSTER_TMP}/data-$((10 + h))/ca" || return 1
-    for i in identity.db identity.db-wal; do
-      [[ ! -e "${CLUSTER_TMP}/data-11/${i}" ]] || cp -a "${CLUSTER_TMP}/data-11/${i}" "${CLUSTER_TMP}/data-$((10 + h))/" || return 1
-    done
   done
-  cluster_restart_daemon 11 || return 1
-  cluster_wait_leader "${CLUSTER_START_TIMEOUT_S}" > /dev/null || return 1
   for ((h = 2; h <= coordinators; h++)); do
     _CLUSTER_LISTEN_PORT="${CLUSTER_HA_PORT}" cluster_start_daemon $((10 + h)) "${ha[@]}" || return 1
   done
