@@ -337,6 +337,18 @@ etcdserverpb::Compare EtcdClient::leader_compare(const LeaderKey& leader) {
   return compare;
 }
 
+StatusOr<TxnResult> EtcdClient::fenced_txn(etcdserverpb::TxnRequest request, const std::optional<LeaderKey>& fence) {
+  if (fence) *request.add_compare() = leader_compare(*fence);
+  return txn(request);
+}
+
+Status EtcdClient::lost_leadership_error(const std::string& what, const std::optional<LeaderKey>& fence) {
+  return failed_precondition_error(
+      "{} refused: this coordinator no longer leads (its election key {} with revision {} is gone or replaced); "
+      "another coordinator has taken over",
+      what, fence ? fence->key : "", fence ? fence->rev : 0);
+}
+
 StatusOr<int64_t> EtcdClient::lease_grant(std::chrono::seconds ttl) {
   etcdserverpb::LeaseGrantRequest request;
   request.set_ttl(std::max<int64_t>(1, ttl.count()));

@@ -186,6 +186,15 @@ class EtcdClient {
   // A comparison that holds while `leader` still leads: the leader key exists with its create
   // revision. Put it in a TxnRequest's compare list to fence a write to the current leader.
   static etcdserverpb::Compare leader_compare(const LeaderKey& leader);
+  // Sends `request` with leader_compare(*fence) added to its comparisons when `fence` is set: a
+  // leader's write that lands only while it still leads. Not succeeded: a comparison failed (the
+  // fence's, or one of the request's own; the failure ops' responses tell which).
+  StatusOr<TxnResult> fenced_txn(etcdserverpb::TxnRequest request, const std::optional<LeaderKey>& fence);
+  // FAILED_PRECONDITION: `what` was refused because the writer no longer leads (`fence` gone or
+  // replaced). The error every fenced writer returns for a failed fence.
+  static Status lost_leadership_error(const std::string& what, const std::optional<LeaderKey>& fence);
+  // Whether `key` starts with `prefix`.
+  static bool has_prefix(const std::string& key, const std::string& prefix) { return key.rfind(prefix, 0) == 0; }
 
   // ---- Accounting
   // RPCs sent, by kind ("Range", "Put", "DeleteRange", "Txn", "LeaseGrant", "LeaseKeepAlive",

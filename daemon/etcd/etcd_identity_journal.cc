@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include <fmt/format.h>
+
 #include "daemon/etcd/job_records.pb.h"
 
 namespace cohort::etcd {
@@ -12,8 +14,6 @@ using coordinator::CertificateRecord;
 using coordinator::IdentityRecords;
 using coordinator::JoinTokenRecord;
 using coordinator::UserRecord;
-
-bool starts_with(const std::string& text, const std::string& prefix) { return text.rfind(prefix, 0) == 0; }
 
 template <typename Message>
 Status add_put(etcdserverpb::TxnRequest* request, const std::string& key, const Message& message) {
@@ -63,13 +63,9 @@ std::string EtcdIdentityJournal::description() const {
 }
 
 Status EtcdIdentityJournal::write(etcdserverpb::TxnRequest request, const std::string& what) {
-  if (fence_) *request.add_compare() = EtcdClient::leader_compare(*fence_);
-  COHORT_ASSIGN_OR_RETURN(TxnResult result, client_->txn(request));
+  COHORT_ASSIGN_OR_RETURN(TxnResult result, client_->fenced_txn(std::move(request), fence_));
   if (result.succeeded) return ok_status();
-  return failed_precondition_error(
-      "{} in {} refused: this coordinator no longer leads (its election key {} with revision {} is gone or "
-      "replaced); another coordinator has taken over",
-      what, description(), fence_ ? fence_->key : "", fence_ ? fence_->rev : 0);
+  return EtcdClient::lost_leadership_error(fmt::format("{} in {}", what, description()), fence_);
 }
 
 StatusOr<std::optional<IdentityRecords>> EtcdIdentityJournal::load() {
@@ -80,18 +76,18 @@ StatusOr<std::optional<IdentityRecords>> EtcdIdentityJournal::load() {
   for (const KeyValue& kv : kvs) {
     if (kv.key == seeded_key()) {
       seeded = true;
-    } else if (starts_with(kv.key, identity_prefix() + "users/")) {
+    } else if (EtcdClient::has_prefix(kv.key, identity_prefix() + "users/")) {
       etcdstore::StoredUser stored;
       if (!stored.ParseFromString(kv.value))
         return data_loss_error("etcd key {}: not a StoredUser record", kv.key);
       records.users.push_back(UserRecord{stored.name(), stored.token_sha256(), stored.admin(),
                                          stored.revoked(), stored.create_unix_ms()});
-    } else if (starts_with(kv.key, identity_prefix() + "join_tokens/")) {
+    } else if (EtcdClient::has_prefix(kv.key, identity_prefix() + "join_tokens/")) {
       etcdstore::StoredJoinToken stored;
       if (!stored.ParseFromString(kv.value))
         return data_loss_error("etcd key {}: not a StoredJoinToken record", kv.key);
       records.join_tokens.push_back(JoinTokenRecord{stored.secret_sha256(), stored.expire_unix_ms()});
-    } else if (starts_with(kv.key, identity_prefix() + "certificates/")) {
+    } else if (EtcdClient::has_prefix(kv.key, identity_prefix() + "certificates/")) {
       etcdstore::StoredNodeCertificate stored;
       if (!stored.ParseFromString(kv.value))
         return data_loss_error("etcd key {}: not a StoredNodeCertificate record", kv.key);
@@ -163,19 +159,14 @@ Status EtcdIdentityJournal::consume_join_token(const std::string& secret_sha256)
   request.add_success()->mutable_request_delete_range()->set_key(key);
   // On failure, read the key back to tell a used token from a lost leadership.
   request.add_failure()->mutable_request_range()->set_key(key);
-  if (fence_) *request.add_compare() = EtcdClient::leader_compare(*fence_);
-  COHORT_ASSIGN_OR_RETURN(TxnResult result, client_->txn(request));
+  COHORT_ASSIGN_OR_RETURN(TxnResult result, client_->fenced_txn(std::move(request), fence_));
   if (result.succeeded) return ok_status();
   if (result.response.responses_size() > 0 && result.response.responses(0).response_range().kvs_size() == 0) {
     return permission_denied_error(
         "the join token is not valid any more: a node used it already (one token admits one node, whichever "
         "coordinator led); an admin makes a new one with `cohort node token`");
   }
-  return failed_precondition_error(
-      "using a join token in {} refused: this coordinator no longer leads (its election key {} with revision "
-      "{} is "
-      "gone or replaced); another coordinator has taken over",
-      description(), fence_ ? fence_->key : "", fence_ ? fence_->rev : 0);
+  return EtcdClient::lost_leadership_error(fmt::format("using a join token in {}", description()), fence_);
 }
 
 Status EtcdIdentityJournal::put_certificates(const std::vector<CertificateRecord>& certificates) {

@@ -205,18 +205,13 @@ Status EtcdJobStore::write(etcdserverpb::TxnRequest request, const std::string& 
     exists->set_create_revision(0);
     request.add_failure()->mutable_request_range()->set_key(must_exist);
   }
-  if (fence_) *request.add_compare() = EtcdClient::leader_compare(*fence_);
-  COHORT_ASSIGN_OR_RETURN(TxnResult result, client_->txn(request));
+  COHORT_ASSIGN_OR_RETURN(TxnResult result, client_->fenced_txn(std::move(request), fence_));
   if (result.succeeded) return ok_status();
   if (!must_exist.empty() && result.response.responses_size() > 0 &&
       result.response.responses(0).response_range().kvs_size() == 0) {
     return not_found_error("{} refused: {} is not stored", what, must_exist);
   }
-  return failed_precondition_error(
-      "{} refused: this coordinator no longer leads (its election key {} with revision {} is gone or "
-      "replaced); "
-      "another coordinator has taken over",
-      what, fence_ ? fence_->key : "", fence_ ? fence_->rev : 0);
+  return EtcdClient::lost_leadership_error(what, fence_);
 }
 
 StatusOr<etcdserverpb::RequestOp> EtcdJobStore::job_put(const Job& job) const {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include <fmt/format.h>
+
 #include "daemon/etcd/job_records.pb.h"
 
 namespace cohort::etcd {
@@ -12,8 +14,6 @@ constexpr const char* kProgressKey = "progress";
 constexpr const char* kStorePrefix = "kv/";
 constexpr const char* kRequestPrefix = "req/";
 
-bool starts_with(const std::string& text, const std::string& prefix) { return text.rfind(prefix, 0) == 0; }
-
 }  // namespace
 
 EtcdRendezvousJournal::EtcdRendezvousJournal(EtcdClient* client, std::string attempt_prefix,
@@ -21,13 +21,9 @@ EtcdRendezvousJournal::EtcdRendezvousJournal(EtcdClient* client, std::string att
     : client_(client), prefix_(std::move(attempt_prefix)), fence_(std::move(fence)), what_(std::move(what)) {}
 
 Status EtcdRendezvousJournal::write(etcdserverpb::TxnRequest request, const std::string& what) {
-  if (fence_) *request.add_compare() = EtcdClient::leader_compare(*fence_);
-  COHORT_ASSIGN_OR_RETURN(TxnResult result, client_->txn(request));
+  COHORT_ASSIGN_OR_RETURN(TxnResult result, client_->fenced_txn(std::move(request), fence_));
   if (result.succeeded) return ok_status();
-  return failed_precondition_error(
-      "{} of {} refused: this coordinator no longer leads (its election key {} with revision {} is gone or "
-      "replaced); another coordinator has taken over",
-      what, what_, fence_ ? fence_->key : "", fence_ ? fence_->rev : 0);
+  return EtcdClient::lost_leadership_error(fmt::format("{} of {}", what, what_), fence_);
 }
 
 Status EtcdRendezvousJournal::write_progress(const coordinator::RendezvousProgress& progress) {
@@ -69,7 +65,7 @@ StatusOr<coordinator::RendezvousState> EtcdRendezvousJournal::decode(const std::
   coordinator::RendezvousState state;
   std::vector<std::pair<int64_t, coordinator::AnsweredRequest>> answered;  // by revision
   for (const KeyValue& kv : kvs) {
-    if (!starts_with(kv.key, attempt_prefix)) continue;
+    if (!EtcdClient::has_prefix(kv.key, attempt_prefix)) continue;
     const std::string name = kv.key.substr(attempt_prefix.size());
     if (name == kProgressKey) {
       etcdstore::StoredRendezvousProgress stored;
@@ -78,9 +74,9 @@ StatusOr<coordinator::RendezvousState> EtcdRendezvousJournal::decode(const std::
       state.progress.joined.insert(stored.joined().begin(), stored.joined().end());
       state.progress.barrier_generation = stored.barrier_generation();
       state.progress.left.insert(stored.left().begin(), stored.left().end());
-    } else if (starts_with(name, kStorePrefix)) {
+    } else if (EtcdClient::has_prefix(name, kStorePrefix)) {
       state.data.emplace(name.substr(std::string(kStorePrefix).size()), kv.value);
-    } else if (starts_with(name, kRequestPrefix)) {
+    } else if (EtcdClient::has_prefix(name, kRequestPrefix)) {
       answered.emplace_back(kv.mod_revision, coordinator::AnsweredRequest{
                                                  name.substr(std::string(kRequestPrefix).size()), kv.value});
     } else {
