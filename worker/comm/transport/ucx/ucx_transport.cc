@@ -157,6 +157,7 @@ class UcxEngine : public std::enable_shared_from_this<UcxEngine> {
   void unlink_locked(UcxWork* work);
   void abandon_locked(UcxWork* work, const Status& status);
   void fail_peer_locked(int peer, const Status& failure);
+  bool has_unexpected_locked(int peer, uint64_t tag);
   void close_endpoint_locked(Peer& peer, bool force);
   void reap_closing_locked();
   bool any_in_flight_locked() const;
@@ -379,7 +380,7 @@ std::shared_ptr<TransportWork> UcxEngine::post(bool is_send, int peer, uint64_t 
     return work;
   }
   Peer& target = peers_[peer];
-  if (!target.failure.ok()) {
+  if (!target.failure.ok() && (is_send || !has_unexpected_locked(peer, tag))) {
     work->finish(target.failure, 0);
     return work;
   }
@@ -399,6 +400,13 @@ std::shared_ptr<TransportWork> UcxEngine::post(bool is_send, int peer, uint64_t 
     link_locked(work.get());
   }
   return work;
+}
+
+// Whether a message from `peer` with `tag` has arrived and waits for its receive. A peer that
+// sent and then died (or just exited) is failed, but what it sent while alive is still delivered.
+bool UcxEngine::has_unexpected_locked(int peer, uint64_t tag) {
+  ucp_tag_recv_info_t info;
+  return ucp_tag_probe_nb(worker_, wire_tag(tag, peer), kFullTagMask, /*remove=*/0, &info) != nullptr;
 }
 
 void UcxEngine::send_callback(void* request, ucs_status_t status, void* user_data) {
@@ -485,10 +493,16 @@ void UcxEngine::abandon_locked(UcxWork* work, const Status& status) {
   std::shared_ptr<UcxWork> keep_until_return = std::move(work->self_);
 }
 
+// Most progress calls that drain arrived messages once a peer is found dead.
+constexpr int kDrainProgressCalls = 64;
+
 unsigned UcxEngine::progress_locked() {
   ++progress_calls_;
   unsigned events = ucp_worker_progress(worker_);
   if (!failed_peers_.empty()) {
+    // Before failing a dead peer's receives, take in what it sent while alive: keepalive can
+    // report the death in a progress call that has not yet read the shared-memory FIFO.
+    for (int i = 0; i < kDrainProgressCalls && ucp_worker_progress(worker_) > 0; ++i) ++events;
     std::vector<int> failed;
     failed.swap(failed_peers_);
     for (int peer : failed) fail_peer_locked(peer, peers_[peer].failure);

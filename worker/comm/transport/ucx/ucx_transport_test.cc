@@ -589,7 +589,11 @@ Status wait_on_rank_2(Store& store, Transport& t, bool cancel_after) {
     Status later = t.isend(2, 8, &v, sizeof(v))->wait(kFaultOpTimeout);
     COHORT_RETURN_IF_ERROR(store.set(fmt::format("later/{}", rank), later.to_string()));
   }
-  return ping_between_0_and_1(t);
+  COHORT_RETURN_IF_ERROR(ping_between_0_and_1(t));
+  // Neither survivor exits (and closes its endpoints) before both have their ping: what an exit
+  // does to the other's last receive is LastMessageOfAnExitedPeerIsStillDelivered's subject.
+  COHORT_RETURN_IF_ERROR(store.set(fmt::format("pinged/{}", rank), "1"));
+  return store.wait({"pinged/0", "pinged/1"}, kTestTimeout);
 }
 
 // Rank 0 measures 8-byte ping-pong latency and 4 MiB streaming bandwidth to rank 1.
@@ -640,15 +644,50 @@ Status measure(Store& store, Transport& t) {
   return ok_status();
 }
 
+// The "last_words" scenario. Rank 0 sends one message and exits at once, without closing its
+// transport, as a program that finished (or crashed) right after its last send does. Rank 1 runs
+// no progress until the parent has reaped rank 0. Rank 1 then learns of the death first, and
+// only then posts the receive: the message rank 0 sent while alive must still be delivered.
+Status last_words(Store& store, Transport& t) {
+  int64_t value = 4242;
+  if (t.rank() == 0) {
+    COHORT_RETURN_IF_ERROR(store.wait({"go"}, kTestTimeout));
+    COHORT_RETURN_IF_ERROR(t.isend(1, 9, &value, sizeof(value))->wait(kTestTimeout));
+    std::fflush(nullptr);
+    std::_Exit(0);
+  }
+  COHORT_RETURN_IF_ERROR(store.set("ready/1", "1"));
+  COHORT_RETURN_IF_ERROR(store.wait({"reaped/0"}, kTestTimeout));
+  // Let the keepalive interval pass, so the first progress call also finds rank 0 gone.
+  std::this_thread::sleep_for(2 * kDefaultUcxKeepaliveInterval);
+  // A receive rank 0 never sent runs progress until the death is noticed; that progress has also
+  // taken rank 0's message off the FIFO.
+  int64_t never = 0;
+  Status noticed = t.irecv(0, 10, &never, sizeof(never))->wait(kFaultOpTimeout);
+  if (noticed.code() != StatusCode::kUnavailable) {
+    return internal_error("rank 1: waiting on a message the dead rank 0 never sent gave {}", noticed.to_string());
+  }
+  value = 0;
+  Status status = t.irecv(0, 9, &value, sizeof(value))->wait(kFaultOpTimeout);
+  COHORT_RETURN_IF_ERROR(store.set("result/1", encode_result(status, Duration::zero())));
+  COHORT_RETURN_IF_ERROR(status);
+  if (value != 4242) return internal_error("rank 1 received {} instead of 4242", value);
+  return ok_status();
+}
+
 int run_child_rank(const std::string& scenario, int rank, int size, const std::string& store_path) {
   FileStore store(store_path);
   UcxOptions options = test_options();
+  // No progress behind the test's back: rank 1 of "last_words" must not read the FIFO early.
+  if (scenario == "last_words") options.idle_progress_interval = Duration::zero();
   auto transport = UcxTransport::create(store, rank, size, options);
   Status status = transport.status();
   if (status.ok()) status = warm_up(**transport);
   if (status.ok()) {
     if (scenario == "measure") {
       status = measure(store, **transport);
+    } else if (scenario == "last_words") {
+      status = last_words(store, **transport);
     } else if (rank == 2) {
       idle_until_killed(store, rank);
     } else {
@@ -752,6 +791,22 @@ TEST_F(UcxProcessTest, StoppedPeerTimesOutCleanly) {
     std::printf("rank %d: %s after %lld ms, cancel took %s ms\n", rank, result.message.c_str(),
                 static_cast<long long>(result.elapsed_ms), cancel_ms->c_str());
   }
+}
+
+// A peer's last message arrives even when the peer exited before the receive was posted and UCX
+// reports the peer's death in the same progress call that finds the message. (CI once failed
+// StoppedPeerTimesOutCleanly this way: the survivors' final ping was lost when the faster one
+// exited first.)
+TEST_F(UcxProcessTest, LastMessageOfAnExitedPeerIsStillDelivered) {
+  pid_t p0 = children_.spawn("last_words", 0, 2, store_path());
+  pid_t p1 = children_.spawn("last_words", 1, 2, store_path());
+  ASSERT_OK(store().wait({"ready/1"}, seconds(30)));
+  ASSERT_OK(store().set("go", "1"));
+  EXPECT_EQ(children_.wait(p0, kChildTimeout), 0);
+  ASSERT_OK(store().set("reaped/0", "1"));
+  EXPECT_EQ(children_.wait(p1, kChildTimeout), 0);
+  auto error = store().get("error/1", milliseconds(1));
+  EXPECT_FALSE(error.ok()) << *error;
 }
 
 }  // namespace
