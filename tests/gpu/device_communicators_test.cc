@@ -111,6 +111,9 @@ Status exercise(Communicator& comm, DataType dtype, size_t count = 1031) {
                             i, read_value(got.data(), dtype, i), sum);
     }
   }
+  // AVG of the original values again (the buffer now holds the sum on every rank, whose average
+  // is the sum itself: with one rank, as pure_nccl has on a one-GPU machine, both read alike).
+  buf.upload(host);
   COHORT_RETURN_IF_ERROR(comm.allreduce(buf.data(), buf.data(), count, dtype, ReduceOp::kAvg)->wait());
   got = buf.download();
   if (read_value(got.data(), dtype, 0) != sum / size && dtype != DataType::kInt32) {
