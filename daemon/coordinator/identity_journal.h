@@ -66,7 +66,14 @@ class IdentityJournal {
   // Deletes the join token only if it is still there: one token admits one node, whichever
   // coordinator consumed it. PERMISSION_DENIED when it is gone (used already, or never seeded).
   virtual Status consume_join_token(const std::string& secret_sha256) = 0;
-  // Writes certificate records, all or none (a node's revocation revokes each of its certificates).
+  // Deletes join tokens that expired (IdentityStore::prune_expired_join_tokens), whether or not
+  // they are still there. A store may split a long list into several writes; on an error, some of
+  // them may be gone already (harmless: an expired token admits no one, and the next prune deletes
+  // the rest).
+  virtual Status delete_join_tokens(const std::vector<std::string>& secret_sha256s) = 0;
+  // Writes certificate records (a node's revocation revokes each of its certificates). A store may
+  // split a long list into several writes, in order; on an error, the records of the writes before
+  // it are written (a revocation half done errs on the side of revoked; run it again to finish it).
   virtual Status put_certificates(const std::vector<CertificateRecord>& certificates) = 0;
   // Names the journal in logs ("etcd://h:p/cohort/identity/").
   virtual std::string description() const = 0;

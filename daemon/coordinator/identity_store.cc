@@ -273,6 +273,9 @@ StatusOr<std::string> IdentityStore::add_join_token(std::chrono::milliseconds tt
   const std::string hash = sha256_hex(secret);
   const int64_t expire = now_unix_ms + ttl.count();
   std::lock_guard<std::mutex> write(write_mu_);
+  COHORT_RETURN_IF_ERROR(prune_expired_join_tokens_locked(now_unix_ms)
+                             .status()
+                             .with_context("pruning the expired join tokens before making a new one"));
   if (journal_ != nullptr) COHORT_RETURN_IF_ERROR(journal_->put_join_token(JoinTokenRecord{hash, expire}));
   std::lock_guard<std::mutex> lock(mu_);
   COHORT_ASSIGN_OR_RETURN(SqliteStatement insert,
@@ -281,6 +284,35 @@ StatusOr<std::string> IdentityStore::add_join_token(std::chrono::milliseconds tt
   COHORT_RETURN_IF_ERROR(insert.run());
   join_tokens_[hash] = expire;
   return secret;
+}
+
+StatusOr<size_t> IdentityStore::prune_expired_join_tokens(int64_t now_unix_ms) {
+  std::lock_guard<std::mutex> write(write_mu_);
+  return prune_expired_join_tokens_locked(now_unix_ms);
+}
+
+StatusOr<size_t> IdentityStore::prune_expired_join_tokens_locked(int64_t now_unix_ms) {
+  std::vector<std::string> expired;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [hash, expire] : join_tokens_)
+      if (now_unix_ms >= expire) expired.push_back(hash);  // join_token_valid's test, negated
+  }
+  if (expired.empty()) return size_t{0};
+  if (journal_ != nullptr) COHORT_RETURN_IF_ERROR(journal_->delete_join_tokens(expired));
+  std::lock_guard<std::mutex> lock(mu_);
+  COHORT_RETURN_IF_ERROR(db_->transaction([&]() -> Status {
+    COHORT_ASSIGN_OR_RETURN(SqliteStatement remove,
+                            db_->prepare("DELETE FROM join_tokens WHERE secret_sha256 = ?"));
+    for (const std::string& hash : expired) {
+      COHORT_RETURN_IF_ERROR(remove.reset());
+      COHORT_RETURN_IF_ERROR(remove.bind(hash));
+      COHORT_RETURN_IF_ERROR(remove.run());
+    }
+    return ok_status();
+  }));
+  for (const std::string& hash : expired) join_tokens_.erase(hash);
+  return expired.size();
 }
 
 bool IdentityStore::join_token_valid(const std::string& secret, int64_t now_unix_ms) const {

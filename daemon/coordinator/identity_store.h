@@ -74,8 +74,14 @@ class IdentityStore {
   // Whether any admin exists (the first start creates one).
   bool has_admin() const;
 
-  // A new join token secret valid until now + ttl.
+  // A new join token secret valid until now + ttl. Prunes the tokens expired by `now_unix_ms`
+  // first (prune_expired_join_tokens), so unused tokens do not pile up in identity.db and the
+  // journal: an error of that prune is returned, and no token is made.
   StatusOr<std::string> add_join_token(std::chrono::milliseconds ttl, int64_t now_unix_ms);
+  // Deletes every join token expired at `now_unix_ms` (it admits no one any more), from the journal
+  // first, then here; returns how many. An error changes nothing here (the journal may have
+  // deleted some: harmless, they were expired). Blocks on the journal's I/O.
+  StatusOr<size_t> prune_expired_join_tokens(int64_t now_unix_ms);
   // Whether `secret` is a join token valid at `now_unix_ms`.
   bool join_token_valid(const std::string& secret, int64_t now_unix_ms) const;
   // Uses up a join token (one node joins per token). PERMISSION_DENIED when it is not valid (any
@@ -115,6 +121,8 @@ class IdentityStore {
   Status replace_locked(const IdentityRecords& records);
   void clear_maps_locked();
   void apply_locked(const IdentityRecords& records);
+  // prune_expired_join_tokens's work. Requires write_mu_ (not mu_).
+  StatusOr<size_t> prune_expired_join_tokens_locked(int64_t now_unix_ms);
 
   // Serializes changes, the journal's round trip included; taken before mu_. Lookups never take it.
   std::mutex write_mu_;

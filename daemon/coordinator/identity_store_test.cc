@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "daemon/coordinator/temp_dir.h"
+#include "worker/base/crypto.h"
 
 namespace cohort::coordinator {
 namespace {
@@ -118,6 +119,18 @@ class FakeJournal : public IdentityJournal {
     }
     return permission_denied_error("used");
   }
+  Status delete_join_tokens(const std::vector<std::string>& secret_sha256s) override {
+    if (refuse) return failed_precondition_error("refused");
+    for (const std::string& hash : secret_sha256s) {
+      for (auto it = records.join_tokens.begin(); it != records.join_tokens.end(); ++it) {
+        if (it->secret_sha256 == hash) {
+          records.join_tokens.erase(it);
+          break;
+        }
+      }
+    }
+    return ok_status();
+  }
   Status put_certificates(const std::vector<CertificateRecord>& certificates) override {
     if (refuse) return failed_precondition_error("refused");
     for (const CertificateRecord& certificate : certificates) records.certificates.push_back(certificate);
@@ -183,6 +196,53 @@ TEST(IdentityStoreTest, AChangeTheJournalRefusesChangesNothingLocally) {
   journal->records.join_tokens.clear();
   EXPECT_EQ((*store)->consume_join_token(*token, 2000).code(), StatusCode::kPermissionDenied);
   EXPECT_FALSE((*store)->join_token_valid(*token, 2000));
+}
+
+TEST(IdentityStoreTest, ExpiredJoinTokensArePrunedWhenANewOneIsMade) {
+  testing::TempDir dir;
+  auto store = IdentityStore::open(dir.path());
+  ASSERT_TRUE(store.ok());
+  auto journal = std::make_shared<FakeJournal>();
+  ASSERT_TRUE((*store)->follow_journal(journal).ok());
+  StatusOr<std::string> short_lived = (*store)->add_join_token(std::chrono::minutes(1), 1000);
+  StatusOr<std::string> long_lived = (*store)->add_join_token(std::chrono::hours(1), 1000);
+  ASSERT_TRUE(short_lived.ok() && long_lived.ok());
+  ASSERT_EQ(journal->records.join_tokens.size(), 2u);
+
+  // Still valid at the last millisecond before its expiry: nothing is pruned.
+  StatusOr<std::string> third = (*store)->add_join_token(std::chrono::hours(1), 1000 + 59999);
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(journal->records.join_tokens.size(), 3u);
+  EXPECT_EQ((*store)->records().join_tokens.size(), 3u);
+
+  // Expired: a journal that refuses the prune makes the new token fail, and nothing goes locally.
+  journal->refuse = true;
+  EXPECT_EQ((*store)->add_join_token(std::chrono::hours(1), 1000 + 60000).status().code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*store)->records().join_tokens.size(), 3u);
+  journal->refuse = false;
+
+  StatusOr<std::string> fourth = (*store)->add_join_token(std::chrono::hours(1), 1000 + 60000);
+  ASSERT_TRUE(fourth.ok()) << fourth.status().to_string();
+  const std::string pruned_hash = sha256_hex(*short_lived);
+  EXPECT_EQ((*store)->records().join_tokens.size(), 3u) << "the expired token was not pruned locally";
+  EXPECT_EQ(journal->records.join_tokens.size(), 3u) << "the expired token was not pruned from the journal";
+  for (const JoinTokenRecord& token : journal->records.join_tokens) EXPECT_NE(token.secret_sha256, pruned_hash);
+  EXPECT_TRUE((*store)->join_token_valid(*long_lived, 1000 + 60000));
+
+  // identity.db lost it too, and pruning again finds nothing until the next expiry.
+  store->reset();
+  store = IdentityStore::open(dir.path());
+  ASSERT_TRUE(store.ok());
+  EXPECT_EQ((*store)->records().join_tokens.size(), 3u);
+  for (const JoinTokenRecord& token : (*store)->records().join_tokens) EXPECT_NE(token.secret_sha256, pruned_hash);
+  StatusOr<size_t> none = (*store)->prune_expired_join_tokens(1000 + 60000);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(*none, 0u);
+  StatusOr<size_t> all = (*store)->prune_expired_join_tokens(1000 + 60000 + 3600000);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(*all, 3u);
+  EXPECT_TRUE((*store)->records().join_tokens.empty());
 }
 
 }  // namespace

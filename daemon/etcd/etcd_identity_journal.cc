@@ -169,19 +169,45 @@ Status EtcdIdentityJournal::consume_join_token(const std::string& secret_sha256)
   return EtcdClient::lost_leadership_error(fmt::format("using a join token in {}", description()), fence_);
 }
 
+Status EtcdIdentityJournal::delete_join_tokens(const std::vector<std::string>& secret_sha256s) {
+  std::vector<etcdserverpb::RequestOp> ops(secret_sha256s.size());
+  for (size_t i = 0; i < secret_sha256s.size(); ++i)
+    ops[i].mutable_request_delete_range()->set_key(join_token_key(secret_sha256s[i]));
+  return write_batches(std::move(ops), fmt::format("deleting {} expired join token(s)", secret_sha256s.size()));
+}
+
 Status EtcdIdentityJournal::put_certificates(const std::vector<CertificateRecord>& certificates) {
-  if (certificates.size() > static_cast<size_t>(kMaxOpsPerTxn)) {
-    // A node gets one certificate per join; thousands of joins of one node id are not a deployment.
-    return resource_exhausted_error("{} certificates of node {} in one write; at most {} (kMaxOpsPerTxn)",
-                                    certificates.size(), certificates.front().node_id, kMaxOpsPerTxn);
+  if (certificates.empty()) return ok_status();
+  std::vector<etcdserverpb::RequestOp> ops(certificates.size());
+  for (size_t i = 0; i < certificates.size(); ++i) {
+    etcdserverpb::PutRequest* put = ops[i].mutable_request_put();
+    put->set_key(certificate_key(certificates[i].serial));
+    if (!stored_certificate(certificates[i]).SerializeToString(put->mutable_value()))
+      return internal_error("etcd key {}: cannot serialize it", put->key());
   }
-  etcdserverpb::TxnRequest request;
-  for (const CertificateRecord& certificate : certificates)
-    COHORT_RETURN_IF_ERROR(
-        add_put(&request, certificate_key(certificate.serial), stored_certificate(certificate)));
-  return write(std::move(request),
-               fmt::format("writing {} certificate record(s) of node {}", certificates.size(),
-                           certificates.empty() ? "" : certificates.front().node_id));
+  return write_batches(std::move(ops), fmt::format("writing {} certificate record(s) of node {}",
+                                                   certificates.size(), certificates.front().node_id));
+}
+
+Status EtcdIdentityJournal::write_batches(std::vector<etcdserverpb::RequestOp> ops, const std::string& what) {
+  const size_t batches = (ops.size() + kMaxOpsPerTxn - 1) / kMaxOpsPerTxn;
+  for (size_t batch = 0; batch < batches; ++batch) {
+    const size_t begin = batch * kMaxOpsPerTxn;
+    const size_t end = std::min(ops.size(), begin + kMaxOpsPerTxn);
+    etcdserverpb::TxnRequest request;
+    for (size_t i = begin; i < end; ++i) *request.add_success() = std::move(ops[i]);
+    Status written = write(std::move(request), batches == 1 ? what
+                                                            : fmt::format("{} (transaction {} of {}, keys {}-{})",
+                                                                          what, batch + 1, batches, begin + 1, end));
+    if (!written.ok() && batch > 0) {
+      return written.with_suffix(
+          fmt::format("; the first {} of the {} keys were written, the rest were not (run the change again, "
+                      "at the leader: it writes them all again)",
+                      begin, ops.size()));
+    }
+    COHORT_RETURN_IF_ERROR(written);
+  }
+  return ok_status();
 }
 
 }  // namespace cohort::etcd

@@ -7,7 +7,8 @@
 // <prefix>/identity/:
 //
 //   users/<name>                  StoredUser (token hash, admin, revoked)
-//   join_tokens/<secret sha256>   StoredJoinToken (expiry); deleted when a node uses it
+//   join_tokens/<secret sha256>   StoredJoinToken (expiry); deleted when a node uses it, or once
+//                                 expired, when the leader issues the next token
 //   certificates/<serial>         StoredNodeCertificate (node id, revoked)
 //   seeded                        present once the first leader uploaded its identities
 //
@@ -19,13 +20,17 @@
 //
 // Cost: one Txn per identity change (a user added or revoked, a join token made or used, a node
 // certificate issued, a node revoked), made by admin commands and joins, never per call (callers
-// are authenticated from memory); load() reads the prefix page by page, once per leadership.
+// are authenticated from memory); load() reads the prefix page by page, once per leadership. Writes
+// of more than kMaxOpsPerTxn keys (revoking a node with more certificates than that, pruning that
+// many expired join tokens) are split into Txns of at most kMaxOpsPerTxn operations, each fenced
+// on its own (etcd refuses a Txn over its --max-txn-ops, 128 by default), written in order.
 //
 // Thread-safe (EtcdClient is; the rest is immutable). Blocks on etcd round trips, bounded by the
 // client's call timeout.
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "daemon/coordinator/identity_journal.h"
 #include "daemon/etcd/etcd_client.h"
@@ -47,6 +52,7 @@ class EtcdIdentityJournal final : public coordinator::IdentityJournal {
   Status put_user(const coordinator::UserRecord& user) override;
   Status put_join_token(const coordinator::JoinTokenRecord& token) override;
   Status consume_join_token(const std::string& secret_sha256) override;
+  Status delete_join_tokens(const std::vector<std::string>& secret_sha256s) override;
   Status put_certificates(const std::vector<coordinator::CertificateRecord>& certificates) override;
   std::string description() const override;
 
@@ -64,6 +70,9 @@ class EtcdIdentityJournal final : public coordinator::IdentityJournal {
  private:
   // Runs `request` behind the fence. FAILED_PRECONDITION when a comparison fails.
   Status write(etcdserverpb::TxnRequest request, const std::string& what);
+  // Runs `ops` in Txns of at most kMaxOpsPerTxn, in order, each behind the fence; stops at the
+  // first that fails, saying how many keys were written before it. `what` names the change.
+  Status write_batches(std::vector<etcdserverpb::RequestOp> ops, const std::string& what);
 
   EtcdClient* const client_;
   const std::string prefix_;

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "daemon/coordinator/identity_store.h"
@@ -154,6 +155,96 @@ TEST_F(EtcdIdentityJournalTest, AJoinTokenAdmitsOneNodeEvenWhenTwoCoordinatorsHo
   auto remaining = client_->range_prefix(prefix + "/identity/join_tokens/");
   ASSERT_TRUE(remaining.ok());
   EXPECT_EQ(remaining->kvs.size(), 0u);
+}
+
+TEST_F(EtcdIdentityJournalTest, ANodeWithMoreCertificatesThanOneTxnHoldsIsRevokedWhole) {
+  // etcd refuses a Txn of more than --max-txn-ops operations (128 by default, as this cluster
+  // runs): 150 certificates of one node take two fenced transactions.
+  const std::string prefix = "/identity-test-3";
+  constexpr int kCertificates = 150;
+  static_assert(kCertificates > 128, "must exceed etcd's default --max-txn-ops");
+  TempDir dir_a, dir_b;
+  auto a = open_store(dir_a);
+  auto b = open_store(dir_b);
+  ASSERT_TRUE(a != nullptr && b != nullptr);
+  int64_t lease_a = 0;
+  const LeaderKey key_a = elect(prefix + "/election", "a", &lease_a);
+  ASSERT_TRUE(a->follow_journal(std::make_shared<EtcdIdentityJournal>(client_.get(), prefix, key_a)).ok());
+  for (int i = 0; i < kCertificates; ++i)
+    ASSERT_TRUE(a->add_node_certificate(fmt::format("{:04x}", i), "node-many").ok()) << i;
+  ASSERT_TRUE(a->add_node_certificate("ffff", "node-other").ok());
+  client_->reset_request_counts();
+  Status revoked = a->revoke_node("node-many");
+  ASSERT_TRUE(revoked.ok()) << revoked.to_string();
+  EXPECT_EQ(client_->request_counts()["Txn"], 2) << "150 records: one Txn of 100 and one of 50";
+  for (int i = 0; i < kCertificates; ++i)
+    EXPECT_FALSE(a->certificate_valid(fmt::format("{:04x}", i), "node-many")) << i;
+  EXPECT_TRUE(a->certificate_valid("ffff", "node-other"));
+
+  // The next leader loads every certificate revoked.
+  ASSERT_TRUE(client_->lease_revoke(lease_a).ok());
+  int64_t lease_b = 0;
+  const LeaderKey key_b = elect(prefix + "/election", "b", &lease_b);
+  auto sync_b = b->follow_journal(std::make_shared<EtcdIdentityJournal>(client_.get(), prefix, key_b));
+  ASSERT_TRUE(sync_b.ok()) << sync_b.status().to_string();
+  EXPECT_EQ(sync_b->certificates, static_cast<size_t>(kCertificates + 1));
+  int valid = 0;
+  for (int i = 0; i < kCertificates; ++i) valid += b->certificate_valid(fmt::format("{:04x}", i), "node-many");
+  EXPECT_EQ(valid, 0) << "certificates of the revoked node still valid on the next leader";
+  EXPECT_FALSE(b->node_has_valid_certificate("node-many"));
+  EXPECT_TRUE(b->certificate_valid("ffff", "node-other"));
+
+  // The deposed A's batched write is refused in its first transaction: nothing lands.
+  Status refused = a->revoke_node("node-other");
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition) << refused.to_string();
+  ASSERT_TRUE(b->follow_journal(std::make_shared<EtcdIdentityJournal>(client_.get(), prefix, key_b)).ok());
+  EXPECT_TRUE(b->certificate_valid("ffff", "node-other"));
+  EXPECT_TRUE(client_->lease_revoke(lease_b).ok());
+}
+
+TEST_F(EtcdIdentityJournalTest, ExpiredJoinTokensArePrunedFromEtcdWhenTheLeaderMakesANewOne) {
+  const std::string prefix = "/identity-test-4";
+  constexpr int kExpiring = 130;  // more than one Txn's worth (etcd's default --max-txn-ops: 128)
+  TempDir dir_a, dir_b;
+  auto a = open_store(dir_a);
+  auto b = open_store(dir_b);
+  ASSERT_TRUE(a != nullptr && b != nullptr);
+  int64_t lease_a = 0;
+  const LeaderKey key_a = elect(prefix + "/election", "a", &lease_a);
+  ASSERT_TRUE(a->follow_journal(std::make_shared<EtcdIdentityJournal>(client_.get(), prefix, key_a)).ok());
+  for (int i = 0; i < kExpiring; ++i) ASSERT_TRUE(a->add_join_token(1min, kNow).ok()) << i;
+  auto lasting = a->add_join_token(1h, kNow);
+  ASSERT_TRUE(lasting.ok());
+  const std::string tokens = prefix + "/identity/join_tokens/";
+  auto before = client_->range_prefix(tokens, 1);
+  ASSERT_TRUE(before.ok());
+  EXPECT_EQ(before->count, kExpiring + 1);
+
+  // Two minutes later the 130 are expired: making a token deletes them from etcd and identity.db.
+  auto fresh = a->add_join_token(1h, kNow + 2 * 60 * 1000);
+  ASSERT_TRUE(fresh.ok()) << fresh.status().to_string();
+  auto after = client_->range_prefix(tokens, 1);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->count, 2) << "expired join tokens left in etcd";
+  EXPECT_EQ(a->records().join_tokens.size(), 2u);
+
+  // The next leader knows the two live ones only.
+  ASSERT_TRUE(client_->lease_revoke(lease_a).ok());
+  int64_t lease_b = 0;
+  const LeaderKey key_b = elect(prefix + "/election", "b", &lease_b);
+  auto sync_b = b->follow_journal(std::make_shared<EtcdIdentityJournal>(client_.get(), prefix, key_b));
+  ASSERT_TRUE(sync_b.ok()) << sync_b.status().to_string();
+  EXPECT_EQ(sync_b->join_tokens, 2u);
+  EXPECT_TRUE(b->join_token_valid(*lasting, kNow + 2 * 60 * 1000));
+  EXPECT_TRUE(b->join_token_valid(*fresh, kNow + 2 * 60 * 1000));
+
+  // A deposed leader's prune is refused, and it keeps its tokens.
+  EXPECT_EQ(a->prune_expired_join_tokens(kNow + 2 * 3600 * 1000).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(a->records().join_tokens.size(), 2u);
+  auto kept = client_->range_prefix(tokens, 1);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(kept->count, 2);
+  EXPECT_TRUE(client_->lease_revoke(lease_b).ok());
 }
 
 }  // namespace
