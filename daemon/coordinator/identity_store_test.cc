@@ -227,7 +227,8 @@ TEST(IdentityStoreTest, ExpiredJoinTokensArePrunedWhenANewOneIsMade) {
   const std::string pruned_hash = sha256_hex(*short_lived);
   EXPECT_EQ((*store)->records().join_tokens.size(), 3u) << "the expired token was not pruned locally";
   EXPECT_EQ(journal->records.join_tokens.size(), 3u) << "the expired token was not pruned from the journal";
-  for (const JoinTokenRecord& token : journal->records.join_tokens) EXPECT_NE(token.secret_sha256, pruned_hash);
+  for (const JoinTokenRecord& token : journal->records.join_tokens)
+    EXPECT_NE(token.secret_sha256, pruned_hash);
   EXPECT_TRUE((*store)->join_token_valid(*long_lived, 1000 + 60000));
 
   // identity.db lost it too, and pruning again finds nothing until the next expiry.
@@ -235,7 +236,8 @@ TEST(IdentityStoreTest, ExpiredJoinTokensArePrunedWhenANewOneIsMade) {
   store = IdentityStore::open(dir.path());
   ASSERT_TRUE(store.ok());
   EXPECT_EQ((*store)->records().join_tokens.size(), 3u);
-  for (const JoinTokenRecord& token : (*store)->records().join_tokens) EXPECT_NE(token.secret_sha256, pruned_hash);
+  for (const JoinTokenRecord& token : (*store)->records().join_tokens)
+    EXPECT_NE(token.secret_sha256, pruned_hash);
   StatusOr<size_t> none = (*store)->prune_expired_join_tokens(1000 + 60000);
   ASSERT_TRUE(none.ok());
   EXPECT_EQ(*none, 0u);

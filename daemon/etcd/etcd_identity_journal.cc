@@ -173,7 +173,8 @@ Status EtcdIdentityJournal::delete_join_tokens(const std::vector<std::string>& s
   std::vector<etcdserverpb::RequestOp> ops(secret_sha256s.size());
   for (size_t i = 0; i < secret_sha256s.size(); ++i)
     ops[i].mutable_request_delete_range()->set_key(join_token_key(secret_sha256s[i]));
-  return write_batches(std::move(ops), fmt::format("deleting {} expired join token(s)", secret_sha256s.size()));
+  return write_batches(std::move(ops),
+                       fmt::format("deleting {} expired join token(s)", secret_sha256s.size()));
 }
 
 Status EtcdIdentityJournal::put_certificates(const std::vector<CertificateRecord>& certificates) {
@@ -196,9 +197,10 @@ Status EtcdIdentityJournal::write_batches(std::vector<etcdserverpb::RequestOp> o
     const size_t end = std::min(ops.size(), begin + kMaxOpsPerTxn);
     etcdserverpb::TxnRequest request;
     for (size_t i = begin; i < end; ++i) *request.add_success() = std::move(ops[i]);
-    Status written = write(std::move(request), batches == 1 ? what
-                                                            : fmt::format("{} (transaction {} of {}, keys {}-{})",
-                                                                          what, batch + 1, batches, begin + 1, end));
+    Status written =
+        write(std::move(request), batches == 1 ? what
+                                               : fmt::format("{} (transaction {} of {}, keys {}-{})", what,
+                                                             batch + 1, batches, begin + 1, end));
     if (!written.ok() && batch > 0) {
       return written.with_suffix(
           fmt::format("; the first {} of the {} keys were written, the rest were not (run the change again, "

@@ -189,7 +189,8 @@ TEST_F(EtcdIdentityJournalTest, ANodeWithMoreCertificatesThanOneTxnHoldsIsRevoke
   ASSERT_TRUE(sync_b.ok()) << sync_b.status().to_string();
   EXPECT_EQ(sync_b->certificates, static_cast<size_t>(kCertificates + 1));
   int valid = 0;
-  for (int i = 0; i < kCertificates; ++i) valid += b->certificate_valid(fmt::format("{:04x}", i), "node-many");
+  for (int i = 0; i < kCertificates; ++i)
+    valid += b->certificate_valid(fmt::format("{:04x}", i), "node-many");
   EXPECT_EQ(valid, 0) << "certificates of the revoked node still valid on the next leader";
   EXPECT_FALSE(b->node_has_valid_certificate("node-many"));
   EXPECT_TRUE(b->certificate_valid("ffff", "node-other"));
@@ -239,7 +240,8 @@ TEST_F(EtcdIdentityJournalTest, ExpiredJoinTokensArePrunedFromEtcdWhenTheLeaderM
   EXPECT_TRUE(b->join_token_valid(*fresh, kNow + 2 * 60 * 1000));
 
   // A deposed leader's prune is refused, and it keeps its tokens.
-  EXPECT_EQ(a->prune_expired_join_tokens(kNow + 2 * 3600 * 1000).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(a->prune_expired_join_tokens(kNow + 2 * 3600 * 1000).status().code(),
+            StatusCode::kFailedPrecondition);
   EXPECT_EQ(a->records().join_tokens.size(), 2u);
   auto kept = client_->range_prefix(tokens, 1);
   ASSERT_TRUE(kept.ok());
