@@ -108,7 +108,9 @@ class JobStore {
   // rendezvous stays in memory (SQLite, the default here). Unlike the other methods, the journal
   // is called from the rendezvous's threads, outside the Coordinator's lock, and must be
   // thread-safe. A store with journals drops an attempt's state in the same write that moves its
-  // job out of PLACED / RUNNING (save / upsert_job), and with delete_job.
+  // job out of PLACED / RUNNING (save / upsert_job), and with delete_job; the etcd store also
+  // refuses a journal write for an attempt whose state was dropped (one still in flight when the
+  // attempt ended), so nothing outlives the attempt.
   virtual std::shared_ptr<RendezvousJournal> rendezvous_journal(const std::string& /*job_id*/,
                                                                 int /*attempt*/) {
     return nullptr;

@@ -133,7 +133,7 @@ StatusOr<RankAssignment> Rendezvous::join(const std::string& node_id, int local_
       format_duration(timeout), joined_.size(), world_size_, missing_ranks(joined_));
 }
 
-Status Rendezvous::barrier(int rank, Duration timeout) {
+Status Rendezvous::barrier(int rank, Duration timeout, std::optional<int64_t> generation) {
   if (rank < 0 || rank >= world_size_) {
     return invalid_argument_error("barrier of {}: rank {} is outside the world of {}", describe(), rank,
                                   world_size_);
@@ -144,16 +144,32 @@ Status Rendezvous::barrier(int rank, Duration timeout) {
                          fmt::join(left_, ", "));
   };
   if (!closed_.ok()) return closed_;
+  if (generation.has_value()) {
+    // A call sent again for a barrier that opened already: its answer was lost, not its arrival.
+    if (*generation < barrier_generation_) return ok_status();
+    if (*generation > barrier_generation_) {
+      return invalid_argument_error(
+          "barrier of {}: rank {} asks for barrier {} (counting from 0), but only {} barrier(s) opened; a "
+          "rank's generation is the number of barriers it has passed",
+          describe(), rank, *generation, barrier_generation_);
+    }
+  }
   if (!left_.empty()) return left_error();
-  if (!in_barrier_.insert(rank).second) {
+  auto waiting = in_barrier_.find(rank);
+  if (waiting != in_barrier_.end() && !generation.has_value()) {
     return invalid_argument_error("barrier of {}: rank {} is already waiting in it", describe(), rank);
   }
-  const int64_t generation = barrier_generation_;
+  const int64_t current = barrier_generation_;
+  if (waiting != in_barrier_.end()) {
+    ++waiting->second;  // the same call sent again while the first waits: it waits too, counted once
+  } else {
+    in_barrier_.emplace(rank, 1);
+  }
   if (static_cast<int>(in_barrier_.size()) == world_size_) {
     // The last arrival opens the barrier for this generation and resets it for the next.
     RendezvousProgress opened = progress_locked();
     ++opened.barrier_generation;
-    if (Status journaled = journal_locked(opened, "opening barrier " + std::to_string(generation));
+    if (Status journaled = journal_locked(opened, "opening barrier " + std::to_string(current));
         !journaled.ok()) {
       in_barrier_.erase(rank);
       return journaled;
@@ -165,12 +181,15 @@ Status Rendezvous::barrier(int rank, Duration timeout) {
   }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   changed_.wait_until(lock, deadline,
-                      [&] { return barrier_generation_ != generation || !closed_.ok() || !left_.empty(); });
-  if (barrier_generation_ != generation) return ok_status();
-  in_barrier_.erase(rank);  // withdrawn: a later call may arrive again
+                      [&] { return barrier_generation_ != current || !closed_.ok() || !left_.empty(); });
+  if (barrier_generation_ != current) return ok_status();
+  // Withdrawn (a later call may arrive again), unless another call of the same rank still waits.
+  if (auto self = in_barrier_.find(rank); self != in_barrier_.end() && --self->second == 0)
+    in_barrier_.erase(self);
   if (!closed_.ok()) return closed_;
   if (!left_.empty()) return left_error();
-  std::set<int> arrived = in_barrier_;
+  std::set<int> arrived;
+  for (const auto& [waiting_rank, calls] : in_barrier_) arrived.insert(waiting_rank);
   arrived.insert(rank);
   return deadline_exceeded_error("barrier of {} timed out after {} at rank {}: rank(s) {} never arrived",
                                  describe(), format_duration(timeout), rank, missing_ranks(arrived));

@@ -29,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -89,7 +90,16 @@ class Rendezvous {
   // times out is withdrawn, so the barrier stays consistent for the others. INVALID_ARGUMENT for a
   // rank outside the world or already waiting; ABORTED when a rank has left; DEADLINE_EXCEEDED
   // naming the missing ranks; the close reason once closed.
-  Status barrier(int rank, Duration timeout = kDefaultRendezvousTimeout);
+  //
+  // `generation`: the barriers this rank has passed in this attempt (0 for its first), which makes
+  // the call safe to send again, as a request id makes a store add: a call for a barrier that has
+  // opened already (its answer was lost, e.g. with the leader that opened it, whose successor
+  // restored the opening from the journal) is answered OK at once and counted in no later barrier;
+  // the same call arriving again while the first still waits waits with it (counted once). A
+  // generation beyond the barriers opened is INVALID_ARGUMENT. Without it (std::nullopt), the call
+  // counts in whichever barrier is open now, and a call sent again is not safe.
+  Status barrier(int rank, Duration timeout = kDefaultRendezvousTimeout,
+                 std::optional<int64_t> generation = std::nullopt);
 
   // Records that `rank` is done. Ranks in a barrier wake with ABORTED. Idempotent. Non-blocking.
   Status leave(int rank);
@@ -128,7 +138,7 @@ class Rendezvous {
   std::condition_variable changed_;  // notified on join completion, barrier opening, leave, close
   std::set<int> joined_;             // ranks that joined
   int64_t barrier_generation_ = 0;   // bumps each time the barrier opens
-  std::set<int> in_barrier_;         // ranks waiting in the current generation
+  std::map<int, int> in_barrier_;    // ranks waiting in the current generation -> calls waiting
   std::set<int> left_;
   Status closed_;  // OK while open
 };

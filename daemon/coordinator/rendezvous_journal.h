@@ -13,7 +13,9 @@
 //     rank is blocked in the call, and the call, broken by a failover, is sent again to the new
 //     leader (worker/base/leader_channel.h), which counts it then. The answer itself (rank, sizes,
 //     master) is a function of the placement, which the job record stores.
-//   - a barrier opening (its generation) and a rank leaving, for the same reason;
+//   - a barrier opening (its generation) and a rank leaving, for the same reason; a barrier call
+//     sent again with its generation (Rendezvous::barrier) after the old leader opened that barrier
+//     is answered from the journaled generation, not counted in the next one;
 //   - every store write (set, add, compare_set, delete): other ranks read it later. An add or delete
 //     sent with a request id also writes its answer, so the same request sent again after a
 //     failover (the old leader applied it, its answer was lost) gets that answer instead of being

@@ -261,5 +261,67 @@ TEST(RendezvousTest, BarrierOpeningsAndLeavesAreJournaledAndRestored) {
   EXPECT_EQ(successor.barrier(0, kGenerous).code(), StatusCode::kAborted) << "rank 1 left";
 }
 
+// A barrier call sent again after a failover (the old leader opened the barrier and journaled it,
+// the answer was lost): with its generation, answered at once and counted in no later barrier.
+TEST(RendezvousTest, ABarrierSentAgainWithItsGenerationAfterAFailoverIsAnsweredOnceAndCountedOnce) {
+  auto journal = std::make_shared<testing::FakeRendezvousJournal>();
+  Rendezvous leader("job", 1, placement(3, 1), journal);
+  {
+    std::vector<std::thread> ranks;
+    for (int rank = 1; rank < 3; ++rank)
+      ranks.emplace_back([&, rank] { EXPECT_TRUE(leader.barrier(rank, kGenerous, 0).ok()); });
+    EXPECT_TRUE(leader.barrier(0, kGenerous, 0).ok());
+    for (std::thread& thread : ranks) thread.join();
+  }
+  ASSERT_EQ(journal->state().progress.barrier_generation, 1);
+
+  // The leader dies before rank 0's answer reaches it; the successor restores the opening.
+  Rendezvous successor("job", 1, placement(3, 1), journal);
+  ASSERT_TRUE(successor.restore(journal->state()).ok());
+  EXPECT_TRUE(successor.barrier(0, kShort, 0).ok()) << "barrier 0 opened before the failover";
+  // Rank 0's call sent again (twice, even) was not counted in barrier 1: ranks 1 and 2 alone do
+  // not open it, and its timeout names rank 0 as missing.
+  EXPECT_TRUE(successor.barrier(0, kShort, 0).ok());
+  std::thread one([&] {
+    Status alone = successor.barrier(1, milliseconds(200), 1);
+    EXPECT_EQ(alone.code(), StatusCode::kDeadlineExceeded) << alone.to_string();
+    EXPECT_NE(alone.message().find("rank(s) 0 (node node-0)"), std::string::npos) << alone.message();
+  });
+  Status two = successor.barrier(2, milliseconds(200), 1);
+  one.join();
+  EXPECT_EQ(two.code(), StatusCode::kDeadlineExceeded)
+      << "barrier 1 opened without rank 0: " << two.to_string();
+  EXPECT_EQ(successor.progress().barrier_generation, 1);
+
+  // Barrier 1 then opens once every rank calls it, each counted once.
+  {
+    std::vector<std::thread> ranks;
+    for (int rank = 1; rank < 3; ++rank)
+      ranks.emplace_back([&, rank] { EXPECT_TRUE(successor.barrier(rank, kGenerous, 1).ok()); });
+    EXPECT_TRUE(successor.barrier(0, kGenerous, 1).ok());
+    for (std::thread& thread : ranks) thread.join();
+  }
+  EXPECT_EQ(successor.progress().barrier_generation, 2);
+  EXPECT_EQ(journal->state().progress.barrier_generation, 2);
+  EXPECT_EQ(successor.barrier(0, kShort, 3).code(), StatusCode::kInvalidArgument)
+      << "a generation beyond the barriers opened";
+}
+
+TEST(RendezvousTest, ABarrierCallSentAgainWhileTheFirstWaitsWaitsWithItCountedOnce) {
+  Rendezvous rendezvous("job", 1, placement(2, 1));
+  Status first, again;
+  std::thread a([&] { first = rendezvous.barrier(0, kGenerous, 0); });
+  std::thread b([&] { again = rendezvous.barrier(0, kGenerous, 0); });
+  // Both calls usually wait by now (if not, a late one finds the barrier open: OK too).
+  std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_EQ(rendezvous.progress().barrier_generation, 0) << "rank 0 counted twice opened the barrier";
+  ASSERT_TRUE(rendezvous.barrier(1, kGenerous, 0).ok());
+  a.join();
+  b.join();
+  EXPECT_TRUE(first.ok()) << first.to_string();
+  EXPECT_TRUE(again.ok()) << again.to_string();
+  EXPECT_EQ(rendezvous.progress().barrier_generation, 1);
+}
+
 }  // namespace
 }  // namespace cohort::coordinator

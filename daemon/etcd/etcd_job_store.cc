@@ -283,6 +283,10 @@ Status EtcdJobStore::save(const Job& job, const JobEvent& event) {
   if (active(event.change.from) && !active(event.change.to)) {
     const std::string rendezvous = rendezvous_prefix(job.id);
     *request.add_success() = delete_op(rendezvous, EtcdClient::prefix_end(rendezvous));
+  } else if (!active(event.change.from) && active(event.change.to)) {
+    // The placement opens the attempt's journal: its writes are accepted from now until the save
+    // above deletes it (etcd_rendezvous_journal.h), so a late one cannot outlive the attempt.
+    *request.add_success() = EtcdRendezvousJournal::open_op(rendezvous_prefix(job.id, job.attempt()));
   }
   return write(std::move(request), fmt::format("writing job {} with event {}", job.id, event.seq));
 }

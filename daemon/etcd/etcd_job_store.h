@@ -28,7 +28,8 @@
 // registers with changed info or is lost, never per heartbeat; load_all reads the four prefixes
 // page by page. Rendezvous: one Txn when an attempt's join completes, per barrier opening, per
 // leave and per store write (set, add, compare_set, delete of an existing key); none per wait,
-// get or check; the attempt's journal is deleted inside the save that ends it. load_rendezvous
+// get or check; the attempt's journal is opened inside the save that places it and deleted inside
+// the save that ends it (a journal write for an attempt not open is refused). load_rendezvous
 // reads one attempt's prefix (a takeover, once per recovered attempt).
 //
 // Not thread-safe (the Coordinator serializes calls, as with the SQLite store); every method blocks

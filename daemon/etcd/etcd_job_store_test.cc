@@ -58,6 +58,16 @@ JobEvent submitted(const Job& job, int64_t seq) {
   return event;
 }
 
+// Writes `id` as placed for `attempt` (the save PENDING -> PLACED that opens the attempt's
+// rendezvous journal). `seq`: the event's.
+Status place(JobStore* store, const std::string& id, int attempt, int64_t seq) {
+  Job job = make_job(id, 1);
+  COHORT_ASSIGN_OR_RETURN(job.machine, JobStateMachine::restore(JobState::kPlaced, attempt, "placed", 3));
+  JobEvent placed = submitted(job, seq);
+  placed.change = coordinator::JobTransition{JobState::kPending, JobState::kPlaced, attempt, "placed"};
+  return store->save(job, placed);
+}
+
 class EtcdJobStoreTest : public testing::EtcdClusterTest {
  protected:
   void SetUp() override {
@@ -382,6 +392,7 @@ TEST_F(EtcdJobStoreTest, ARendezvousJournalRoundTripsAndADeposedLeadersWriteIsRe
   Leader leader = lead("old:1");
   ASSERT_NE(leader.store, nullptr);
   EtcdJobStore* store = leader.store.get();
+  ASSERT_TRUE(place(store, "mlp-1", 1, 1).ok());
   auto journal = store->rendezvous_journal("mlp-1", 1);
   ASSERT_NE(journal, nullptr);
   coordinator::RendezvousProgress progress;
@@ -395,8 +406,10 @@ TEST_F(EtcdJobStoreTest, ARendezvousJournalRoundTripsAndADeposedLeadersWriteIsRe
   ASSERT_TRUE(journal->write_key("n", "3", {"req-2", "3"}, {"req-1"}).ok());
   ASSERT_TRUE(journal->write_key("gone", "x", {}, {}).ok());
   ASSERT_TRUE(journal->write_key("gone", std::nullopt, {"req-3", "1"}, {}).ok());
-  // Another attempt's journal is its own.
-  ASSERT_TRUE(store->rendezvous_journal("mlp-1", 2)->write_key("n", "99", {}, {}).ok());
+  // Another attempt's journal is its own (a job placed under another id here: one job has one
+  // attempt placed at a time).
+  ASSERT_TRUE(place(store, "mlp-2", 2, 2).ok());
+  ASSERT_TRUE(store->rendezvous_journal("mlp-2", 2)->write_key("n", "99", {}, {}).ok());
 
   auto reader = open_store();
   auto state = reader->load_rendezvous("mlp-1", 1);
@@ -406,9 +419,13 @@ TEST_F(EtcdJobStoreTest, ARendezvousJournalRoundTripsAndADeposedLeadersWriteIsRe
   ASSERT_EQ(state->answered.size(), 2u);
   EXPECT_EQ(state->answered[0], (coordinator::AnsweredRequest{"req-2", "3"})) << "oldest first";
   EXPECT_EQ(state->answered[1], (coordinator::AnsweredRequest{"req-3", "1"}));
-  auto other = reader->load_rendezvous("mlp-1", 2);
+  auto other = reader->load_rendezvous("mlp-2", 2);
   ASSERT_TRUE(other.ok());
   EXPECT_EQ(other->data, (std::map<std::string, std::string>{{"n", "99"}}));
+  // An attempt never placed has no journal to write to.
+  Status unplaced = store->rendezvous_journal("mlp-1", 2)->write_key("n", "1", {}, {});
+  EXPECT_EQ(unplaced.code(), StatusCode::kFailedPrecondition) << unplaced.to_string();
+  EXPECT_TRUE(reader->load_rendezvous("mlp-1", 2)->empty());
   auto none = reader->load_rendezvous("mlp-1", 3);
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(none->empty());
@@ -432,11 +449,17 @@ TEST_F(EtcdJobStoreTest, TheSaveThatEndsAnAttemptDropsItsRendezvousJournal) {
   auto store = open_store();
   Job job = make_job("mlp-1", 1);
   ASSERT_TRUE(store->save(job, submitted(job, 1)).ok());
-  ASSERT_TRUE(store->rendezvous_journal("mlp-1", 1)->write_key("k", "v", {}, {}).ok());
+  Status unplaced = store->rendezvous_journal("mlp-1", 1)->write_key("k", "v", {}, {});
+  EXPECT_EQ(unplaced.code(), StatusCode::kFailedPrecondition) << "journaled before the attempt was placed";
+  client_->reset_request_counts();
+  ASSERT_TRUE(place(store.get(), "mlp-1", 1, 2).ok());
+  EXPECT_EQ(client_->total_requests(), 1) << "one Txn: the job, its event and the journal's opening";
+  auto late_journal = store->rendezvous_journal("mlp-1", 1);
+  ASSERT_TRUE(late_journal->write_key("k", "v", {}, {}).ok());
   auto running = JobStateMachine::restore(JobState::kRunning, 1, "started", 0);
   ASSERT_TRUE(running.ok());
   job.machine = *running;
-  JobEvent started = submitted(job, 2);
+  JobEvent started = submitted(job, 3);
   started.change = coordinator::JobTransition{JobState::kPlaced, JobState::kRunning, 1, "started"};
   ASSERT_TRUE(store->save(job, started).ok());
   EXPECT_EQ(store->load_rendezvous("mlp-1", 1)->data.size(), 1u) << "RUNNING keeps it";
@@ -444,15 +467,27 @@ TEST_F(EtcdJobStoreTest, TheSaveThatEndsAnAttemptDropsItsRendezvousJournal) {
   auto succeeded = JobStateMachine::restore(JobState::kSucceeded, 1, "done", 0);
   ASSERT_TRUE(succeeded.ok());
   job.machine = *succeeded;
-  JobEvent done = submitted(job, 3);
+  JobEvent done = submitted(job, 4);
   done.change = coordinator::JobTransition{JobState::kRunning, JobState::kSucceeded, 1, "done"};
   client_->reset_request_counts();
   ASSERT_TRUE(store->save(job, done).ok());
   EXPECT_EQ(client_->total_requests(), 1) << "one Txn: the job, its event and the journal's deletion";
   EXPECT_TRUE(store->load_rendezvous("mlp-1", 1)->empty());
+  auto left = client_->range_prefix(store->rendezvous_prefix("mlp-1"), 1);
+  ASSERT_TRUE(left.ok());
+  EXPECT_EQ(left->count, 0) << "keys left under " << store->rendezvous_prefix("mlp-1");
 
-  // One a leader left behind (it died between a write and the attempt's end) goes with the job.
-  ASSERT_TRUE(store->rendezvous_journal("mlp-1", 1)->write_key("late", "v", {}, {}).ok());
+  // A store write and a leave still in flight when the attempt ended (the rendezvous closes only
+  // once they return): refused, naming the ended attempt, and no key comes back.
+  Status late = late_journal->write_key("late", "v", {"req-9", "1"}, {});
+  EXPECT_EQ(late.code(), StatusCode::kFailedPrecondition) << late.to_string();
+  EXPECT_NE(late.message().find("has ended"), std::string::npos) << late.message();
+  coordinator::RendezvousProgress leaving;
+  leaving.left = {1};
+  EXPECT_EQ(late_journal->write_progress(leaving).code(), StatusCode::kFailedPrecondition);
+  left = client_->range_prefix(store->rendezvous_prefix("mlp-1"), 1);
+  ASSERT_TRUE(left.ok());
+  EXPECT_EQ(left->count, 0) << "a late write recreated keys under " << store->rendezvous_prefix("mlp-1");
   ASSERT_TRUE(store->delete_job("mlp-1").ok());
   EXPECT_TRUE(store->load_rendezvous("mlp-1", 1)->empty());
 }

@@ -20,9 +20,33 @@ EtcdRendezvousJournal::EtcdRendezvousJournal(EtcdClient* client, std::string att
                                              std::optional<LeaderKey> fence, std::string what)
     : client_(client), prefix_(std::move(attempt_prefix)), fence_(std::move(fence)), what_(std::move(what)) {}
 
+etcdserverpb::RequestOp EtcdRendezvousJournal::open_op(const std::string& attempt_prefix) {
+  etcdserverpb::RequestOp op;
+  etcdserverpb::PutRequest* put = op.mutable_request_put();
+  put->set_key(attempt_prefix + kProgressKey);
+  // An empty StoredRendezvousProgress (no field set) serializes to no bytes: progress zero.
+  put->set_value("");
+  return op;
+}
+
 Status EtcdRendezvousJournal::write(etcdserverpb::TxnRequest request, const std::string& what) {
+  // The attempt is open while its progress record exists (open_op made it; the save that ended the
+  // attempt deleted it). On failure, read it back to tell an ended attempt from a lost leadership.
+  const std::string progress_key = prefix_ + kProgressKey;
+  etcdserverpb::Compare* open = request.add_compare();
+  open->set_key(progress_key);
+  open->set_result(etcdserverpb::Compare::GREATER);
+  open->set_target(etcdserverpb::Compare::CREATE);
+  open->set_create_revision(0);
+  request.add_failure()->mutable_request_range()->set_key(progress_key);
   COHORT_ASSIGN_OR_RETURN(TxnResult result, client_->fenced_txn(std::move(request), fence_));
   if (result.succeeded) return ok_status();
+  if (result.response.responses_size() > 0 && result.response.responses(0).response_range().kvs_size() == 0) {
+    return failed_precondition_error(
+        "{} of {} refused: the attempt has ended (its rendezvous journal {} is gone, deleted by the write "
+        "that ended it) or was never placed; nothing is journaled for it",
+        what, what_, prefix_);
+  }
   return EtcdClient::lost_leadership_error(fmt::format("{} of {}", what, what_), fence_);
 }
 

@@ -11,14 +11,18 @@
 //   kv/<store key>      the store key's value, raw bytes
 //   req/<request id>    the answer of an add / delete sent with a request id
 //
+// Lifetime: the save that places the attempt (EtcdJobStore::save, PENDING -> PLACED) writes an
+// empty progress record in the same transaction (open_op); the save that moves the job out of
+// PLACED / RUNNING deletes the job's whole rendezvous prefix in its transaction, and so does
+// delete_job. Every journal write compares that the progress record still exists, so a write still
+// in flight when the attempt ends (the rendezvous closes only once it returns) is refused
+// (FAILED_PRECONDITION, "has ended") instead of recreating keys under a prefix nothing reads.
+//
 // Cost: every write is one etcd Txn (the progress record; or a store key with its request's answer
 // and the evicted answers' deletions), fenced on the leader's election key like every job store
-// write: a deposed leader's write is refused (FAILED_PRECONDITION) and changes nothing. No reads.
-// The attempt's keys go in the transaction that moves its job out of PLACED / RUNNING
-// (EtcdJobStore::save), and with the job (delete_job). A store write already in flight when the
-// attempt ends can land after that deletion (the rendezvous closes only once it returns): such a
-// key stays until the job's next attempt ends or the job is deleted, and no attempt reads it (each
-// attempt has its own prefix).
+// write and on the attempt's progress record: a deposed leader's write, or one for an ended
+// attempt, is refused and changes nothing. No reads (a refused write reads the progress record back
+// in the same Txn, to say which comparison failed).
 //
 // Thread-safe (EtcdClient is; the rest is immutable). Blocks on one etcd round trip per write,
 // bounded by the client's call timeout.
@@ -45,13 +49,18 @@ class EtcdRendezvousJournal final : public coordinator::RendezvousJournal {
                    const coordinator::AnsweredRequest& answered,
                    const std::vector<std::string>& forget) override;
 
+  // The operation that opens the journal under `attempt_prefix` (an empty progress record), for the
+  // transaction that places the attempt. Without it every write of the journal is refused.
+  static etcdserverpb::RequestOp open_op(const std::string& attempt_prefix);
+
   // Decodes the keys read under `attempt_prefix` (any order) into the state they hold; answered
   // requests oldest first (by etcd revision). DATA_LOSS for a record that is not one.
   static StatusOr<coordinator::RendezvousState> decode(const std::string& attempt_prefix,
                                                        const std::vector<KeyValue>& kvs);
 
  private:
-  // Runs `request` behind the fence. FAILED_PRECONDITION when the fence fails.
+  // Runs `request` behind the fence, if the attempt's progress record exists. FAILED_PRECONDITION
+  // when either comparison fails, saying which.
   Status write(etcdserverpb::TxnRequest request, const std::string& what);
 
   EtcdClient* const client_;

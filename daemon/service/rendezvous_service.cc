@@ -1,5 +1,6 @@
 #include "daemon/service/rendezvous_service.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -159,7 +160,9 @@ grpc::Status RendezvousService::Barrier(grpc::ServerContext* context,
   COHORT_GRPC_ASSIGN_OR_RETURN(auto rendezvous, find(*context, request->attempt()));
   COHORT_GRPC_ASSIGN_OR_RETURN(
       Duration wait, bounded_wait(*context, request->timeout_ms(), coordinator::kDefaultRendezvousTimeout));
-  return to_grpc_status(rendezvous->barrier(request->rank(), wait));
+  const std::optional<int64_t> generation =
+      request->has_generation() ? std::optional<int64_t>(request->generation()) : std::nullopt;
+  return to_grpc_status(rendezvous->barrier(request->rank(), wait, generation));
 }
 
 grpc::Status RendezvousService::Leave(grpc::ServerContext* context,

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -227,6 +228,37 @@ TEST_F(CoordinatorServerTest, TwoWorkersBootstrapThroughCohortUrlsAndExchangeKey
   Status timed_out = store.wait({"never-set"}, std::chrono::milliseconds(200));
   EXPECT_EQ(timed_out.code(), StatusCode::kDeadlineExceeded) << timed_out.to_string();
   EXPECT_NE(timed_out.message().find("never-set"), std::string::npos) << timed_out.message();
+
+  // Barrier over RPC with its generation: both ranks open barrier 0; rank 0's call sent again (its
+  // answer lost) is answered at once instead of waiting in barrier 1; a generation beyond the
+  // barriers opened is refused.
+  auto barrier = [&](int rank, std::optional<int64_t> generation, int64_t timeout_ms) {
+    cohort::v1::BarrierRequest request;
+    request.mutable_attempt()->set_job_id(job_id);
+    request.mutable_attempt()->set_attempt(1);
+    request.set_rank(rank);
+    request.set_timeout_ms(timeout_ms);
+    if (generation.has_value()) request.set_generation(*generation);
+    cohort::v1::BarrierResponse response;
+    grpc::ClientContext context;
+    set_deadline(&context);
+    return rendezvous_for(job_id, 1)->Barrier(&context, request, &response);
+  };
+  const int64_t rpc_timeout_ms = std::chrono::duration_cast<std::chrono::milliseconds>(kRpcTimeout).count();
+  {
+    std::thread other([&] {
+      grpc::Status opened = barrier(1, 0, rpc_timeout_ms);
+      EXPECT_TRUE(opened.ok()) << opened.error_message();
+    });
+    grpc::Status opened = barrier(0, 0, rpc_timeout_ms);
+    EXPECT_TRUE(opened.ok()) << opened.error_message();
+    other.join();
+  }
+  grpc::Status again = barrier(0, 0, 200);
+  EXPECT_TRUE(again.ok()) << "a barrier sent again after it opened: " << again.error_message();
+  EXPECT_EQ(barrier(0, 5, 200).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(barrier(0, std::nullopt, 200).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+      << "without a generation, the call counts in barrier 1 (rank 1 never comes)";
 
   // A watcher sees the cancellation and its stream ends on the final state.
   grpc::ClientContext watch_context;
