@@ -2,11 +2,16 @@
 // one simulated node): the collective matrix forced onto shared memory and compared element by
 // element with the reference; back-to-back broadcasts whose root runs ahead; a SIGKILLed rank inside a large allreduce makes the others fail
 // naming it within the timeout and leaves nothing in /dev/shm; a SIGSTOPped rank makes the others
-// time out without spinning on a core for the whole timeout.
+// time out without spinning on a core for the whole timeout; large broadcasts and allgathers go
+// single-copy (process_vm_readv) unless COHORT_SHM_CMA=0, and a broadcast's root waits for a
+// stopped reader (its buffer must not change while it is read) until the timeout, naming it.
 
 #include <dirent.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <string>
@@ -15,6 +20,7 @@
 
 #include "tests/comm/process_ranks.h"
 #include "worker/comm/bootstrap.h"
+#include "worker/comm/shm/shared_memory_engine.h"
 #include "worker/comm/store/tcp_store.h"
 #include "worker/comm/store/tcp_store_server.h"
 #include "worker/comm/testing/collective_matrix.h"
@@ -165,6 +171,137 @@ TEST_F(ShmProcessTest, BackToBackBroadcastsWhoseRootRunsAheadStayCorrect) {
     server_.reset();
     SetUp();
   }
+}
+
+// Whether a child process may read this one's memory with process_vm_readv here (no Yama scope
+// 2+, no seccomp filter against it): the empty string, or why not.
+std::string cross_memory_attach_refused() {
+  static volatile uint64_t word = 0x636f686f7274;
+  const pid_t parent = getpid();
+  pid_t child = fork();
+  if (child == 0) {
+    uint64_t read = 0;
+    iovec local{&read, sizeof(read)};
+    iovec remote{const_cast<uint64_t*>(&word), sizeof(word)};
+    ssize_t n = process_vm_readv(parent, &local, 1, &remote, 1, 0);
+    _exit(n == static_cast<ssize_t>(sizeof(read)) && read == word ? 0 : 1);
+  }
+  int status = 0;
+  if (child < 0 || waitpid(child, &status, 0) != child) return "fork failed";
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? "" : "process_vm_readv from a child is refused here";
+}
+
+// A broadcast from every root and an allgather of `count` int32 each, checked element by element.
+Status broadcast_and_allgather(Communicator& comm, int rank, int size, size_t count) {
+  std::vector<int32_t> buf(count), gathered(count * static_cast<size_t>(size)), mine(count);
+  for (int root = 0; root < size; ++root) {
+    for (size_t i = 0; i < count; ++i) buf[i] = rank == root ? static_cast<int32_t>(i * 7 + root) : -1;
+    COHORT_RETURN_IF_ERROR(comm.broadcast(buf.data(), count, DataType::kInt32, root)->wait());
+    for (size_t i = 0; i < count; ++i) {
+      if (buf[i] != static_cast<int32_t>(i * 7 + root)) {
+        return internal_error("broadcast of {} from {}: element {} is {}", count, root, i, buf[i]);
+      }
+    }
+  }
+  for (size_t i = 0; i < count; ++i) mine[i] = static_cast<int32_t>(i * 3 + rank * 100000);
+  COHORT_RETURN_IF_ERROR(comm.allgather(mine.data(), gathered.data(), count, DataType::kInt32)->wait());
+  for (int p = 0; p < size; ++p) {
+    for (size_t i = 0; i < count; ++i) {
+      int32_t got = gathered[static_cast<size_t>(p) * count + i];
+      if (got != static_cast<int32_t>(i * 3 + p * 100000)) {
+        return internal_error("allgather of {}: rank {}'s element {} is {}", count, p, i, got);
+      }
+    }
+  }
+  return ok_status();
+}
+
+TEST_F(ShmProcessTest, LargeBroadcastsAndAllgathersAreCopiedOnceWithProcessVmReadv) {
+  if (std::string why = cross_memory_attach_refused(); !why.empty()) GTEST_SKIP() << why;
+  for (int size : {2, 3}) {
+    ProcessRanks ranks(dir_.path());
+    ranks.fork_ranks(size, [&](int rank) -> Status {
+      unsetenv("COHORT_SHM_CMA");
+      unsetenv("COHORT_SHM_CMA_BYTES");
+      COHORT_ASSIGN_OR_RETURN(auto comm, make(rank, size, "flat", Algorithm::kShm, seconds(30)));
+      // Below the threshold: two copies through the segment (the engine is made here).
+      const uint64_t before = SharedMemoryEngine::single_copy_operations();
+      COHORT_RETURN_IF_ERROR(broadcast_and_allgather(*comm, rank, size, 100));
+      if (SharedMemoryEngine::single_copy_operations() != before) {
+        return internal_error("400-byte operations went single-copy");
+      }
+      // 1 MiB and 16 MiB + 3 elements: one broadcast per root and one allgather each.
+      for (size_t count : {size_t{1} << 18, (size_t{1} << 22) + 3}) {
+        const uint64_t start = SharedMemoryEngine::single_copy_operations();
+        COHORT_RETURN_IF_ERROR(broadcast_and_allgather(*comm, rank, size, count));
+        const uint64_t taken = SharedMemoryEngine::single_copy_operations() - start;
+        if (taken != static_cast<uint64_t>(size) + 1) {
+          return internal_error("{} int32: {} of {} operations went single-copy", count, taken, size + 1);
+        }
+      }
+      return ok_status();
+    });
+    EXPECT_EQ(failed_ranks(ranks.wait_all(kTestDeadline)), "") << size << " ranks";
+    server_.reset();
+    SetUp();
+  }
+}
+
+TEST_F(ShmProcessTest, SingleCopyTurnedOffKeepsTwoCopiesAndStaysCorrect) {
+  // COHORT_SHM_CMA=0 on one rank only: the ranks agree at setup, so none goes single-copy.
+  for (bool everywhere : {true, false}) {
+    ProcessRanks ranks(dir_.path());
+    ranks.fork_ranks(3, [&](int rank) -> Status {
+      if (everywhere || rank == 1) setenv("COHORT_SHM_CMA", "0", 1);
+      COHORT_ASSIGN_OR_RETURN(auto comm, make(rank, 3, "flat", Algorithm::kShm, seconds(30)));
+      COHORT_RETURN_IF_ERROR(broadcast_and_allgather(*comm, rank, 3, (size_t{1} << 20) + 5));
+      COHORT_RETURN_IF_ERROR(testing::run_collective_matrix(*comm, {1000, 140001}));
+      if (uint64_t n = SharedMemoryEngine::single_copy_operations(); n != 0) {
+        return internal_error("{} operations went single-copy with COHORT_SHM_CMA=0", n);
+      }
+      return ok_status();
+    });
+    EXPECT_EQ(failed_ranks(ranks.wait_all(kTestDeadline)), "") << (everywhere ? "every rank" : "rank 1 only");
+    server_.reset();
+    SetUp();
+  }
+}
+
+TEST_F(ShmProcessTest, SingleCopyBroadcastRootWaitsForAStoppedReaderUntilTheTimeout) {
+  // The root's buffer is read in place, so the root must not return while a reader has not read
+  // it: with a stopped reader it times out naming that reader; the other reader gets the data.
+  if (std::string why = cross_memory_attach_refused(); !why.empty()) GTEST_SKIP() << why;
+  ProcessRanks ranks(dir_.path());
+  constexpr Duration kTimeout = seconds(2);
+  ranks.fork_ranks(3, [&](int rank) -> Status {
+    unsetenv("COHORT_SHM_CMA");
+    unsetenv("COHORT_SHM_CMA_BYTES");
+    COHORT_ASSIGN_OR_RETURN(auto comm, make(rank, 3, "flat", Algorithm::kShm, kTimeout));
+    COHORT_RETURN_IF_ERROR(comm->barrier()->wait());
+    if (rank == 2) {
+      raise(SIGSTOP);
+      return ok_status();
+    }
+    std::vector<int32_t> buf(1 << 20, rank == 0 ? 42 : -1);
+    const uint64_t before = SharedMemoryEngine::single_copy_operations();
+    auto start = Clock::now();
+    Status status = comm->broadcast(buf.data(), buf.size(), DataType::kInt32, 0)->wait();
+    double wall = std::chrono::duration<double>(Clock::now() - start).count();
+    if (rank == 1) {
+      COHORT_RETURN_IF_ERROR(status);
+      if (buf[12345] != 42) return internal_error("element {}", buf[12345]);
+      if (SharedMemoryEngine::single_copy_operations() != before + 1) return internal_error("not single-copy");
+      return ok_status();
+    }
+    if (status.code() != StatusCode::kDeadlineExceeded) return internal_error("expected a timeout, got {}", status.to_string());
+    if (status.message().find("rank 2") == std::string::npos) return internal_error("rank 2 not named: {}", status.to_string());
+    if (wall > 2 * std::chrono::duration<double>(kTimeout).count()) return internal_error("took {} s", wall);
+    return ok_status();
+  });
+  std::this_thread::sleep_for(kTimeout * 2);
+  kill(ranks.pid(2), SIGKILL);
+  auto outcomes = ranks.wait_all(kTestDeadline);
+  for (int r : {0, 1}) EXPECT_EQ(outcomes[r].exit_code, 0) << outcomes[r].message;
 }
 
 TEST_F(ShmProcessTest, KilledRankInsideALargeAllreduceIsNamedAndNothingStaysInDevShm) {

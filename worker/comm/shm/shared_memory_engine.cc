@@ -7,8 +7,10 @@
 #include <linux/futex.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +22,8 @@
 #include <numeric>
 #include <random>
 #include <sstream>
+
+#include <spdlog/spdlog.h>
 
 #include "worker/comm/algorithms/collectives.h"
 #include "worker/comm/reduce/reduce_kernels.h"
@@ -38,12 +42,22 @@ struct alignas(128) SharedMemoryEngine::Control {
   // line: a peer that sees the new generation already holds the data, one line transfer instead
   // of two (the flag's, then the slot's). Ordered by `arrive`'s release / acquire, as the slots.
   alignas(32) uint8_t inline_data[2][kShmInlineBytes];
+  // Single copy, on the second line (written once per operation, read by every peer). `exposed_*`:
+  // this rank's buffer for the phase it ends next, valid from that `arrive` until every reader
+  // has ended the phase after (see "Single copy" in the header).
+  alignas(64) std::atomic<uint64_t> exposed_address;
+  std::atomic<uint64_t> exposed_bytes;
+  std::atomic<uint64_t> probe_address;  // setup: where this rank's probe word is (0: CMA off here)
+  std::atomic<uint64_t> probe_value;    // setup: the value peers must read there
+  std::atomic<uint64_t> single_copy_min_bytes;  // setup: this rank's verdict (0: no CMA here)
 };
 
 namespace {
 
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "futex words must be plain 32-bit words");
 static_assert(sizeof(std::atomic<uint32_t>) == 4, "futex words must be plain 32-bit words");
+
+std::atomic<uint64_t> g_single_copy_operations{0};
 
 // The control blocks fill the first pages; the slots start page-aligned after them.
 constexpr size_t kControlBytes = 128;
@@ -171,6 +185,29 @@ StatusOr<std::unique_ptr<SharedMemoryEngine>> SharedMemoryEngine::create(int ran
     }
     *value = std::chrono::microseconds(us);
   }
+  // Single copy (see the header): COHORT_SHM_CMA=0 turns it off on this rank (and so on all);
+  // COHORT_SHM_CMA_BYTES is its threshold (the ranks agree on the largest one given).
+  size_t single_copy_bytes = kShmSingleCopyBytes;
+  if (const char* text = std::getenv("COHORT_SHM_CMA"); text != nullptr && *text != '\0') {
+    if (std::strcmp(text, "0") == 0) {
+      single_copy_bytes = 0;
+    } else if (std::strcmp(text, "1") != 0) {
+      return invalid_argument_error("COHORT_SHM_CMA='{}' is neither 0 (every byte through the segment, two copies) "
+                                    "nor 1 (single copy with process_vm_readv where every rank can: the default)",
+                                    text);
+    }
+  }
+  if (const char* text = std::getenv("COHORT_SHM_CMA_BYTES"); single_copy_bytes > 0 && text != nullptr && *text != '\0') {
+    char* end = nullptr;
+    errno = 0;
+    unsigned long long n = std::strtoull(text, &end, 10);
+    if (*end != '\0' || errno != 0 || n < 1 || text[0] == '-') {
+      return invalid_argument_error("COHORT_SHM_CMA_BYTES='{}' is not a number of bytes >= 1 (the smallest broadcast / "
+                                    "allgather copied once with process_vm_readv; COHORT_SHM_CMA=0 turns that off)",
+                                    text);
+    }
+    single_copy_bytes = static_cast<size_t>(n);
+  }
   const size_t bytes = kDataOffset + static_cast<size_t>(size) * (kSlotBytes + kRingBytes);
   char name[kNameBytes] = {};
   std::string failure;
@@ -237,6 +274,20 @@ StatusOr<std::unique_ptr<SharedMemoryEngine>> SharedMemoryEngine::create(int ran
     mine.start_time.store(start, std::memory_order_relaxed);
     mine.pid.store(static_cast<int32_t>(getpid()), std::memory_order_release);
     mine.cpu.store(-1, std::memory_order_relaxed);  // not yet published from any CPU
+    if (single_copy_bytes > 0) {
+      // Under Yama's ptrace_scope 1 only a process's ancestors may read its memory; let the
+      // sibling ranks (any process of this user, as OpenMPI's vader BTL does). Scope 2 and 3
+      // refuse regardless: the probe below finds that and the ranks keep two copies.
+      std::ifstream scope("/proc/sys/kernel/yama/ptrace_scope");
+      int value = 0;
+      if (scope >> value && value == 1) prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+      std::random_device random;
+      engine->probe_word_ = (static_cast<uint64_t>(random()) << 32) ^ random() ^ 1u;  // never 0
+      mine.probe_value.store(engine->probe_word_, std::memory_order_relaxed);
+      mine.probe_address.store(reinterpret_cast<uintptr_t>(&engine->probe_word_), std::memory_order_relaxed);
+    } else {
+      mine.probe_address.store(0, std::memory_order_relaxed);
+    }
   }
   // Every rank has tried to map it: agree, then unlink everywhere (whoever survives cleans up).
   int64_t mapped = base != nullptr ? 1 : 0;
@@ -266,7 +317,138 @@ StatusOr<std::unique_ptr<SharedMemoryEngine>> SharedMemoryEngine::create(int ran
     engine->liveness_checkable_[r] =
         read_proc_stat(engine->pids_[r], &state, &start) && start == engine->start_times_[r];
   }
+  COHORT_RETURN_IF_ERROR(engine->agree_on_single_copy(single_copy_bytes, deadline));
   return engine;
+}
+
+uint64_t SharedMemoryEngine::single_copy_operations() {
+  return g_single_copy_operations.load(std::memory_order_relaxed);
+}
+
+Status SharedMemoryEngine::agree_on_single_copy(size_t min_bytes, Deadline deadline) {
+  // Each rank reads every peer's probe word (published before the setup's transport agreement,
+  // which every rank has passed) and states its verdict in its Control; one barrier later all
+  // ranks see the same verdicts and decide alike.
+  std::string why;
+  if (min_bytes == 0) why = "turned off here (COHORT_SHM_CMA=0)";
+  for (int p = 0; p < size_ && why.empty(); ++p) {
+    if (p == rank_) continue;
+    Control& c = control(p);
+    const uint64_t address = c.probe_address.load(std::memory_order_relaxed);
+    if (address == 0) {
+      why = fmt::format("rank {} has it turned off", p);
+      break;
+    }
+    uint64_t word = 0;
+    iovec local{&word, sizeof(word)};
+    iovec remote{reinterpret_cast<void*>(address), sizeof(word)};
+    const ssize_t n = process_vm_readv(pids_[p], &local, 1, &remote, 1, 0);
+    if (n != static_cast<ssize_t>(sizeof(word))) {
+      why = fmt::format("process_vm_readv from rank {} (pid {}) failed: {}", p, pids_[p],
+                        n < 0 ? std::strerror(errno) : "short read");
+    } else if (word != c.probe_value.load(std::memory_order_relaxed)) {
+      // Another pid namespace: the pid in the segment is not the peer's here.
+      why = fmt::format("process_vm_readv from rank {} (pid {}) read another process's memory", p, pids_[p]);
+    }
+  }
+  control(rank_).single_copy_min_bytes.store(why.empty() ? min_bytes : 0, std::memory_order_relaxed);
+  COHORT_RETURN_IF_ERROR(step(deadline, "shared-memory setup"));
+  size_t agreed = 0;
+  for (int p = 0; p < size_; ++p) {
+    const size_t verdict = control(p).single_copy_min_bytes.load(std::memory_order_relaxed);
+    if (verdict == 0) {
+      agreed = SIZE_MAX;
+      if (why.empty()) why = fmt::format("rank {} cannot use it (see its debug log)", p);
+      break;
+    }
+    agreed = std::max(agreed, verdict);
+  }
+  single_copy_min_bytes_ = agreed;
+  if (agreed == SIZE_MAX) {
+    spdlog::debug("{}: shared memory keeps two copies per message (no single copy with process_vm_readv): {}",
+                  label_, why);
+  }
+  return ok_status();
+}
+
+void SharedMemoryEngine::expose(const void* data, size_t bytes) {
+  Control& mine = control(rank_);
+  // Relaxed: the next publish's release of `arrive` carries them.
+  mine.exposed_address.store(reinterpret_cast<uintptr_t>(data), std::memory_order_relaxed);
+  mine.exposed_bytes.store(bytes, std::memory_order_relaxed);
+}
+
+Status SharedMemoryEngine::read_exposed(int peer, size_t offset, void* dst, size_t bytes, const char* op) {
+  Control& c = control(peer);
+  const uint64_t address = c.exposed_address.load(std::memory_order_relaxed);
+  const uint64_t exposed = c.exposed_bytes.load(std::memory_order_relaxed);
+  if (offset + bytes > exposed) {
+    failure_ = internal_error(
+        "{} over shared memory on {}: rank {} exposed {} bytes, rank {} expected {}; do all ranks issue the same "
+        "collective with the same sizes?",
+        op, label_, peer, exposed, rank_, offset + bytes);
+    return failure_;
+  }
+  auto* out = static_cast<uint8_t*>(dst);
+  for (size_t done = 0; done < bytes;) {
+    iovec local{out + done, bytes - done};
+    iovec remote{reinterpret_cast<void*>(address + offset + done), bytes - done};
+    const ssize_t n = process_vm_readv(pids_[peer], &local, 1, &remote, 1, 0);
+    if (n <= 0) {
+      const int error = n < 0 ? errno : EIO;
+      Status alive = check_alive(peer, op);
+      failure_ = !alive.ok() ? alive
+                             : unavailable_error("{} over shared memory on {}: rank {} reading {} bytes of rank {}'s "
+                                                 "buffer (pid {}) with process_vm_readv failed: {}",
+                                                 op, label_, rank_, bytes - done, peer, pids_[peer],
+                                                 std::strerror(error));
+      return failure_;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return ok_status();
+}
+
+Status SharedMemoryEngine::broadcast_single_copy(void* buf, size_t bytes, int root, Deadline deadline) {
+  // One phase: the root exposes its buffer and ends the phase, each reader copies the whole
+  // message out of it and ends the phase, and the root returns once every reader has.
+  if (!failure_.ok()) return publish("broadcast");  // the failure, named
+  if (rank_ == root) {
+    expose(buf, bytes);
+    COHORT_RETURN_IF_ERROR(publish("broadcast"));
+    for (int p = 0; p < size_; ++p) {
+      if (p != rank_) COHORT_RETURN_IF_ERROR(await(p, arrived_, deadline, "broadcast"));
+    }
+    known_ = arrived_;
+  } else {
+    COHORT_RETURN_IF_ERROR(await(root, arrived_ + 1, deadline, "broadcast"));
+    COHORT_RETURN_IF_ERROR(read_exposed(root, 0, buf, bytes, "broadcast"));
+    COHORT_RETURN_IF_ERROR(publish("broadcast"));
+  }
+  g_single_copy_operations.fetch_add(1, std::memory_order_relaxed);
+  return ok_status();
+}
+
+Status SharedMemoryEngine::allgather_single_copy(const void* send, void* recv, const std::vector<size_t>& bytes,
+                                                 Deadline deadline) {
+  // Two phases: in the first every rank exposes its block and reads each peer's as soon as that
+  // peer has exposed it; the second is a barrier, after which no peer reads this rank's block.
+  if (!failure_.ok()) return publish("allgather");  // the failure, named
+  const std::vector<size_t> displ = displacements(bytes);
+  auto* out = static_cast<uint8_t*>(recv);
+  expose(send, bytes[rank_]);
+  COHORT_RETURN_IF_ERROR(publish("allgather"));
+  if (out + displ[rank_] != send) std::memcpy(out + displ[rank_], send, bytes[rank_]);
+  // Starting after this rank, so the ranks do not all read rank 0 first.
+  for (int i = 1; i < size_; ++i) {
+    const int p = (rank_ + i) % size_;
+    if (bytes[p] == 0) continue;
+    COHORT_RETURN_IF_ERROR(await(p, arrived_, deadline, "allgather"));
+    COHORT_RETURN_IF_ERROR(read_exposed(p, 0, out + displ[p], bytes[p], "allgather"));
+  }
+  COHORT_RETURN_IF_ERROR(step(deadline, "allgather"));
+  g_single_copy_operations.fetch_add(1, std::memory_order_relaxed);
+  return ok_status();
 }
 
 SharedMemoryEngine::SharedMemoryEngine(int rank, int size, std::string label, uint8_t* base, size_t bytes)
@@ -284,6 +466,7 @@ SharedMemoryEngine::~SharedMemoryEngine() { munmap(base_, bytes_); }
 SharedMemoryEngine::Control& SharedMemoryEngine::control(int r) const {
   static_assert(offsetof(Control, inline_data) + sizeof(Control::inline_data) <= 64,
                 "the inline data must share the first cache line with `arrive`");
+  static_assert(sizeof(Control) <= kControlBytes, "a Control must fit its kControlBytes");
   return *reinterpret_cast<Control*>(base_ + static_cast<size_t>(r) * kControlBytes);
 }
 
@@ -580,6 +763,7 @@ Status SharedMemoryEngine::broadcast(void* buf, size_t bytes, int root, Deadline
     std::memcpy(data, ring_entry(root, arrived_ - 1), bytes);
     return ok_status();
   }
+  if (bytes >= single_copy_min_bytes_) return broadcast_single_copy(buf, bytes, root, deadline);
   const size_t piece = broadcast_piece(bytes);
   const bool streaming = bytes >= kShmStreamingStoreBytes;
   for (size_t first = 0; first < bytes; first += piece) {
@@ -599,6 +783,9 @@ Status SharedMemoryEngine::broadcast(void* buf, size_t bytes, int root, Deadline
 
 Status SharedMemoryEngine::gatherv(const void* send, void* recv, const std::vector<size_t>& bytes, int root,
                                    Deadline deadline) {
+  if (root < 0 && std::accumulate(bytes.begin(), bytes.end(), size_t{0}) >= single_copy_min_bytes_) {
+    return allgather_single_copy(send, recv, bytes, deadline);
+  }
   if (root < 0 && std::all_of(bytes.begin(), bytes.end(), [](size_t n) { return n <= kShmChunkBytes; })) {
     // One chunk from every rank: a single barrier, and none of the streaming's bookkeeping (at
     // 8 B its allocations cost as much as the barrier). Lengths are the same on every rank, so

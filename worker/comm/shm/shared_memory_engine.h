@@ -28,6 +28,17 @@
 // peer's process is alive (its pid and start time in /proc), so a dead rank becomes UNAVAILABLE
 // naming it and a stopped one DEADLINE_EXCEEDED naming it, never a hang.
 //
+// Single copy (CMA). Broadcasts and allgathers of at least kShmSingleCopyBytes skip the segment:
+// each source rank publishes the address and length of its own buffer in its Control, ends its
+// phase, and readers copy straight from that buffer into theirs with process_vm_readv (Linux
+// cross-memory attach, as OpenMPI's vader BTL does for large messages): one copy instead of two.
+// A reader ends its phase only once it has read everything, and a source returns only once every
+// reader has ended that phase (awaited like any flag: futex, liveness, deadline), so its buffer
+// stays unchanged while it is read. Setup probes it: every rank reads a test word from each
+// peer's memory; if any rank cannot (Yama ptrace_scope 2+, a seccomp filter, ENOSYS, another
+// user) or has it turned off (COHORT_SHM_CMA=0), every rank keeps the two-copy path, agreed
+// through the segment, so no two ranks ever mix the protocols.
+//
 // Lifetime: rank 0 creates the segment under a name unique to the communicator and attempt;
 // every rank maps it; once all have (agreed over the transport) every rank unlinks it, so nothing
 // is left in /dev/shm after any exit, SIGKILL included. The only window is rank 0 dying between
@@ -75,6 +86,9 @@ inline constexpr size_t kShmInlineBytes = 16;
 // Entries of a rank's broadcast ring: how far (minus 2) a root may run ahead of its slowest
 // reader with broadcasts of at most kShmInlineBytes.
 inline constexpr size_t kShmRingEntries = 64;
+// Broadcasts and allgathers (whole message) of at least this many bytes go single-copy (CMA, see
+// above) where every rank can; COHORT_SHM_CMA_BYTES overrides it, COHORT_SHM_CMA=0 turns it off.
+inline constexpr size_t kShmSingleCopyBytes = 64 * 1024;
 // Group sizes above this use the transport (the segment and the flag scans grow with P).
 inline constexpr int kShmMaxRanks = 64;
 // Longest FUTEX_WAIT before the waiter rechecks its deadline and the peer's liveness.
@@ -100,6 +114,12 @@ class SharedMemoryEngine {
   // True when every rank is this process (threads over a loopback transport): the engine works,
   // but gains nothing over in-process copies, so the selector uses it only when forced.
   bool in_process() const { return in_process_; }
+  // Smallest broadcast / allgather sent single-copy by this engine (the same on every rank);
+  // SIZE_MAX where the setup's probe found it unusable on some rank or it is turned off.
+  size_t single_copy_min_bytes() const { return single_copy_min_bytes_; }
+  // Operations this process has run single-copy, over all its engines (for tests and benchmarks:
+  // the path is invisible otherwise).
+  static uint64_t single_copy_operations();
 
   // `recv` (count elements) becomes the reduction of every rank's `send` (null or == recv: in
   // place), on every rank when root < 0, else on `root` only (others' recv untouched). op is
@@ -154,6 +174,17 @@ class SharedMemoryEngine {
   Status wait_for(int peer, uint32_t target, Deadline deadline, const char* op);
   // OK while `peer`'s process runs; UNAVAILABLE naming it once it has exited.
   Status check_alive(int peer, const char* op) const;
+  // Setup: reads every peer's probe word through CMA, records this rank's verdict in its Control,
+  // barriers, and sets single_copy_min_bytes_ from every rank's verdict. `min_bytes` is this
+  // rank's threshold, 0 when CMA is off here.
+  Status agree_on_single_copy(size_t min_bytes, Deadline deadline);
+  // Exposes `bytes` at `data` to the peers for the current phase (see "Single copy").
+  void expose(const void* data, size_t bytes);
+  // Reads `bytes` of what `peer` exposed in the phase it has just ended (offset `offset` into it)
+  // into `dst` with process_vm_readv; the error names the peer.
+  Status read_exposed(int peer, size_t offset, void* dst, size_t bytes, const char* op);
+  Status broadcast_single_copy(void* buf, size_t bytes, int root, Deadline deadline);
+  Status allgather_single_copy(const void* send, void* recv, const std::vector<size_t>& bytes, Deadline deadline);
 
   // Every rank writes `row` (size_ values) to its slot; returns all rows (size_ × size_). One step.
   StatusOr<std::vector<uint64_t>> exchange_rows(const std::vector<uint64_t>& row, Deadline deadline,
@@ -181,6 +212,8 @@ class SharedMemoryEngine {
   std::vector<int> pids_;                  // each rank's pid (as this rank sees it)
   std::vector<uint64_t> start_times_;      // each rank's process start time, to tell pid reuse
   std::vector<bool> liveness_checkable_;   // false where the pid was not this rank's to check
+  size_t single_copy_min_bytes_ = SIZE_MAX;  // see single_copy_min_bytes()
+  uint64_t probe_word_ = 0;                  // setup: what peers read through CMA (its value is in the segment)
 };
 
 }  // namespace cohort::comm
