@@ -148,6 +148,13 @@ Status Coordinator::recover_locked(JobStore::Snapshot snapshot) {
 
 std::shared_ptr<Rendezvous> Coordinator::recover_rendezvous_locked(const Job& job,
                                                                    const Placement& placement) {
+  if (Status opened = store_->open_rendezvous_journal(job.id, job.attempt()); !opened.ok()) {
+    // Only an attempt placed without an open journal (an older coordinator) is hurt: its journal
+    // writes are refused, its ranks' store calls get UNAVAILABLE until they time out, and the job
+    // restarts by its policy. One placed by this version is open already (etcd: one Txn that finds it).
+    spdlog::warn("coordinator: job {} attempt {}: its rendezvous journal in {} could not be opened: {}",
+                 job.id, job.attempt(), store_->path(), opened.to_string());
+  }
   auto rendezvous = std::make_shared<Rendezvous>(job.id, job.attempt(), placement,
                                                  store_->rendezvous_journal(job.id, job.attempt()));
   StatusOr<RendezvousState> state = store_->load_rendezvous(job.id, job.attempt());

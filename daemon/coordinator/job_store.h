@@ -115,6 +115,13 @@ class JobStore {
                                                                 int /*attempt*/) {
     return nullptr;
   }
+  // Makes the journal of an attempt this coordinator recovered as PLACED / RUNNING accept writes,
+  // if it does not already: the etcd store opens an attempt's journal in the save that places it,
+  // and one placed by a coordinator that did not (an older version, before a rolling upgrade) is
+  // opened here instead. Fenced like every write; OK when already open or without journals.
+  virtual Status open_rendezvous_journal(const std::string& /*job_id*/, int /*attempt*/) {
+    return ok_status();
+  }
   // What the journal of `attempt` of `job_id` holds (empty when it holds nothing). DATA_LOSS for a
   // record that cannot be decoded.
   virtual StatusOr<RendezvousState> load_rendezvous(const std::string& /*job_id*/, int /*attempt*/) const {

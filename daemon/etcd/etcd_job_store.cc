@@ -187,6 +187,25 @@ std::shared_ptr<coordinator::RendezvousJournal> EtcdJobStore::rendezvous_journal
                                                  fmt::format("job {} attempt {}", job_id, attempt));
 }
 
+Status EtcdJobStore::open_rendezvous_journal(const std::string& job_id, int attempt) {
+  // Only if not open yet: an open journal's progress record holds the rendezvous's progress.
+  const std::string prefix = rendezvous_prefix(job_id, attempt);
+  etcdserverpb::TxnRequest request;
+  etcdserverpb::Compare* absent = request.add_compare();
+  absent->set_key(EtcdRendezvousJournal::progress_key(prefix));
+  absent->set_result(etcdserverpb::Compare::EQUAL);
+  absent->set_target(etcdserverpb::Compare::CREATE);
+  absent->set_create_revision(0);
+  *request.add_success() = EtcdRendezvousJournal::open_op(prefix);
+  request.add_failure()->mutable_request_range()->set_key(EtcdRendezvousJournal::progress_key(prefix));
+  COHORT_ASSIGN_OR_RETURN(TxnResult result, client_->fenced_txn(std::move(request), fence_));
+  if (result.succeeded) return ok_status();
+  if (result.response.responses_size() > 0 && result.response.responses(0).response_range().kvs_size() > 0)
+    return ok_status();  // open already
+  return EtcdClient::lost_leadership_error(
+      fmt::format("opening the rendezvous journal of job {} attempt {}", job_id, attempt), fence_);
+}
+
 StatusOr<coordinator::RendezvousState> EtcdJobStore::load_rendezvous(const std::string& job_id,
                                                                      int attempt) const {
   const std::string prefix = rendezvous_prefix(job_id, attempt);

@@ -29,8 +29,9 @@
 // page by page. Rendezvous: one Txn when an attempt's join completes, per barrier opening, per
 // leave and per store write (set, add, compare_set, delete of an existing key); none per wait,
 // get or check; the attempt's journal is opened inside the save that places it and deleted inside
-// the save that ends it (a journal write for an attempt not open is refused). load_rendezvous
-// reads one attempt's prefix (a takeover, once per recovered attempt).
+// the save that ends it (a journal write for an attempt not open is refused). A takeover costs,
+// per recovered attempt, one Txn (open_rendezvous_journal: it finds the journal open, or opens one
+// placed by an older coordinator) and load_rendezvous's read of the attempt's prefix.
 //
 // Not thread-safe (the Coordinator serializes calls, as with the SQLite store); every method blocks
 // on etcd round trips, bounded by the EtcdClient's call timeout.
@@ -81,6 +82,7 @@ class EtcdJobStore final : public coordinator::JobStore {
   // (set_fence first). Thread-safe, unlike the store's other methods.
   std::shared_ptr<coordinator::RendezvousJournal> rendezvous_journal(const std::string& job_id,
                                                                      int attempt) override;
+  Status open_rendezvous_journal(const std::string& job_id, int attempt) override;
   StatusOr<coordinator::RendezvousState> load_rendezvous(const std::string& job_id,
                                                          int attempt) const override;
 

@@ -15,6 +15,7 @@
 
 #include "daemon/coordinator/coordinator.h"
 #include "daemon/coordinator/test_specs.h"
+#include "daemon/etcd/etcd_rendezvous_journal.h"
 #include "tests/etcd/etcd_cluster.h"
 #include "tests/etcd/etcd_cluster_test.h"
 
@@ -490,6 +491,39 @@ TEST_F(EtcdJobStoreTest, TheSaveThatEndsAnAttemptDropsItsRendezvousJournal) {
   EXPECT_EQ(left->count, 0) << "a late write recreated keys under " << store->rendezvous_prefix("mlp-1");
   ASSERT_TRUE(store->delete_job("mlp-1").ok());
   EXPECT_TRUE(store->load_rendezvous("mlp-1", 1)->empty());
+}
+
+// An attempt placed by a coordinator that did not open its journal in the placement's save (an
+// older version, before a rolling upgrade): the coordinator that recovers it opens the journal, so
+// its ranks' store writes are journaled, not refused.
+TEST_F(EtcdJobStoreTest, ACoordinatorRecoveringAnAttemptPlacedWithoutAnOpenJournalOpensIt) {
+  {
+    auto store = open_store();
+    ASSERT_TRUE(place(store.get(), "old-1", 1, 1).ok());
+    const std::string progress = EtcdRendezvousJournal::progress_key(store->rendezvous_prefix("old-1", 1));
+    auto removed = client_->delete_range(progress);
+    ASSERT_TRUE(removed.ok());
+    ASSERT_EQ(*removed, 1);
+    EXPECT_EQ(store->rendezvous_journal("old-1", 1)->write_key("k", "v", {}, {}).code(),
+              StatusCode::kFailedPrecondition);
+  }
+  coordinator::FakeClock clock;
+  auto coordinator = open_coordinator(&clock);
+  ASSERT_NE(coordinator, nullptr);
+  auto rendezvous = coordinator->rendezvous("old-1", 1);
+  ASSERT_TRUE(rendezvous.ok()) << rendezvous.status().to_string();
+  Status set = (*rendezvous)->store().set("k", "v");
+  ASSERT_TRUE(set.ok()) << set.to_string();
+  auto store = open_store();
+  auto state = store->load_rendezvous("old-1", 1);
+  ASSERT_TRUE(state.ok()) << state.status().to_string();
+  EXPECT_EQ(state->data, (std::map<std::string, std::string>{{"k", "v"}}));
+  // Opening an open journal keeps its progress.
+  coordinator::RendezvousProgress progress;
+  progress.barrier_generation = 3;
+  ASSERT_TRUE(store->rendezvous_journal("old-1", 1)->write_progress(progress).ok());
+  ASSERT_TRUE(store->open_rendezvous_journal("old-1", 1).ok());
+  EXPECT_EQ(store->load_rendezvous("old-1", 1)->progress, progress);
 }
 
 // The takeover end to end at the Coordinator level: the first leader's ranks joined and wrote to

@@ -20,10 +20,14 @@ EtcdRendezvousJournal::EtcdRendezvousJournal(EtcdClient* client, std::string att
                                              std::optional<LeaderKey> fence, std::string what)
     : client_(client), prefix_(std::move(attempt_prefix)), fence_(std::move(fence)), what_(std::move(what)) {}
 
+std::string EtcdRendezvousJournal::progress_key(const std::string& attempt_prefix) {
+  return attempt_prefix + kProgressKey;
+}
+
 etcdserverpb::RequestOp EtcdRendezvousJournal::open_op(const std::string& attempt_prefix) {
   etcdserverpb::RequestOp op;
   etcdserverpb::PutRequest* put = op.mutable_request_put();
-  put->set_key(attempt_prefix + kProgressKey);
+  put->set_key(progress_key(attempt_prefix));
   // An empty StoredRendezvousProgress (no field set) serializes to no bytes: progress zero.
   put->set_value("");
   return op;
@@ -32,13 +36,13 @@ etcdserverpb::RequestOp EtcdRendezvousJournal::open_op(const std::string& attemp
 Status EtcdRendezvousJournal::write(etcdserverpb::TxnRequest request, const std::string& what) {
   // The attempt is open while its progress record exists (open_op made it; the save that ended the
   // attempt deleted it). On failure, read it back to tell an ended attempt from a lost leadership.
-  const std::string progress_key = prefix_ + kProgressKey;
+  const std::string progress = progress_key(prefix_);
   etcdserverpb::Compare* open = request.add_compare();
-  open->set_key(progress_key);
+  open->set_key(progress);
   open->set_result(etcdserverpb::Compare::GREATER);
   open->set_target(etcdserverpb::Compare::CREATE);
   open->set_create_revision(0);
-  request.add_failure()->mutable_request_range()->set_key(progress_key);
+  request.add_failure()->mutable_request_range()->set_key(progress);
   COHORT_ASSIGN_OR_RETURN(TxnResult result, client_->fenced_txn(std::move(request), fence_));
   if (result.succeeded) return ok_status();
   if (result.response.responses_size() > 0 && result.response.responses(0).response_range().kvs_size() == 0) {

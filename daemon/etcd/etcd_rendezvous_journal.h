@@ -12,11 +12,12 @@
 //   req/<request id>    the answer of an add / delete sent with a request id
 //
 // Lifetime: the save that places the attempt (EtcdJobStore::save, PENDING -> PLACED) writes an
-// empty progress record in the same transaction (open_op); the save that moves the job out of
-// PLACED / RUNNING deletes the job's whole rendezvous prefix in its transaction, and so does
-// delete_job. Every journal write compares that the progress record still exists, so a write still
-// in flight when the attempt ends (the rendezvous closes only once it returns) is refused
-// (FAILED_PRECONDITION, "has ended") instead of recreating keys under a prefix nothing reads.
+// empty progress record in the same transaction (open_op; a coordinator recovering an attempt
+// placed without one writes it then, EtcdJobStore::open_rendezvous_journal); the save that moves
+// the job out of PLACED / RUNNING deletes the job's whole rendezvous prefix in its transaction, and
+// so does delete_job. Every journal write compares that the progress record still exists, so a
+// write still in flight when the attempt ends (the rendezvous closes only once it returns) is
+// refused (FAILED_PRECONDITION, "has ended") instead of recreating keys under a prefix nothing reads.
 //
 // Cost: every write is one etcd Txn (the progress record; or a store key with its request's answer
 // and the evicted answers' deletions), fenced on the leader's election key like every job store
@@ -52,6 +53,8 @@ class EtcdRendezvousJournal final : public coordinator::RendezvousJournal {
   // The operation that opens the journal under `attempt_prefix` (an empty progress record), for the
   // transaction that places the attempt. Without it every write of the journal is refused.
   static etcdserverpb::RequestOp open_op(const std::string& attempt_prefix);
+  // The progress record's key: the journal is open while it exists.
+  static std::string progress_key(const std::string& attempt_prefix);
 
   // Decodes the keys read under `attempt_prefix` (any order) into the state they hold; answered
   // requests oldest first (by etcd revision). DATA_LOSS for a record that is not one.
