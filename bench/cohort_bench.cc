@@ -31,6 +31,7 @@
 #include "bench/bench_table.h"
 #include "bench/sweep_flags.h"
 #include "worker/base/cli_flags.h"
+#include "worker/base/cpu_binding.h"
 #include "worker/base/logging.h"
 #include "worker/comm/bootstrap.h"
 #include "worker/comm/testing/typed_values.h"
@@ -71,6 +72,7 @@ struct Options : cohort::bench::SweepOptions {
   bool check = false;
   std::string device = "cpu";
   int timeout_s = 300;
+  std::string cpu_bind = "none";  // -np's ranks: none, or core (one share of the CPUs each)
 };
 
 bool validate(Options* o, std::string* error);
@@ -114,6 +116,14 @@ std::optional<int> parse_command_line(int argc, char** argv, Options* o) {
       ->type_name("SECONDS")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  if (const char* env = std::getenv(cohort::kCpuBindEnv); env != nullptr && *env != '\0') o->cpu_bind = env;
+  app->add_option("--cpu-bind", o->cpu_bind,
+                  "-np's ranks: core binds each to its own share of the CPUs (as mpirun does for 2 "
+                  "ranks; faster small messages, slower large ones when another process shares a "
+                  "core), none leaves them to the scheduler; COHORT_CPU_BIND in the environment too")
+      ->type_name("B")
+      ->check(CLI::IsMember({"none", "core"}))
+      ->capture_default_str();
   // mpirun's spelling: "-np N" (CLI11's short options are one letter).
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) args.emplace_back(std::strcmp(argv[i], "-np") == 0 ? "--np" : argv[i]);
@@ -138,6 +148,14 @@ bool validate(Options* o, std::string* error) {
     return false;
   }
   if (o->device != "cpu" && o->device != "cuda") { *error = "--device must be cpu or cuda"; return false; }
+  // Checked before any rank starts: -np 4 --cpu-bind core on 2 CPUs names both counts.
+  auto bind = cohort::parse_cpu_bind(o->cpu_bind);
+  if (!bind.ok()) { *error = bind.status().message(); return false; }
+  if (*bind == cohort::CpuBind::kCore && o->init.empty()) {
+    auto allowed = cohort::allowed_cpus();
+    auto share = allowed.ok() ? cohort::cpu_share(*allowed, 0, o->np) : allowed.status();
+    if (!share.ok()) { *error = share.status().message(); return false; }
+  }
   return true;
 }
 
@@ -425,6 +443,12 @@ int spawn_local_ranks(int argc, char** argv, const Options& o) {
       setenv(kChildEnv, "1", 1);
       // Local ranks: picks each rank's GPU under --device cuda (see run_rank).
       setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+      // Before exec, while this process has one thread: the rank and all its threads inherit it.
+      auto bound = cohort::bind_local_rank(*cohort::parse_cpu_bind(o.cpu_bind), rank, o.np);
+      if (!bound.ok()) {
+        std::fprintf(stderr, "cohort-bench rank %d: %s\n", rank, bound.status().to_string().c_str());
+        _exit(1);
+      }
       std::vector<char*> args(argv, argv + argc);
       std::string init_flag = "--init";
       args.push_back(init_flag.data());

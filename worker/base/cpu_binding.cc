@@ -1,0 +1,74 @@
+#include "worker/base/cpu_binding.h"
+
+#include <sched.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace cohort {
+
+StatusOr<CpuBind> parse_cpu_bind(const std::string& text) {
+  if (text == "none") return CpuBind::kNone;
+  if (text == "core") return CpuBind::kCore;
+  return invalid_argument_error("CPU binding '{}' is not one of: none, core", text);
+}
+
+StatusOr<std::vector<int>> cpu_share(const std::vector<int>& allowed, int local_rank, int local_size) {
+  if (local_size <= 0 || local_rank < 0 || local_rank >= local_size) {
+    return invalid_argument_error("local rank {} of {} is not a rank of that many", local_rank, local_size);
+  }
+  const int cpus = static_cast<int>(allowed.size());
+  if (cpus < local_size) {
+    return failed_precondition_error(
+        "cannot bind {} local ranks to cores: this process may run on {} CPU(s) ({}); run with "
+        "--cpu-bind none (COHORT_CPU_BIND=none) or fewer ranks",
+        local_size, cpus, format_cpu_list(allowed));
+  }
+  const int base = cpus / local_size, extra = cpus % local_size;
+  const int first = local_rank * base + std::min(local_rank, extra);
+  const int count = base + (local_rank < extra ? 1 : 0);
+  return std::vector<int>(allowed.begin() + first, allowed.begin() + first + count);
+}
+
+StatusOr<std::vector<int>> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) {
+    return internal_error("sched_getaffinity: {}", std::strerror(errno));
+  }
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  return cpus;
+}
+
+StatusOr<std::vector<int>> bind_local_rank(CpuBind bind, int local_rank, int local_size) {
+  if (bind == CpuBind::kNone) return std::vector<int>{};
+  COHORT_ASSIGN_OR_RETURN(std::vector<int> allowed, allowed_cpus());
+  COHORT_ASSIGN_OR_RETURN(std::vector<int> share, cpu_share(allowed, local_rank, local_size));
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int cpu : share) CPU_SET(cpu, &set);
+  if (sched_setaffinity(0, sizeof(set), &set) != 0) {
+    return internal_error("binding local rank {} to CPUs {}: sched_setaffinity: {}", local_rank,
+                          format_cpu_list(share), std::strerror(errno));
+  }
+  return share;
+}
+
+std::string format_cpu_list(const std::vector<int>& cpus) {
+  std::string out;
+  for (size_t i = 0; i < cpus.size();) {
+    size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    if (!out.empty()) out += ',';
+    out += j == i ? fmt::format("{}", cpus[i]) : fmt::format("{}-{}", cpus[i], cpus[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+}  // namespace cohort
