@@ -3,7 +3,7 @@
 // element with the reference; back-to-back broadcasts whose root runs ahead; a SIGKILLed rank inside a large allreduce makes the others fail
 // naming it within the timeout and leaves nothing in /dev/shm; a SIGSTOPped rank makes the others
 // time out without spinning on a core for the whole timeout; large broadcasts and allgathers go
-// single-copy (process_vm_readv) unless COHORT_SHM_CMA=0, and a broadcast's root waits for a
+// single-copy (process_vm_readv) inside their size windows unless COHORT_SHM_CMA=0, and a broadcast's root waits for a
 // stopped reader (its buffer must not change while it is read) until the timeout, naming it.
 
 #include <dirent.h>
@@ -216,28 +216,45 @@ Status broadcast_and_allgather(Communicator& comm, int rank, int size, size_t co
   return ok_status();
 }
 
-TEST_F(ShmProcessTest, LargeBroadcastsAndAllgathersAreCopiedOnceWithProcessVmReadv) {
+// Sets the single-copy variables of this (forked) rank: COHORT_SHM_CMA and both windows.
+void set_single_copy_env(const char* cma, const char* broadcast, const char* allgather) {
+  for (auto [name, value] : {std::pair{"COHORT_SHM_CMA", cma}, std::pair{"COHORT_SHM_CMA_BROADCAST_BYTES", broadcast},
+                             std::pair{"COHORT_SHM_CMA_ALLGATHER_BYTES", allgather}}) {
+    if (value == nullptr) {
+      unsetenv(name);
+    } else {
+      setenv(name, value, 1);
+    }
+  }
+}
+
+TEST_F(ShmProcessTest, BroadcastsAndAllgathersInsideTheWindowsAreCopiedOnceWithProcessVmReadv) {
   if (std::string why = cross_memory_attach_refused(); !why.empty()) GTEST_SKIP() << why;
+  // COHORT_SHM_CMA=1: also with more ranks than this machine's CPUs (3 ranks on 2 cores).
+  // 2 ranks with the default windows; 3 with both windows opened to every size from 64 KiB.
   for (int size : {2, 3}) {
     ProcessRanks ranks(dir_.path());
     ranks.fork_ranks(size, [&](int rank) -> Status {
-      unsetenv("COHORT_SHM_CMA");
-      unsetenv("COHORT_SHM_CMA_BYTES");
+      const bool defaults = size == 2;
+      set_single_copy_env("1", defaults ? nullptr : "65536", defaults ? nullptr : "65536");
       COHORT_ASSIGN_OR_RETURN(auto comm, make(rank, size, "flat", Algorithm::kShm, seconds(30)));
-      // Below the threshold: two copies through the segment (the engine is made here).
-      const uint64_t before = SharedMemoryEngine::single_copy_operations();
-      COHORT_RETURN_IF_ERROR(broadcast_and_allgather(*comm, rank, size, 100));
-      if (SharedMemoryEngine::single_copy_operations() != before) {
-        return internal_error("400-byte operations went single-copy");
-      }
-      // 1 MiB and 16 MiB + 3 elements: one broadcast per root and one allgather each.
-      for (size_t count : {size_t{1} << 18, (size_t{1} << 22) + 3}) {
+      const SharedMemoryEngine::SingleCopyWindow broadcast{kShmSingleCopyBroadcastMin,
+                                                           defaults ? kShmSingleCopyBroadcastMax : SIZE_MAX};
+      const SharedMemoryEngine::SingleCopyWindow allgather{kShmSingleCopyAllgatherMin,
+                                                           defaults ? kShmSingleCopyAllgatherMax : SIZE_MAX};
+      // 400 B, 128 KiB, 1 MiB and 16 MiB + 12 B of int32 per broadcast and per allgather block.
+      for (size_t count : {size_t{100}, size_t{1} << 15, size_t{1} << 18, (size_t{1} << 22) + 3}) {
+        const size_t bytes = count * sizeof(int32_t);
+        const uint64_t expected = (broadcast.covers(bytes) ? static_cast<uint64_t>(size) : 0) +
+                                  (allgather.covers(bytes * static_cast<size_t>(size)) ? 1 : 0);
         const uint64_t start = SharedMemoryEngine::single_copy_operations();
         COHORT_RETURN_IF_ERROR(broadcast_and_allgather(*comm, rank, size, count));
         const uint64_t taken = SharedMemoryEngine::single_copy_operations() - start;
-        if (taken != static_cast<uint64_t>(size) + 1) {
-          return internal_error("{} int32: {} of {} operations went single-copy", count, taken, size + 1);
+        if (taken != expected) {
+          return internal_error("{} int32: {} of {} operations went single-copy, expected {}", count, taken, size + 1,
+                                expected);
         }
+        if (count == (size_t{1} << 18) && taken == 0) return internal_error("1 MiB broadcasts were not single-copy");
       }
       return ok_status();
     });
@@ -248,13 +265,14 @@ TEST_F(ShmProcessTest, LargeBroadcastsAndAllgathersAreCopiedOnceWithProcessVmRea
 }
 
 TEST_F(ShmProcessTest, SingleCopyTurnedOffKeepsTwoCopiesAndStaysCorrect) {
-  // COHORT_SHM_CMA=0 on one rank only: the ranks agree at setup, so none goes single-copy.
+  // COHORT_SHM_CMA=0 on every rank, or on rank 1 only while the others ask for single copy at
+  // every size from 64 KiB: the ranks agree at setup, so none goes single-copy.
   for (bool everywhere : {true, false}) {
     ProcessRanks ranks(dir_.path());
     ranks.fork_ranks(3, [&](int rank) -> Status {
-      if (everywhere || rank == 1) setenv("COHORT_SHM_CMA", "0", 1);
+      set_single_copy_env(everywhere || rank == 1 ? "0" : "1", "65536", "65536");
       COHORT_ASSIGN_OR_RETURN(auto comm, make(rank, 3, "flat", Algorithm::kShm, seconds(30)));
-      COHORT_RETURN_IF_ERROR(broadcast_and_allgather(*comm, rank, 3, (size_t{1} << 20) + 5));
+      COHORT_RETURN_IF_ERROR(broadcast_and_allgather(*comm, rank, 3, (size_t{1} << 18) + 5));
       COHORT_RETURN_IF_ERROR(testing::run_collective_matrix(*comm, {1000, 140001}));
       if (uint64_t n = SharedMemoryEngine::single_copy_operations(); n != 0) {
         return internal_error("{} operations went single-copy with COHORT_SHM_CMA=0", n);
@@ -274,15 +292,14 @@ TEST_F(ShmProcessTest, SingleCopyBroadcastRootWaitsForAStoppedReaderUntilTheTime
   ProcessRanks ranks(dir_.path());
   constexpr Duration kTimeout = seconds(2);
   ranks.fork_ranks(3, [&](int rank) -> Status {
-    unsetenv("COHORT_SHM_CMA");
-    unsetenv("COHORT_SHM_CMA_BYTES");
+    set_single_copy_env("1", nullptr, nullptr);  // 3 ranks on 2 cores: forced on, default windows
     COHORT_ASSIGN_OR_RETURN(auto comm, make(rank, 3, "flat", Algorithm::kShm, kTimeout));
     COHORT_RETURN_IF_ERROR(comm->barrier()->wait());
     if (rank == 2) {
       raise(SIGSTOP);
       return ok_status();
     }
-    std::vector<int32_t> buf(1 << 20, rank == 0 ? 42 : -1);
+    std::vector<int32_t> buf(kShmSingleCopyBroadcastMin, rank == 0 ? 42 : -1);  // 256 KiB
     const uint64_t before = SharedMemoryEngine::single_copy_operations();
     auto start = Clock::now();
     Status status = comm->broadcast(buf.data(), buf.size(), DataType::kInt32, 0)->wait();

@@ -38,6 +38,7 @@ struct alignas(128) SharedMemoryEngine::Control {
   std::atomic<int32_t> pid;
   std::atomic<uint64_t> start_time;  // /proc/<pid>/stat field 22: tells a reused pid apart
   std::atomic<int32_t> cpu;          // the CPU this rank last published from (wait_for's co-location test)
+  std::atomic<uint32_t> single_copy_ok;  // setup: 1 once this rank has read every peer's probe (see below)
   // Tiny messages (at most kShmInlineBytes per rank, both banks) travel in the flag's own cache
   // line: a peer that sees the new generation already holds the data, one line transfer instead
   // of two (the flag's, then the slot's). Ordered by `arrive`'s release / acquire, as the slots.
@@ -49,7 +50,7 @@ struct alignas(128) SharedMemoryEngine::Control {
   std::atomic<uint64_t> exposed_bytes;
   std::atomic<uint64_t> probe_address;  // setup: where this rank's probe word is (0: CMA off here)
   std::atomic<uint64_t> probe_value;    // setup: the value peers must read there
-  std::atomic<uint64_t> single_copy_min_bytes;  // setup: this rank's verdict (0: no CMA here)
+  std::atomic<uint64_t> windows[4];     // setup: this rank's broadcast min, max, allgather min, max
 };
 
 namespace {
@@ -185,28 +186,52 @@ StatusOr<std::unique_ptr<SharedMemoryEngine>> SharedMemoryEngine::create(int ran
     }
     *value = std::chrono::microseconds(us);
   }
-  // Single copy (see the header): COHORT_SHM_CMA=0 turns it off on this rank (and so on all);
-  // COHORT_SHM_CMA_BYTES is its threshold (the ranks agree on the largest one given).
-  size_t single_copy_bytes = kShmSingleCopyBytes;
+  // Single copy (see the header): COHORT_SHM_CMA=0 turns it off on this rank (and so on all); the
+  // windows are rank 0's (one rank's settings, so no rank mixes protocols).
+  bool single_copy = true, forced_single_copy = false;
   if (const char* text = std::getenv("COHORT_SHM_CMA"); text != nullptr && *text != '\0') {
     if (std::strcmp(text, "0") == 0) {
-      single_copy_bytes = 0;
-    } else if (std::strcmp(text, "1") != 0) {
-      return invalid_argument_error("COHORT_SHM_CMA='{}' is neither 0 (every byte through the segment, two copies) "
-                                    "nor 1 (single copy with process_vm_readv where every rank can: the default)",
-                                    text);
+      single_copy = false;
+    } else if (std::strcmp(text, "1") == 0) {
+      forced_single_copy = true;
+    } else {
+      return invalid_argument_error(
+          "COHORT_SHM_CMA='{}' is not 0 (every byte through the segment, two copies) or 1 (single copy with "
+          "process_vm_readv where every rank can, also with more ranks than CPUs); unset: single copy unless "
+          "there are more ranks than CPUs", text);
     }
   }
-  if (const char* text = std::getenv("COHORT_SHM_CMA_BYTES"); single_copy_bytes > 0 && text != nullptr && *text != '\0') {
+  SingleCopyWindow broadcast_window{kShmSingleCopyBroadcastMin, kShmSingleCopyBroadcastMax};
+  SingleCopyWindow allgather_window{kShmSingleCopyAllgatherMin, kShmSingleCopyAllgatherMax};
+  for (auto [name, window] : {std::pair{"COHORT_SHM_CMA_BROADCAST_BYTES", &broadcast_window},
+                              std::pair{"COHORT_SHM_CMA_ALLGATHER_BYTES", &allgather_window}}) {
+    const char* text = std::getenv(name);
+    if (text == nullptr || *text == '\0') continue;
+    if (std::strcmp(text, "off") == 0) {
+      *window = SingleCopyWindow{};
+      continue;
+    }
+    // MIN or MIN:MAX, whole-message bytes.
     char* end = nullptr;
     errno = 0;
-    unsigned long long n = std::strtoull(text, &end, 10);
-    if (*end != '\0' || errno != 0 || n < 1 || text[0] == '-') {
-      return invalid_argument_error("COHORT_SHM_CMA_BYTES='{}' is not a number of bytes >= 1 (the smallest broadcast / "
-                                    "allgather copied once with process_vm_readv; COHORT_SHM_CMA=0 turns that off)",
-                                    text);
+    unsigned long long min = std::strtoull(text, &end, 10), max = SIZE_MAX;
+    bool valid = end != text && errno == 0 && text[0] != '-';
+    if (valid && *end == ':') {
+      const char* rest = end + 1;
+      max = std::strtoull(rest, &end, 10);
+      valid = end != rest && errno == 0 && rest[0] != '-' && min <= max;
     }
-    single_copy_bytes = static_cast<size_t>(n);
+    if (!valid || *end != '\0') {
+      return invalid_argument_error("{}='{}' is not MIN, MIN:MAX (message bytes, MIN <= MAX) or off; see worker/README.md",
+                                    name, text);
+    }
+    *window = SingleCopyWindow{static_cast<size_t>(min), static_cast<size_t>(max)};
+  }
+  // More ranks than CPUs: the total copying work decides, and P - 1 kernel copies took more than
+  // one copy into the segment plus P - 1 user copies out of it (4 ranks on 2 cores, 512 KiB and
+  // up: 1.5-2.2x slower; bench/README.md, 2026-11-24).
+  if (!forced_single_copy && size > static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)))) {
+    single_copy = false;
   }
   const size_t bytes = kDataOffset + static_cast<size_t>(size) * (kSlotBytes + kRingBytes);
   char name[kNameBytes] = {};
@@ -274,7 +299,7 @@ StatusOr<std::unique_ptr<SharedMemoryEngine>> SharedMemoryEngine::create(int ran
     mine.start_time.store(start, std::memory_order_relaxed);
     mine.pid.store(static_cast<int32_t>(getpid()), std::memory_order_release);
     mine.cpu.store(-1, std::memory_order_relaxed);  // not yet published from any CPU
-    if (single_copy_bytes > 0) {
+    if (single_copy) {
       // Under Yama's ptrace_scope 1 only a process's ancestors may read its memory; let the
       // sibling ranks (any process of this user, as OpenMPI's vader BTL does). Scope 2 and 3
       // refuse regardless: the probe below finds that and the ranks keep two copies.
@@ -317,7 +342,7 @@ StatusOr<std::unique_ptr<SharedMemoryEngine>> SharedMemoryEngine::create(int ran
     engine->liveness_checkable_[r] =
         read_proc_stat(engine->pids_[r], &state, &start) && start == engine->start_times_[r];
   }
-  COHORT_RETURN_IF_ERROR(engine->agree_on_single_copy(single_copy_bytes, deadline));
+  COHORT_RETURN_IF_ERROR(engine->agree_on_single_copy(single_copy, broadcast_window, allgather_window, deadline));
   return engine;
 }
 
@@ -325,12 +350,13 @@ uint64_t SharedMemoryEngine::single_copy_operations() {
   return g_single_copy_operations.load(std::memory_order_relaxed);
 }
 
-Status SharedMemoryEngine::agree_on_single_copy(size_t min_bytes, Deadline deadline) {
+Status SharedMemoryEngine::agree_on_single_copy(bool wanted, SingleCopyWindow broadcast, SingleCopyWindow allgather,
+                                                Deadline deadline) {
   // Each rank reads every peer's probe word (published before the setup's transport agreement,
   // which every rank has passed) and states its verdict in its Control; one barrier later all
   // ranks see the same verdicts and decide alike.
   std::string why;
-  if (min_bytes == 0) why = "turned off here (COHORT_SHM_CMA=0)";
+  if (!wanted) why = "turned off here (COHORT_SHM_CMA=0, or more ranks than CPUs without COHORT_SHM_CMA=1)";
   for (int p = 0; p < size_ && why.empty(); ++p) {
     if (p == rank_) continue;
     Control& c = control(p);
@@ -351,20 +377,23 @@ Status SharedMemoryEngine::agree_on_single_copy(size_t min_bytes, Deadline deadl
       why = fmt::format("process_vm_readv from rank {} (pid {}) read another process's memory", p, pids_[p]);
     }
   }
-  control(rank_).single_copy_min_bytes.store(why.empty() ? min_bytes : 0, std::memory_order_relaxed);
+  Control& mine = control(rank_);
+  mine.single_copy_ok.store(why.empty() ? 1 : 0, std::memory_order_relaxed);
+  const size_t windows[4] = {broadcast.min, broadcast.max, allgather.min, allgather.max};
+  for (int i = 0; i < 4; ++i) mine.windows[i].store(windows[i], std::memory_order_relaxed);
   COHORT_RETURN_IF_ERROR(step(deadline, "shared-memory setup"));
-  size_t agreed = 0;
-  for (int p = 0; p < size_; ++p) {
-    const size_t verdict = control(p).single_copy_min_bytes.load(std::memory_order_relaxed);
-    if (verdict == 0) {
-      agreed = SIZE_MAX;
-      if (why.empty()) why = fmt::format("rank {} cannot use it (see its debug log)", p);
-      break;
+  bool all = true;
+  for (int p = 0; p < size_ && all; ++p) {
+    if (control(p).single_copy_ok.load(std::memory_order_relaxed) == 0) {
+      all = false;
+      if (why.empty()) why = fmt::format("rank {} cannot use it or has it turned off (see its debug log)", p);
     }
-    agreed = std::max(agreed, verdict);
   }
-  single_copy_min_bytes_ = agreed;
-  if (agreed == SIZE_MAX) {
+  if (all) {
+    Control& first = control(0);
+    broadcast_window_ = {first.windows[0].load(std::memory_order_relaxed), first.windows[1].load(std::memory_order_relaxed)};
+    allgather_window_ = {first.windows[2].load(std::memory_order_relaxed), first.windows[3].load(std::memory_order_relaxed)};
+  } else {
     spdlog::debug("{}: shared memory keeps two copies per message (no single copy with process_vm_readv): {}",
                   label_, why);
   }
@@ -763,7 +792,7 @@ Status SharedMemoryEngine::broadcast(void* buf, size_t bytes, int root, Deadline
     std::memcpy(data, ring_entry(root, arrived_ - 1), bytes);
     return ok_status();
   }
-  if (bytes >= single_copy_min_bytes_) return broadcast_single_copy(buf, bytes, root, deadline);
+  if (broadcast_window_.covers(bytes)) return broadcast_single_copy(buf, bytes, root, deadline);
   const size_t piece = broadcast_piece(bytes);
   const bool streaming = bytes >= kShmStreamingStoreBytes;
   for (size_t first = 0; first < bytes; first += piece) {
@@ -783,7 +812,7 @@ Status SharedMemoryEngine::broadcast(void* buf, size_t bytes, int root, Deadline
 
 Status SharedMemoryEngine::gatherv(const void* send, void* recv, const std::vector<size_t>& bytes, int root,
                                    Deadline deadline) {
-  if (root < 0 && std::accumulate(bytes.begin(), bytes.end(), size_t{0}) >= single_copy_min_bytes_) {
+  if (root < 0 && allgather_window_.covers(std::accumulate(bytes.begin(), bytes.end(), size_t{0}))) {
     return allgather_single_copy(send, recv, bytes, deadline);
   }
   if (root < 0 && std::all_of(bytes.begin(), bytes.end(), [](size_t n) { return n <= kShmChunkBytes; })) {

@@ -28,8 +28,8 @@
 // peer's process is alive (its pid and start time in /proc), so a dead rank becomes UNAVAILABLE
 // naming it and a stopped one DEADLINE_EXCEEDED naming it, never a hang.
 //
-// Single copy (CMA). Broadcasts and allgathers of at least kShmSingleCopyBytes skip the segment:
-// each source rank publishes the address and length of its own buffer in its Control, ends its
+// Single copy (CMA). Broadcasts and allgathers inside a size window (kShmSingleCopy*) skip the
+// segment where there are at most as many ranks as CPUs: each source rank publishes the address and length of its own buffer in its Control, ends its
 // phase, and readers copy straight from that buffer into theirs with process_vm_readv (Linux
 // cross-memory attach, as OpenMPI's vader BTL does for large messages): one copy instead of two.
 // A reader ends its phase only once it has read everything, and a source returns only once every
@@ -86,9 +86,19 @@ inline constexpr size_t kShmInlineBytes = 16;
 // Entries of a rank's broadcast ring: how far (minus 2) a root may run ahead of its slowest
 // reader with broadcasts of at most kShmInlineBytes.
 inline constexpr size_t kShmRingEntries = 64;
-// Broadcasts and allgathers (whole message) of at least this many bytes go single-copy (CMA, see
-// above) where every rank can; COHORT_SHM_CMA_BYTES overrides it, COHORT_SHM_CMA=0 turns it off.
-inline constexpr size_t kShmSingleCopyBytes = 64 * 1024;
+// The windows of single copy (CMA, see above): whole-message bytes, where every rank can and there
+// are at most as many ranks as CPUs (COHORT_SHM_CMA_BROADCAST_BYTES / COHORT_SHM_CMA_ALLGATHER_BYTES
+// = MIN[:MAX] or off override them; COHORT_SHM_CMA=0 turns it off, =1 on also when oversubscribed).
+// Measured on the 2-core EPYC, 2 ranks (bench/README.md, 2026-11-24): a broadcast of 64 KiB-2 MiB
+// took 0.6-0.85x the time of the two pipelined copies, from 4 MiB 1.2-2.4x (process_vm_readv
+// copies page by page at about 6 GB/s; two streaming copies run on two cores at once); an
+// allgather 0.7-0.95x at 64-512 KiB, 1.5x from 1 MiB (two copies there take one barrier and copy
+// from cache). With 4 ranks on 2 cores single copy lost at 512 KiB and up (1.5-2.3x): P - 1
+// kernel copies cost more CPU than one copy in and P - 1 user copies out.
+inline constexpr size_t kShmSingleCopyBroadcastMin = 64 * 1024;
+inline constexpr size_t kShmSingleCopyBroadcastMax = 2 * 1024 * 1024;
+inline constexpr size_t kShmSingleCopyAllgatherMin = 64 * 1024;
+inline constexpr size_t kShmSingleCopyAllgatherMax = 512 * 1024;
 // Group sizes above this use the transport (the segment and the flag scans grow with P).
 inline constexpr int kShmMaxRanks = 64;
 // Longest FUTEX_WAIT before the waiter rechecks its deadline and the peer's liveness.
@@ -114,9 +124,16 @@ class SharedMemoryEngine {
   // True when every rank is this process (threads over a loopback transport): the engine works,
   // but gains nothing over in-process copies, so the selector uses it only when forced.
   bool in_process() const { return in_process_; }
-  // Smallest broadcast / allgather sent single-copy by this engine (the same on every rank);
-  // SIZE_MAX where the setup's probe found it unusable on some rank or it is turned off.
-  size_t single_copy_min_bytes() const { return single_copy_min_bytes_; }
+  // Which messages go single-copy (whole message, bytes; the same on every rank: rank 0's
+  // settings). Empty windows (min > max) where the setup's probe found CMA unusable on some rank
+  // or some rank turned it off.
+  struct SingleCopyWindow {
+    size_t min = SIZE_MAX;
+    size_t max = 0;
+    bool covers(size_t bytes) const { return bytes >= min && bytes <= max; }
+  };
+  SingleCopyWindow single_copy_broadcast() const { return broadcast_window_; }
+  SingleCopyWindow single_copy_allgather() const { return allgather_window_; }
   // Operations this process has run single-copy, over all its engines (for tests and benchmarks:
   // the path is invisible otherwise).
   static uint64_t single_copy_operations();
@@ -174,10 +191,11 @@ class SharedMemoryEngine {
   Status wait_for(int peer, uint32_t target, Deadline deadline, const char* op);
   // OK while `peer`'s process runs; UNAVAILABLE naming it once it has exited.
   Status check_alive(int peer, const char* op) const;
-  // Setup: reads every peer's probe word through CMA, records this rank's verdict in its Control,
-  // barriers, and sets single_copy_min_bytes_ from every rank's verdict. `min_bytes` is this
-  // rank's threshold, 0 when CMA is off here.
-  Status agree_on_single_copy(size_t min_bytes, Deadline deadline);
+  // Setup: reads every peer's probe word through CMA, records this rank's verdict and windows in
+  // its Control, barriers, and sets the windows: rank 0's where every rank can, else empty.
+  // `wanted` is false where COHORT_SHM_CMA=0 here.
+  Status agree_on_single_copy(bool wanted, SingleCopyWindow broadcast, SingleCopyWindow allgather,
+                              Deadline deadline);
   // Exposes `bytes` at `data` to the peers for the current phase (see "Single copy").
   void expose(const void* data, size_t bytes);
   // Reads `bytes` of what `peer` exposed in the phase it has just ended (offset `offset` into it)
@@ -212,7 +230,8 @@ class SharedMemoryEngine {
   std::vector<int> pids_;                  // each rank's pid (as this rank sees it)
   std::vector<uint64_t> start_times_;      // each rank's process start time, to tell pid reuse
   std::vector<bool> liveness_checkable_;   // false where the pid was not this rank's to check
-  size_t single_copy_min_bytes_ = SIZE_MAX;  // see single_copy_min_bytes()
+  SingleCopyWindow broadcast_window_;        // see single_copy_broadcast()
+  SingleCopyWindow allgather_window_;
   uint64_t probe_word_ = 0;                  // setup: what peers read through CMA (its value is in the segment)
 };
 
