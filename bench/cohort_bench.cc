@@ -72,7 +72,7 @@ struct Options : cohort::bench::SweepOptions {
   bool check = false;
   std::string device = "cpu";
   int timeout_s = 300;
-  std::string cpu_bind = "none";  // -np's ranks: none, or core (one share of the CPUs each)
+  std::string cpu_bind = "none";  // -np's ranks: none, core or auto (worker/base/cpu_binding.h)
 };
 
 bool validate(Options* o, std::string* error);
@@ -118,11 +118,12 @@ std::optional<int> parse_command_line(int argc, char** argv, Options* o) {
       ->capture_default_str();
   if (const char* env = std::getenv(cohort::kCpuBindEnv); env != nullptr && *env != '\0') o->cpu_bind = env;
   app->add_option("--cpu-bind", o->cpu_bind,
-                  "-np's ranks: core binds each to its own share of the CPUs (as mpirun does for 2 "
-                  "ranks; faster small messages, slower large ones when another process shares a "
-                  "core), none leaves them to the scheduler; COHORT_CPU_BIND in the environment too")
+                  "-np's ranks: core binds each to its own share of the CPUs (faster small messages, "
+                  "slower large ones when another process shares a core), auto does so only when "
+                  "there is a CPU per rank (mpirun's default), none leaves them to the scheduler; "
+                  "COHORT_CPU_BIND in the environment too")
       ->type_name("B")
-      ->check(CLI::IsMember({"none", "core"}))
+      ->check(CLI::IsMember({"none", "core", "auto"}))
       ->capture_default_str();
   // mpirun's spelling: "-np N" (CLI11's short options are one letter).
   std::vector<std::string> args;

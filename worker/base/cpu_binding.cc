@@ -12,7 +12,8 @@ namespace cohort {
 StatusOr<CpuBind> parse_cpu_bind(const std::string& text) {
   if (text == "none") return CpuBind::kNone;
   if (text == "core") return CpuBind::kCore;
-  return invalid_argument_error("CPU binding '{}' is not one of: none, core", text);
+  if (text == "auto") return CpuBind::kAuto;
+  return invalid_argument_error("CPU binding '{}' is not one of: none, core, auto", text);
 }
 
 StatusOr<std::vector<int>> cpu_share(const std::vector<int>& allowed, int local_rank, int local_size) {
@@ -48,6 +49,7 @@ StatusOr<std::vector<int>> allowed_cpus() {
 StatusOr<std::vector<int>> bind_local_rank(CpuBind bind, int local_rank, int local_size) {
   if (bind == CpuBind::kNone) return std::vector<int>{};
   COHORT_ASSIGN_OR_RETURN(std::vector<int> allowed, allowed_cpus());
+  if (bind == CpuBind::kAuto && static_cast<int>(allowed.size()) < local_size) return std::vector<int>{};
   COHORT_ASSIGN_OR_RETURN(std::vector<int> share, cpu_share(allowed, local_rank, local_size));
   cpu_set_t set;
   CPU_ZERO(&set);

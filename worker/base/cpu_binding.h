@@ -4,7 +4,7 @@
 // away from a core that another busy process shares. On this 2-core machine with a compiler
 // running, 2 unbound ranks took 4 us for an 8-byte allreduce in 3 of 4 runs and bound ones
 // 0.3-0.7 us, while a bound 1 MiB allreduce took up to 1.3 ms against 0.14 ms unbound. That is why
-// binding is asked for (`--cpu-bind core`, COHORT_CPU_BIND=core) and not the default.
+// binding is asked for (`--cpu-bind core|auto`, COHORT_CPU_BIND) and not the default.
 #pragma once
 
 #include <string>
@@ -14,9 +14,12 @@
 
 namespace cohort {
 
-enum class CpuBind { kNone, kCore };
+// kCore: one share of the CPUs per local rank, an error with more ranks than CPUs; kAuto: the
+// same when every rank can have a CPU, nothing otherwise (mpirun's default: bound to cores for 2
+// ranks, left alone when oversubscribed).
+enum class CpuBind { kNone, kCore, kAuto };
 
-// "none" or "core" (also from COHORT_CPU_BIND); anything else is INVALID_ARGUMENT naming the value.
+// "none", "core" or "auto" (also from COHORT_CPU_BIND); anything else is INVALID_ARGUMENT naming the value.
 StatusOr<CpuBind> parse_cpu_bind(const std::string& text);
 inline constexpr const char* kCpuBindEnv = "COHORT_CPU_BIND";
 
@@ -29,8 +32,9 @@ StatusOr<std::vector<int>> cpu_share(const std::vector<int>& allowed, int local_
 // The CPUs this process may run on (sched_getaffinity), ascending.
 StatusOr<std::vector<int>> allowed_cpus();
 
-// Binds the calling process (all threads it starts later too) to its share, for `bind` ==
-// kCore; does nothing for kNone. Returns the CPUs bound to (empty for kNone).
+// Binds the calling thread (and the threads it starts later: call it in a launcher's child before
+// exec) to its share, for kCore, and for kAuto when there are as many CPUs as ranks. Returns the
+// CPUs bound to (empty when it binds nothing).
 StatusOr<std::vector<int>> bind_local_rank(CpuBind bind, int local_rank, int local_size);
 
 // "0-3", "0,2,5-6": the form taskset and /proc/<pid>/status use.

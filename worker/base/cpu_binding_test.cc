@@ -12,6 +12,7 @@ namespace {
 TEST(CpuBindingTest, ParsesTheTwoModesAndNamesABadValue) {
   EXPECT_EQ(*parse_cpu_bind("none"), CpuBind::kNone);
   EXPECT_EQ(*parse_cpu_bind("core"), CpuBind::kCore);
+  EXPECT_EQ(*parse_cpu_bind("auto"), CpuBind::kAuto);
   auto bad = parse_cpu_bind("socket");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
@@ -73,6 +74,10 @@ TEST(CpuBindingTest, BindsTheCallingThreadToItsShare) {
   EXPECT_EQ(seen_by_child, bound);  // inherited by threads started after
   EXPECT_EQ(*allowed_cpus(), *allowed);  // this thread is untouched
   EXPECT_TRUE(bind_local_rank(CpuBind::kNone, 0, 1)->empty());
+  // auto with more ranks than CPUs binds nothing (core refuses).
+  EXPECT_TRUE(bind_local_rank(CpuBind::kAuto, 0, size + 1)->empty());
+  EXPECT_EQ(bind_local_rank(CpuBind::kCore, 0, size + 1).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(*allowed_cpus(), *allowed);
 }
 
 }  // namespace
