@@ -375,6 +375,9 @@ Status SharedMemoryEngine::agree_on_single_copy(bool wanted, SingleCopyWindow br
     } else if (word != c.probe_value.load(std::memory_order_relaxed)) {
       // Another pid namespace: the pid in the segment is not the peer's here.
       why = fmt::format("process_vm_readv from rank {} (pid {}) read another process's memory", p, pids_[p]);
+    } else if (process_vm_writev(pids_[p], &local, 1, &remote, 1, 0) != static_cast<ssize_t>(sizeof(word))) {
+      // Broadcast's root writes into its readers (the same value back here: harmless to the peer).
+      why = fmt::format("process_vm_writev to rank {} (pid {}) failed: {}", p, pids_[p], std::strerror(errno));
     }
   }
   Control& mine = control(rank_);
@@ -407,7 +410,8 @@ void SharedMemoryEngine::expose(const void* data, size_t bytes) {
   mine.exposed_bytes.store(bytes, std::memory_order_relaxed);
 }
 
-Status SharedMemoryEngine::read_exposed(int peer, size_t offset, void* dst, size_t bytes, const char* op) {
+Status SharedMemoryEngine::transfer_exposed(int peer, size_t offset, void* local_data, size_t bytes, bool write,
+                                            const char* op) {
   Control& c = control(peer);
   const uint64_t address = c.exposed_address.load(std::memory_order_relaxed);
   const uint64_t exposed = c.exposed_bytes.load(std::memory_order_relaxed);
@@ -418,19 +422,20 @@ Status SharedMemoryEngine::read_exposed(int peer, size_t offset, void* dst, size
         op, label_, peer, exposed, rank_, offset + bytes);
     return failure_;
   }
-  auto* out = static_cast<uint8_t*>(dst);
+  auto* mine = static_cast<uint8_t*>(local_data);
   for (size_t done = 0; done < bytes;) {
-    iovec local{out + done, bytes - done};
+    iovec local{mine + done, bytes - done};
     iovec remote{reinterpret_cast<void*>(address + offset + done), bytes - done};
-    const ssize_t n = process_vm_readv(pids_[peer], &local, 1, &remote, 1, 0);
+    const ssize_t n = write ? process_vm_writev(pids_[peer], &local, 1, &remote, 1, 0)
+                            : process_vm_readv(pids_[peer], &local, 1, &remote, 1, 0);
     if (n <= 0) {
       const int error = n < 0 ? errno : EIO;
       Status alive = check_alive(peer, op);
       failure_ = !alive.ok() ? alive
-                             : unavailable_error("{} over shared memory on {}: rank {} reading {} bytes of rank {}'s "
-                                                 "buffer (pid {}) with process_vm_readv failed: {}",
-                                                 op, label_, rank_, bytes - done, peer, pids_[peer],
-                                                 std::strerror(error));
+                             : unavailable_error("{} over shared memory on {}: rank {} {} {} bytes of rank {}'s buffer "
+                                                 "(pid {}) with process_vm_{}v failed: {}",
+                                                 op, label_, rank_, write ? "writing" : "reading", bytes - done, peer,
+                                                 pids_[peer], write ? "write" : "read", std::strerror(error));
       return failure_;
     }
     done += static_cast<size_t>(n);
@@ -439,20 +444,49 @@ Status SharedMemoryEngine::read_exposed(int peer, size_t offset, void* dst, size
 }
 
 Status SharedMemoryEngine::broadcast_single_copy(void* buf, size_t bytes, int root, Deadline deadline) {
-  // One phase: the root exposes its buffer and ends the phase, each reader copies the whole
-  // message out of it and ends the phase, and the root returns once every reader has.
+  // Two phases, with the copying shared between root and readers (P ranks: the root writes the
+  // first 1/P of the message into every reader's buffer while each reader reads the rest from
+  // the root's, so no core copies more than (P - 1)/P of a message, where with readers alone the
+  // root's core would idle). Phase 1: every rank exposes its buffer; a reader reads its part once
+  // the root has exposed, the root writes a reader's part once that reader has. Phase 2: a rank
+  // ends it when its copying is done; the root returns once every reader has ended it (its
+  // buffer is no longer read), a reader once the root has (its buffer is no longer written).
   if (!failure_.ok()) return publish("broadcast");  // the failure, named
+  uint8_t* data = static_cast<uint8_t*>(buf);
+  const size_t pushed = (bytes / static_cast<size_t>(size_)) & ~size_t{63};
+  expose(data, bytes);
+  COHORT_RETURN_IF_ERROR(publish("broadcast"));
   if (rank_ == root) {
-    expose(buf, bytes);
+    // Readers in the order they come? In rank order: each wait is short once all have started.
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      COHORT_RETURN_IF_ERROR(await(p, arrived_, deadline, "broadcast"));
+      if (pushed > 0) COHORT_RETURN_IF_ERROR(transfer_exposed(p, 0, data, pushed, /*write=*/true, "broadcast"));
+    }
     COHORT_RETURN_IF_ERROR(publish("broadcast"));
     for (int p = 0; p < size_; ++p) {
       if (p != rank_) COHORT_RETURN_IF_ERROR(await(p, arrived_, deadline, "broadcast"));
     }
     known_ = arrived_;
   } else {
-    COHORT_RETURN_IF_ERROR(await(root, arrived_ + 1, deadline, "broadcast"));
-    COHORT_RETURN_IF_ERROR(read_exposed(root, 0, buf, bytes, "broadcast"));
+    COHORT_RETURN_IF_ERROR(await(root, arrived_, deadline, "broadcast"));
+    COHORT_RETURN_IF_ERROR(
+        transfer_exposed(root, pushed, data + pushed, bytes - pushed, /*write=*/false, "broadcast"));
     COHORT_RETURN_IF_ERROR(publish("broadcast"));
+    Status pushed_in = await(root, arrived_, deadline, "broadcast");
+    if (pushed_in.code() == StatusCode::kDeadlineExceeded) {
+      // The root may itself wait for a reader that has not joined: name that one, not the root.
+      for (int p = 0; p < size_; ++p) {
+        const uint32_t seen = control(p).arrive.load(std::memory_order_acquire);
+        if (p == rank_ || p == root || static_cast<int32_t>(seen - (arrived_ - 1)) >= 0) continue;
+        failure_ = deadline_exceeded_error(
+            "broadcast over shared memory on {}: rank {} timed out after {} waiting for root rank {}, which waits "
+            "for rank {} (pid {}) to join at generation {}; is it alive, stopped, or issuing a different collective?",
+            label_, rank_, format_duration(deadline.budget()), root, p, pids_[p], arrived_ - 1);
+        return failure_;
+      }
+    }
+    COHORT_RETURN_IF_ERROR(pushed_in);
   }
   g_single_copy_operations.fetch_add(1, std::memory_order_relaxed);
   return ok_status();
@@ -473,7 +507,7 @@ Status SharedMemoryEngine::allgather_single_copy(const void* send, void* recv, c
     const int p = (rank_ + i) % size_;
     if (bytes[p] == 0) continue;
     COHORT_RETURN_IF_ERROR(await(p, arrived_, deadline, "allgather"));
-    COHORT_RETURN_IF_ERROR(read_exposed(p, 0, out + displ[p], bytes[p], "allgather"));
+    COHORT_RETURN_IF_ERROR(transfer_exposed(p, 0, out + displ[p], bytes[p], /*write=*/false, "allgather"));
   }
   COHORT_RETURN_IF_ERROR(step(deadline, "allgather"));
   g_single_copy_operations.fetch_add(1, std::memory_order_relaxed);

@@ -29,15 +29,18 @@
 // naming it and a stopped one DEADLINE_EXCEEDED naming it, never a hang.
 //
 // Single copy (CMA). Broadcasts and allgathers inside a size window (kShmSingleCopy*) skip the
-// segment where there are at most as many ranks as CPUs: each source rank publishes the address and length of its own buffer in its Control, ends its
-// phase, and readers copy straight from that buffer into theirs with process_vm_readv (Linux
-// cross-memory attach, as OpenMPI's vader BTL does for large messages): one copy instead of two.
-// A reader ends its phase only once it has read everything, and a source returns only once every
-// reader has ended that phase (awaited like any flag: futex, liveness, deadline), so its buffer
-// stays unchanged while it is read. Setup probes it: every rank reads a test word from each
-// peer's memory; if any rank cannot (Yama ptrace_scope 2+, a seccomp filter, ENOSYS, another
-// user) or has it turned off (COHORT_SHM_CMA=0), every rank keeps the two-copy path, agreed
-// through the segment, so no two ranks ever mix the protocols.
+// segment where there are at most as many ranks as CPUs: each rank publishes the address and
+// length of its own buffer in its Control and ends its phase, and peers copy straight between
+// their buffer and that one with process_vm_readv / process_vm_writev (Linux cross-memory
+// attach, as OpenMPI's vader BTL does for large messages): one copy instead of two. A broadcast's
+// root writes the first 1/P of the message into every reader's buffer while the readers read the
+// rest from the root's, so the copying is shared out (see broadcast_single_copy). A rank ends
+// the next phase only once its copying is done, and returns only once every peer that copies
+// from or into its buffer has ended it (awaited like any flag: futex, liveness, deadline), so no
+// buffer changes or goes away while a peer copies. Setup probes it: every rank reads and writes
+// back a test word in each peer's memory; if any rank cannot (Yama ptrace_scope 2+, a seccomp
+// filter, ENOSYS, another user) or has it turned off (COHORT_SHM_CMA=0), every rank keeps the
+// two-copy path, agreed through the segment, so no two ranks ever mix the protocols.
 //
 // Lifetime: rank 0 creates the segment under a name unique to the communicator and attempt;
 // every rank maps it; once all have (agreed over the transport) every rank unlinks it, so nothing
@@ -198,9 +201,10 @@ class SharedMemoryEngine {
                               Deadline deadline);
   // Exposes `bytes` at `data` to the peers for the current phase (see "Single copy").
   void expose(const void* data, size_t bytes);
-  // Reads `bytes` of what `peer` exposed in the phase it has just ended (offset `offset` into it)
-  // into `dst` with process_vm_readv; the error names the peer.
-  Status read_exposed(int peer, size_t offset, void* dst, size_t bytes, const char* op);
+  // Copies `bytes` between `local` and what `peer` exposed in the phase it has just ended (from
+  // offset `offset` in it): process_vm_readv into `local`, or with `write` process_vm_writev from
+  // it. Records and returns an error naming the peer.
+  Status transfer_exposed(int peer, size_t offset, void* local, size_t bytes, bool write, const char* op);
   Status broadcast_single_copy(void* buf, size_t bytes, int root, Deadline deadline);
   Status allgather_single_copy(const void* send, void* recv, const std::vector<size_t>& bytes, Deadline deadline);
 
