@@ -197,8 +197,8 @@ StatusOr<std::unique_ptr<SharedMemoryEngine>> SharedMemoryEngine::create(int ran
     } else {
       return invalid_argument_error(
           "COHORT_SHM_CMA='{}' is not 0 (every byte through the segment, two copies) or 1 (single copy with "
-          "process_vm_readv where every rank can, also with more ranks than CPUs); unset: single copy unless "
-          "there are more ranks than CPUs", text);
+          "process_vm_readv where every rank can, with any number of ranks); unset: single copy only for 2 "
+          "ranks on at least 2 CPUs", text);
     }
   }
   SingleCopyWindow broadcast_window{kShmSingleCopyBroadcastMin, kShmSingleCopyBroadcastMax};
@@ -227,10 +227,12 @@ StatusOr<std::unique_ptr<SharedMemoryEngine>> SharedMemoryEngine::create(int ran
     }
     *window = SingleCopyWindow{static_cast<size_t>(min), static_cast<size_t>(max)};
   }
-  // More ranks than CPUs: the total copying work decides, and P - 1 kernel copies took more than
-  // one copy into the segment plus P - 1 user copies out of it (4 ranks on 2 cores, 512 KiB and
-  // up: 1.5-2.2x slower; bench/README.md, 2026-11-24).
-  if (!forced_single_copy && size > static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)))) {
+  // By default only where it was measured to win: 2 ranks, each with a CPU. With more ranks than
+  // CPUs the total copying work decides, and P - 1 kernel copies took more than one copy into the
+  // segment plus P - 1 user copies out of it (4 ranks on 2 cores, 512 KiB and up: 1.5-2.2x
+  // slower; bench/README.md, 2026-11-24); more than 2 ranks with a CPU each is not measured yet.
+  if (!forced_single_copy &&
+      (size > 2 || size > static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))))) {
     single_copy = false;
   }
   const size_t bytes = kDataOffset + static_cast<size_t>(size) * (kSlotBytes + kRingBytes);
@@ -356,7 +358,7 @@ Status SharedMemoryEngine::agree_on_single_copy(bool wanted, SingleCopyWindow br
   // which every rank has passed) and states its verdict in its Control; one barrier later all
   // ranks see the same verdicts and decide alike.
   std::string why;
-  if (!wanted) why = "turned off here (COHORT_SHM_CMA=0, or more ranks than CPUs without COHORT_SHM_CMA=1)";
+  if (!wanted) why = "turned off here (COHORT_SHM_CMA=0, or more than 2 ranks or ranks than CPUs without COHORT_SHM_CMA=1)";
   for (int p = 0; p < size_ && why.empty(); ++p) {
     if (p == rank_) continue;
     Control& c = control(p);

@@ -29,7 +29,7 @@
 // naming it and a stopped one DEADLINE_EXCEEDED naming it, never a hang.
 //
 // Single copy (CMA). Broadcasts and allgathers inside a size window (kShmSingleCopy*) skip the
-// segment where there are at most as many ranks as CPUs: each rank publishes the address and
+// segment in groups of 2 ranks on at least 2 CPUs (any group with COHORT_SHM_CMA=1): each rank publishes the address and
 // length of its own buffer in its Control and ends its phase, and peers copy straight between
 // their buffer and that one with process_vm_readv / process_vm_writev (Linux cross-memory
 // attach, as OpenMPI's vader BTL does for large messages): one copy instead of two. A broadcast's
@@ -89,15 +89,16 @@ inline constexpr size_t kShmInlineBytes = 16;
 // Entries of a rank's broadcast ring: how far (minus 2) a root may run ahead of its slowest
 // reader with broadcasts of at most kShmInlineBytes.
 inline constexpr size_t kShmRingEntries = 64;
-// The windows of single copy (CMA, see above): whole-message bytes, where every rank can and there
-// are at most as many ranks as CPUs (COHORT_SHM_CMA_BROADCAST_BYTES / COHORT_SHM_CMA_ALLGATHER_BYTES
-// = MIN[:MAX] or off override them; COHORT_SHM_CMA=0 turns it off, =1 on also when oversubscribed).
-// Measured on the 2-core EPYC, 2 ranks (bench/README.md, 2026-11-24): a broadcast of 64 KiB-2 MiB
-// took 0.6-0.85x the time of the two pipelined copies, from 4 MiB 1.2-2.4x (process_vm_readv
-// copies page by page at about 6 GB/s; two streaming copies run on two cores at once); an
-// allgather 0.7-0.95x at 64-512 KiB, 1.5x from 1 MiB (two copies there take one barrier and copy
-// from cache). With 4 ranks on 2 cores single copy lost at 512 KiB and up (1.5-2.3x): P - 1
-// kernel copies cost more CPU than one copy in and P - 1 user copies out.
+// The windows of single copy (CMA, see above): whole-message bytes, where every rank can (and by
+// default only 2 ranks on at least 2 CPUs; COHORT_SHM_CMA=1: any group, =0: never);
+// COHORT_SHM_CMA_BROADCAST_BYTES / COHORT_SHM_CMA_ALLGATHER_BYTES = MIN[:MAX] or off override
+// them. Measured on the 2-core EPYC, 2 ranks (bench/README.md, 2026-11-24): a broadcast (root and
+// reader sharing the copy) of 64 KiB-3 MiB took 0.4-0.65x the time of the two pipelined copies,
+// from 4 MiB 1.4-1.8x (process_vm_readv copies page by page at about 6 GB/s; two streaming copies
+// run on two cores at once), and below 32 KiB 2-5x (the system call and a second flag cost more
+// than the copy); an allgather 0.6-0.95x at 64-512 KiB, 1.2-1.6x from 1 MiB (two copies there take
+// one barrier and copy from cache). With 4 ranks on 2 cores single copy (readers only) lost from
+// 512 KiB (1.5-2.2x): P - 1 kernel copies cost more CPU than one copy in and P - 1 user copies out.
 inline constexpr size_t kShmSingleCopyBroadcastMin = 64 * 1024;
 inline constexpr size_t kShmSingleCopyBroadcastMax = 2 * 1024 * 1024;
 inline constexpr size_t kShmSingleCopyAllgatherMin = 64 * 1024;
