@@ -93,10 +93,11 @@ inline constexpr size_t kShmRingEntries = 64;
 // default only 2 ranks on at least 2 CPUs; COHORT_SHM_CMA=1: any group, =0: never);
 // COHORT_SHM_CMA_BROADCAST_BYTES / COHORT_SHM_CMA_ALLGATHER_BYTES = MIN[:MAX] or off override
 // them. Measured on the 2-core EPYC, 2 ranks (bench/README.md, 2026-11-24): a broadcast (root and
-// reader sharing the copy) of 64 KiB-3 MiB took 0.4-0.65x the time of the two pipelined copies,
-// from 4 MiB 1.4-1.8x (process_vm_readv copies page by page at about 6 GB/s; two streaming copies
-// run on two cores at once), and below 32 KiB 2-5x (the system call and a second flag cost more
-// than the copy); an allgather 0.6-0.95x at 64-512 KiB, 1.2-1.6x from 1 MiB (two copies there take
+// reader sharing the copy) of 64 KiB-2 MiB took 0.35-0.85x the time of the two pipelined copies
+// in four runs (one outlier: 1.4x at 2 MiB), 3 MiB 0.4-1.1x, from 4 MiB 1.4-1.8x
+// (process_vm_readv copies page by page at about 6 GB/s; two streaming copies run on two cores
+// at once), and below 32 KiB 2-5x (the system call and a second flag cost more than the copy);
+// an allgather 0.6-0.95x at 64-512 KiB, 1.2-1.6x from 1 MiB (two copies there take
 // one barrier and copy from cache). With 4 ranks on 2 cores single copy (readers only) lost from
 // 512 KiB (1.5-2.2x): P - 1 kernel copies cost more CPU than one copy in and P - 1 user copies out.
 inline constexpr size_t kShmSingleCopyBroadcastMin = 64 * 1024;
