@@ -1,6 +1,10 @@
 #include "worker/examples/example_flags.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 #include "worker/base/cli_flags.h"
+#include "worker/base/cpu_binding.h"
 
 namespace cohort::examples {
 
@@ -10,6 +14,13 @@ std::optional<int> parse_example_flags(int argc, char** argv, const std::string&
   app->add_option("--ranks", flags.ranks, "start N local ranks (processes over a file:// store)")
       ->type_name("N")
       ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  if (const char* env = std::getenv(kCpuBindEnv); env != nullptr && *env != '\0') flags.cpu_bind = env;
+  app->add_option("--cpu-bind", flags.cpu_bind,
+                  "--ranks' processes: core binds each to its own share of the CPUs, auto does so only "
+                  "when there is a CPU per rank, none leaves them to the scheduler; COHORT_CPU_BIND too")
+      ->type_name("B")
+      ->check(CLI::IsMember({"none", "core", "auto"}))
       ->capture_default_str();
   app->add_option("--init", flags.init,
                   "join a job instead: env://, tcp://host:port?rank=R&world_size=N, file:///path?rank=R&world_size=N")
@@ -36,7 +47,20 @@ std::optional<int> parse_example_flags(int argc, char** argv, const std::string&
                   "apply each step's averaged gradient one step later, so its allreduce overlaps the next "
                   "step's forward and backward");
   }
-  return cli_flags::parse(*app, argc, argv);
+  std::optional<int> exit = cli_flags::parse(*app, argc, argv);
+  if (exit) return exit;
+  // Checked before any rank starts (a bad COHORT_CPU_BIND, or core with more ranks than CPUs).
+  auto bind = parse_cpu_bind(flags.cpu_bind);
+  Status status = bind.status();
+  if (status.ok() && *bind == CpuBind::kCore && flags.init.empty()) {
+    auto allowed = allowed_cpus();
+    status = allowed.ok() ? cpu_share(*allowed, 0, flags.ranks).status() : allowed.status();
+  }
+  if (!status.ok()) {
+    std::fprintf(stderr, "%s: %s\n", program.c_str(), status.message().c_str());
+    return cli_flags::kExitUsage;
+  }
+  return std::nullopt;
 }
 
 }  // namespace cohort::examples

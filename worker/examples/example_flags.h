@@ -31,6 +31,8 @@ struct ExampleFlags {
   int64_t max_steps = 0;      // > 0: stop after this many optimizer steps in all
   // MultiNodeOptimizerOptions::double_buffering, for the data-parallel programs.
   bool double_buffering = false;
+  // --ranks' processes: none, core or auto (worker/base/cpu_binding.h); COHORT_CPU_BIND too.
+  std::string cpu_bind = "none";
 };
 
 // The optional flags a program takes besides the five every example has.

@@ -18,7 +18,7 @@ std::unique_ptr<comm::Communicator> start_example_rank(int argc, char** argv, co
     return nullptr;
   }
   if (flags.init.empty()) {
-    *exit_code = run_local_ranks(argc, argv, flags.ranks);
+    *exit_code = run_local_ranks(argc, argv, flags.ranks, *parse_cpu_bind(flags.cpu_bind));
     return nullptr;
   }
   // Each rank is one process of several sharing the machine's cores.

@@ -13,7 +13,7 @@
 
 namespace cohort::examples {
 
-int run_local_ranks(int argc, char** argv, int ranks) {
+int run_local_ranks(int argc, char** argv, int ranks, CpuBind bind) {
   char dir_template[] = "/tmp/cohort-example-XXXXXX";
   if (mkdtemp(dir_template) == nullptr) {
     std::perror("run_local_ranks: mkdtemp");
@@ -24,6 +24,12 @@ int run_local_ranks(int argc, char** argv, int ranks) {
   for (int rank = 0; rank < ranks; ++rank) {
     pid_t pid = fork();
     if (pid == 0) {
+      // While this process has one thread: the rank and all its threads inherit the binding.
+      auto bound = bind_local_rank(bind, rank, ranks);
+      if (!bound.ok()) {
+        std::fprintf(stderr, "run_local_ranks: rank %d: %s\n", rank, bound.status().to_string().c_str());
+        _exit(1);
+      }
       std::string url = "file://" + store + "?rank=" + std::to_string(rank) + "&world_size=" + std::to_string(ranks);
       std::vector<char*> args(argv, argv + argc);
       std::string init_flag = "--init";

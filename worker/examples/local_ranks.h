@@ -8,10 +8,13 @@
 //
 // A failed rank stops the others at once (they would only time out in their next collective).
 
+#include "worker/base/cpu_binding.h"
+
 namespace cohort::examples {
 
 // Blocking until every child exits. Returns 0 when all exit 0, else 1. Fork/exec errors are
-// printed to stderr and reported as 1.
-int run_local_ranks(int argc, char** argv, int ranks);
+// printed to stderr and reported as 1. `bind`: each child is bound to its share of the CPUs
+// before exec (worker/base/cpu_binding.h); the caller has checked that it can be.
+int run_local_ranks(int argc, char** argv, int ranks, CpuBind bind = CpuBind::kNone);
 
 }  // namespace cohort::examples
