@@ -326,6 +326,59 @@ TEST_F(ShmProcessTest, SingleCopyBroadcastRootWaitsForAStoppedReaderUntilTheTime
   for (int r : {0, 1}) EXPECT_EQ(outcomes[r].exit_code, 0) << outcomes[r].message;
 }
 
+TEST_F(ShmProcessTest, KilledRankInsideSingleCopyBroadcastsIsNamedByItsPeer) {
+  // 2 ranks, 1 MiB broadcasts (single copy by default): whichever rank dies mid-stream, the root
+  // whose buffer is read or the reader whose buffer the root writes into, its peer fails naming
+  // it within the timeout instead of hanging or copying from a dead process.
+  if (std::string why = cross_memory_attach_refused(); !why.empty()) GTEST_SKIP() << why;
+  for (int victim : {0, 1}) {
+    ProcessRanks ranks(dir_.path());
+    constexpr Duration kTimeout = seconds(5);
+    ranks.fork_ranks(2, [&](int rank) -> Status {
+      set_single_copy_env(nullptr, nullptr, nullptr);
+      COHORT_ASSIGN_OR_RETURN(auto comm, make(rank, 2, "flat", Algorithm::kShm, kTimeout));
+      std::vector<float> x(1 << 18, rank == 0 ? 2.0f : 0.0f);
+      const uint64_t before = SharedMemoryEngine::single_copy_operations();
+      COHORT_RETURN_IF_ERROR(comm->broadcast(x.data(), x.size(), DataType::kFloat32, 0)->wait());
+      if (x[777] != 2.0f || SharedMemoryEngine::single_copy_operations() != before + 1) {
+        return internal_error("first broadcast: x[777] = {}, single copy {}", x[777],
+                              SharedMemoryEngine::single_copy_operations() - before);
+      }
+      if (rank == victim) {
+        std::thread([] {
+          std::this_thread::sleep_for(milliseconds(20));
+          raise(SIGKILL);
+        }).detach();
+        for (int i = 0; i < 100000; ++i) {
+          comm->broadcast(x.data(), x.size(), DataType::kFloat32, 0)->wait().ignore_error();
+        }
+        return internal_error("rank {} survived", rank);
+      }
+      auto start = Clock::now();
+      Status status;
+      for (int i = 0; i < 100000 && status.ok(); ++i) {
+        status = comm->broadcast(x.data(), x.size(), DataType::kFloat32, 0)->wait();
+      }
+      auto waited = Clock::now() - start;
+      if (status.ok()) return internal_error("broadcasts kept succeeding without rank {}", victim);
+      if (status.message().find(fmt::format("rank {}", victim)) == std::string::npos) {
+        return internal_error("rank {} not named: {}", victim, status.to_string());
+      }
+      if (waited > kTimeout + seconds(1)) {
+        return internal_error("took {} ms", std::chrono::duration_cast<milliseconds>(waited).count());
+      }
+      return ok_status();
+    });
+    pid_t rank0 = ranks.pid(0);
+    auto outcomes = ranks.wait_all(kTestDeadline);
+    EXPECT_EQ(outcomes[victim].signal, SIGKILL) << "victim " << victim;
+    EXPECT_EQ(outcomes[1 - victim].exit_code, 0) << "victim " << victim << ": " << outcomes[1 - victim].message;
+    EXPECT_EQ(segments_of(rank0), "");
+    server_.reset();
+    SetUp();
+  }
+}
+
 TEST_F(ShmProcessTest, KilledRankInsideALargeAllreduceIsNamedAndNothingStaysInDevShm) {
   ProcessRanks ranks(dir_.path());
   constexpr Duration kTimeout = seconds(5);
