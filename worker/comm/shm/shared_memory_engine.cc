@@ -459,7 +459,7 @@ Status SharedMemoryEngine::broadcast_single_copy(void* buf, size_t bytes, int ro
   expose(data, bytes);
   COHORT_RETURN_IF_ERROR(publish("broadcast"));
   if (rank_ == root) {
-    // Readers in the order they come? In rank order: each wait is short once all have started.
+    // In rank order, not arrival order: once every reader has started, each wait is short.
     for (int p = 0; p < size_; ++p) {
       if (p == rank_) continue;
       COHORT_RETURN_IF_ERROR(await(p, arrived_, deadline, "broadcast"));
