@@ -34,9 +34,13 @@ bool env_debug_detail() {
   return value != nullptr && std::string_view(value) == "detail";
 }
 
-Status check_buffer(const void* buf, size_t count, const char* name) {
-  if (count > 0 && buf == nullptr)
-    return invalid_argument_error("{} buffer is null but count is {}", name, count);
+[[gnu::noinline, gnu::cold]] Status null_buffer_error(size_t count, const char* name) {
+  return invalid_argument_error("{} buffer is null but count is {}", name, count);
+}
+
+// Inline, with the error out of line: every collective checks its buffers on the hot path.
+inline Status check_buffer(const void* buf, size_t count, const char* name) {
+  if (count > 0 && buf == nullptr) return null_buffer_error(count, name);
   return ok_status();
 }
 
@@ -389,23 +393,31 @@ Algorithm Communicator::algorithm_for(Collective collective) const {
   return implements(collective, algorithm_) ? algorithm_ : Algorithm::kAuto;
 }
 
+Communicator::ShmRoute Communicator::shm_route(Collective collective) const {
+  if (size() < 2 || size() > kShmMaxRanks || inter_size_ != 1 || path_choice_ == Algorithm::kTransport) {
+    return ShmRoute::kTransport;
+  }
+  if (path_choice_ == Algorithm::kShm) return ShmRoute::kForced;
+  // A forced transport algorithm keeps the collectives it implements on the transport.
+  if (algorithm_ != Algorithm::kAuto && implements(collective, algorithm_)) return ShmRoute::kTransport;
+  if (algorithm_ == Algorithm::kAuto && environment_algorithm_ != Algorithm::kAuto &&
+      !is_path_choice(environment_algorithm_) && implements(collective, environment_algorithm_)) {
+    return ShmRoute::kTransport;
+  }
+  // Loopback ranks are threads of this process: nothing to gain, and their fault tests
+  // simulate failures the transport knows about.
+  if (world_->transport->name() == "loopback") return ShmRoute::kTransport;
+  return ShmRoute::kBySize;
+}
+
 StatusOr<SharedMemoryEngine*> Communicator::shared_memory(Collective collective, size_t bytes,
                                                           Deadline deadline) {
-  if (size() < 2 || size() > kShmMaxRanks || inter_size_ != 1 || shm_state_ == ShmState::kUnavailable ||
-      path_choice_ == Algorithm::kTransport) {
-    return nullptr;
-  }
-  const bool forced = path_choice_ == Algorithm::kShm;
+  if (shm_state_ == ShmState::kUnavailable) return nullptr;
+  ShmRoute& route = shm_routes_[static_cast<size_t>(collective)];
+  if (route == ShmRoute::kUnknown) route = shm_route(collective);  // once per collective
+  if (route == ShmRoute::kTransport) return nullptr;
+  const bool forced = route == ShmRoute::kForced;
   if (!forced) {
-    // A forced transport algorithm keeps the collectives it implements on the transport.
-    if (algorithm_ != Algorithm::kAuto && implements(collective, algorithm_)) return nullptr;
-    if (algorithm_ == Algorithm::kAuto && environment_algorithm_ != Algorithm::kAuto &&
-        !is_path_choice(environment_algorithm_) && implements(collective, environment_algorithm_)) {
-      return nullptr;
-    }
-    // Loopback ranks are threads of this process: nothing to gain, and their fault tests
-    // simulate failures the transport knows about.
-    if (world_->transport->name() == "loopback") return nullptr;
     static const AlgorithmSelector selector;
     if (!selector.prefer_shared_memory(collective, bytes, size())) return nullptr;
   }
@@ -457,40 +469,55 @@ Status Communicator::check_counts(const std::vector<size_t>& counts, const char*
 // ---------------------------------------------------------------------------------------------
 // Execution: queue, run token, recording and error context.
 
-// A completed OK Work shared by every successful blocking call: immutable once completed.
-static std::shared_ptr<Work> ok_work() {
-  static const std::shared_ptr<Work> done = completed_work(ok_status());
-  return done;
+bool Communicator::try_take_run_token() {
+  // A plain load first: a busy token costs no atomic write.
+  if (running_.load(std::memory_order_relaxed)) return false;
+  bool expected = false;
+  return running_.compare_exchange_strong(expected, true, std::memory_order_acquire);
+}
+
+void Communicator::return_run_token() {
+  // Sequentially consistent, with executor_started_'s store and load: either this thread sees the
+  // executor started and wakes it through the mutex, or the executor starts after the token is
+  // back and takes it at its first look. The executor checks the token under queue_mutex_, so
+  // taking the mutex before notifying cannot slip between its check and its wait.
+  running_.exchange(false, std::memory_order_seq_cst);
+  if (executor_started_.load(std::memory_order_seq_cst)) {
+    { std::lock_guard<std::mutex> lock(queue_mutex_); }
+    queue_cv_.notify_all();
+  }
 }
 
 template <typename Body>
 std::shared_ptr<Work> Communicator::submit(const OpInfo& info, const CallOptions& call, Body&& body) {
-  Duration timeout = call.timeout.value_or(options_.timeout);
-  std::unique_lock<std::mutex> lock(queue_mutex_);
-  if (call.blocking && !running_ && queue_.empty()) {
-    running_ = true;
-    lock.unlock();
-    const auto start = std::chrono::steady_clock::now();
-    Status status = run_recorded(sequence_, info, Deadline::after(timeout), body);
-    blocked_ns_->fetch_add(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count(),
-        std::memory_order_relaxed);
-    lock.lock();
-    running_ = false;
-    bool executor_waits = executor_.joinable();
-    lock.unlock();
-    if (executor_waits) queue_cv_.notify_all();
-    return status.ok() ? ok_work() : completed_work(status);
+  const Duration timeout = call.timeout.value_or(options_.timeout);
+  // A blocking call with nothing queued runs here. An operation this thread queued earlier is
+  // either still counted in queued_ or holds the token, so issue order holds.
+  if (call.blocking && queued_.load(std::memory_order_acquire) == 0 && try_take_run_token()) {
+    // One clock reading starts the deadline, the record and the blocked time; one ends them.
+    const Clock::time_point start = Clock::now();
+    Clock::time_point end;
+    Status status = run_recorded(sequence_, info, timeout, start, body, &end);
+    return_run_token();
+    blocked_ns_->fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count(),
+                           std::memory_order_relaxed);
+    return status.ok() ? completed_ok_work() : completed_work(std::move(status));
   }
   // The deadline starts when the operation starts running, not when it is queued: a bucket queued
   // behind others must not time out for waiting its turn.
   auto work = std::make_shared<CompletionWork>(blocked_ns_);
   std::function<Status()> task = [this, info, timeout, body = std::forward<Body>(body)] {
-    return run_recorded(sequence_, info, Deadline::after(timeout), body);
+    return run_recorded(sequence_, info, timeout, Clock::now(), body, nullptr);
   };
-  queue_.push_back(Task{std::move(task), work});
-  if (!executor_.joinable()) executor_ = std::thread([this] { executor_loop(); });
-  lock.unlock();
+  {
+    std::lock_guard<std::mutex> lock(queue_mutex_);
+    queue_.push_back(Task{std::move(task), work});
+    queued_.fetch_add(1, std::memory_order_release);
+    if (!executor_.joinable()) {
+      executor_started_.store(true, std::memory_order_seq_cst);
+      executor_ = std::thread([this] { executor_loop(); });
+    }
+  }
   queue_cv_.notify_all();
   if (call.blocking) work->wait().ignore_error();
   return work;
@@ -501,28 +528,34 @@ void Communicator::executor_loop() {
   set_current_cuda_device(cuda_device_);
   std::unique_lock<std::mutex> lock(queue_mutex_);
   while (true) {
-    queue_cv_.wait(lock, [this] { return (!queue_.empty() && !running_) || (stopping_ && queue_.empty()); });
+    // The token is taken in the predicate, under the mutex: see return_run_token().
+    queue_cv_.wait(
+        lock, [this] { return (!queue_.empty() && try_take_run_token()) || (stopping_ && queue_.empty()); });
     if (queue_.empty()) return;  // stopping
     Task task = std::move(queue_.front());
     queue_.pop_front();
-    running_ = true;
+    queued_.fetch_sub(1, std::memory_order_release);
     lock.unlock();
     Status status = task.body();
+    // Back before the waiter wakes, so its next blocking call can run on its own thread. Only
+    // this thread waits for the token on queue_cv_: nobody to notify.
+    running_.store(false, std::memory_order_release);
     task.work->complete(status);
     lock.lock();
-    running_ = false;
-    queue_cv_.notify_all();
   }
 }
 
 template <typename Body>
-Status Communicator::run_recorded(uint64_t sequence_hint, const OpInfo& info, Deadline deadline,
-                                  const Body& body) {
-  uint64_t id = recorder_->start(sequence_hint, info);
+Status Communicator::run_recorded(uint64_t sequence_hint, const OpInfo& info, Duration timeout,
+                                  Clock::time_point start, const Body& body, Clock::time_point* end) {
+  const Deadline deadline = Deadline::after(timeout, start);
+  uint64_t id = recorder_->start(sequence_hint, info, start);
   Status status;
   if (debug_checks_) status = cross_check(info.signature(), deadline);
   if (status.ok()) status = body(deadline);
-  recorder_->finish(id, status);
+  const Clock::time_point finished = Clock::now();
+  if (end != nullptr) *end = finished;
+  recorder_->finish(id, status, finished);
   if (status.ok()) return status;
   std::string suffix = failed_peers();
   if (status.code() == StatusCode::kDeadlineExceeded) {
@@ -745,26 +778,81 @@ std::shared_ptr<Work> Communicator::broadcast(void* buf, size_t count, DataType 
                 });
 }
 
+// Per-rank element counts as a collective's body reads them, with no allocation on the hot path:
+// one count for every rank (allgather, reduce_scatter), the caller's vector for a blocking call
+// (its body runs before the call returns), or a copy for an asynchronous one (the caller may free
+// its vector first).
+class Communicator::RankCounts {
+ public:
+  static RankCounts uniform(size_t count) {
+    RankCounts counts;
+    counts.uniform_ = count;
+    return counts;
+  }
+  static RankCounts of(const std::vector<size_t>& counts, bool blocking) {
+    RankCounts result;
+    if (blocking) {
+      result.borrowed_ = &counts;
+    } else {
+      result.owned_ = counts;
+    }
+    return result;
+  }
+
+  size_t at(int rank) const {
+    if (uniform_) return *uniform_;
+    return borrowed_ != nullptr ? (*borrowed_)[rank] : owned_[rank];
+  }
+  // The counts of `ranks` ranks as a vector; the uniform form fills `*scratch` and returns it.
+  const std::vector<size_t>& get(int ranks, std::vector<size_t>* scratch) const {
+    if (uniform_) {
+      scratch->assign(ranks, *uniform_);
+      return *scratch;
+    }
+    return borrowed_ != nullptr ? *borrowed_ : owned_;
+  }
+
+ private:
+  std::optional<size_t> uniform_;
+  const std::vector<size_t>* borrowed_ = nullptr;
+  std::vector<size_t> owned_;
+};
+
+const std::vector<size_t>& Communicator::byte_counts(const std::vector<size_t>& counts,
+                                                     size_t element_bytes) {
+  bytes_scratch_.resize(counts.size());
+  for (size_t r = 0; r < counts.size(); ++r) bytes_scratch_[r] = counts[r] * element_bytes;
+  return bytes_scratch_;
+}
+
 std::shared_ptr<Work> Communicator::allgather(const void* send, void* recv, size_t count, DataType dtype,
                                               const CallOptions& call) {
-  return allgatherv(send, recv, std::vector<size_t>(size(), count), dtype, call);
+  return allgather_of(send, recv, RankCounts::uniform(count), count * size(), dtype, call);
 }
 
 std::shared_ptr<Work> Communicator::allgatherv(const void* send, void* recv,
                                                const std::vector<size_t>& recv_counts, DataType dtype,
                                                const CallOptions& call) {
+  Status valid = check_counts(recv_counts, "allgatherv recv_counts");
+  if (!valid.ok()) return completed_work(valid.with_context("allgather on " + description()));
+  return allgather_of(send, recv, RankCounts::of(recv_counts, call.blocking),
+                      std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0}), dtype, call);
+}
+
+std::shared_ptr<Work> Communicator::allgather_of(const void* send, void* recv, RankCounts counts,
+                                                 size_t total, DataType dtype, const CallOptions& call) {
   // send == recv is the in-place form (this rank's block of recv is the input), as null send.
   if (send == recv) send = nullptr;
-  Status valid = check_counts(recv_counts, "allgatherv recv_counts");
-  size_t total = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0});
-  if (valid.ok()) valid = check_buffer(recv, total, "allgather receive");
+  Status valid = check_buffer(recv, total, "allgather receive");
   if (!valid.ok()) return completed_work(valid.with_context("allgather on " + description()));
   size_t esize = element_size(dtype);
-  std::vector<size_t> bytes = to_bytes(recv_counts, esize);
-  size_t offset = std::accumulate(bytes.begin(), bytes.begin() + rank_, size_t{0});
   return submit(
       OpInfo{"allgather", static_cast<int>(dtype), total, " total", -1, -1}, call,
-      [=](Deadline deadline) -> Status {
+      [=, counts = std::move(counts)](Deadline deadline) -> Status {
+        // The body holds the run token: the scratch vectors are this call's.
+        const std::vector<size_t>& recv_counts = counts.get(size(), &counts_scratch_);
+        const std::vector<size_t>& bytes = byte_counts(recv_counts, esize);
+        const size_t offset = std::accumulate(bytes.begin(), bytes.begin() + rank_, size_t{0});
         auto host = [&](const void* s, void* r) -> Status {
           // In place: this rank's block of recv is the input.
           const void* in = s != nullptr ? s : static_cast<const uint8_t*>(r) + offset;
@@ -861,7 +949,9 @@ std::shared_ptr<Work> Communicator::scatterv(const void* send, const std::vector
 
 std::shared_ptr<Work> Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count,
                                                    DataType dtype, ReduceOp op, const CallOptions& call) {
-  return reduce_scatterv(send, recv, std::vector<size_t>(size(), recv_count), dtype, op, call);
+  Status valid = check_reduce_op(dtype, op);
+  if (!valid.ok()) return completed_work(valid.with_context("reduce_scatter on " + description()));
+  return reduce_scatter_of(send, recv, RankCounts::uniform(recv_count), recv_count * size(), dtype, op, call);
 }
 
 std::shared_ptr<Work> Communicator::reduce_scatterv(const void* send, void* recv,
@@ -870,14 +960,23 @@ std::shared_ptr<Work> Communicator::reduce_scatterv(const void* send, void* recv
   Status valid = check_reduce_op(dtype, op);
   if (valid.ok()) valid = check_counts(recv_counts, "reduce_scatter recv_counts");
   if (!valid.ok()) return completed_work(valid.with_context("reduce_scatter on " + description()));
-  size_t total = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0});
-  valid = check_buffer(send, total, "reduce_scatter send");
-  if (valid.ok()) valid = check_buffer(recv, recv_counts[rank_], "reduce_scatter receive");
+  return reduce_scatter_of(send, recv, RankCounts::of(recv_counts, call.blocking),
+                           std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0}), dtype, op,
+                           call);
+}
+
+std::shared_ptr<Work> Communicator::reduce_scatter_of(const void* send, void* recv, RankCounts counts,
+                                                      size_t total, DataType dtype, ReduceOp op,
+                                                      const CallOptions& call) {
+  Status valid = check_buffer(send, total, "reduce_scatter send");
+  if (valid.ok()) valid = check_buffer(recv, counts.at(rank_), "reduce_scatter receive");
   if (!valid.ok()) return completed_work(valid.with_context("reduce_scatter on " + description()));
   size_t esize = element_size(dtype);
   return submit(
       OpInfo{"reduce_scatter", static_cast<int>(dtype), total, " total", static_cast<int>(op), -1}, call,
-      [=](Deadline deadline) -> Status {
+      [=, counts = std::move(counts)](Deadline deadline) -> Status {
+        // The body holds the run token: the scratch vector is this call's.
+        const std::vector<size_t>& recv_counts = counts.get(size(), &counts_scratch_);
         auto host = [&](const void* s, void* r) -> Status {
           ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
           COHORT_ASSIGN_OR_RETURN(SharedMemoryEngine * shm,

@@ -29,6 +29,7 @@
 // within one call; the NCCL kinds refuse that with INVALID_ARGUMENT. Device work already issued on the buffer's GPU's legacy default stream is
 // ordered before the operation; callers using other streams synchronize them first.
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -285,9 +286,20 @@ class Communicator {
   // but what the algorithm needs.
   template <typename Body>
   std::shared_ptr<Work> submit(const OpInfo& info, const CallOptions& call, Body&& body);
+  // `start` is the clock reading that starts the deadline (after `timeout`) and the record; the
+  // end's reading goes to `*end` when not null (the caller's blocked time).
   template <typename Body>
-  Status run_recorded(uint64_t sequence_hint, const OpInfo& info, Deadline deadline, const Body& body);
+  Status run_recorded(uint64_t sequence_hint, const OpInfo& info, Duration timeout, Clock::time_point start,
+                      const Body& body, Clock::time_point* end);
   void executor_loop();
+  // The bodies of allgather(v) and reduce_scatter(v), after the checks that only the v forms need.
+  class RankCounts;
+  std::shared_ptr<Work> allgather_of(const void* send, void* recv, RankCounts counts, size_t total,
+                                     DataType dtype, const CallOptions& call);
+  std::shared_ptr<Work> reduce_scatter_of(const void* send, void* recv, RankCounts counts, size_t total,
+                                          DataType dtype, ReduceOp op, const CallOptions& call);
+  // `counts` times `element_bytes` in bytes_scratch_ (the running collective's; run token held).
+  const std::vector<size_t>& byte_counts(const std::vector<size_t>& counts, size_t element_bytes);
   Deadline deadline_for(const CallOptions& call) const;
   Status check_root(int root) const;
   Status check_counts(const std::vector<size_t>& counts, const char* what) const;
@@ -313,6 +325,10 @@ class Communicator {
   uint64_t sequence_ = 0;
   std::vector<uint8_t> scratch_;
   std::vector<uint8_t> staging_;
+  // Per-rank counts and bytes of the running collective (used only while it holds the run token),
+  // kept between calls so small collectives allocate nothing.
+  std::vector<size_t> counts_scratch_;
+  std::vector<size_t> bytes_scratch_;
   std::unique_ptr<PinnedBuffer> pinned_;  // staging of device buffers, made on first use
   // The intra-node path: kShm / kTransport when one is forced (option, else COHORT_ALGO), else
   // kAuto; COHORT_ALGO's value, read once; the engine once set up.
@@ -320,6 +336,12 @@ class Communicator {
   Algorithm environment_algorithm_ = Algorithm::kAuto;
   enum class ShmState { kUndecided, kReady, kUnavailable };
   ShmState shm_state_ = ShmState::kUndecided;
+  // shared_memory()'s answer per collective from what never changes (rank layout, forced path or
+  // algorithm, the transport), worked out at the collective's first call, so that only the size
+  // rule and the engine's state are left per call. Used under the run token, like the engine.
+  enum class ShmRoute : uint8_t { kUnknown, kTransport, kBySize, kForced };
+  std::array<ShmRoute, static_cast<size_t>(Collective::kBarrier) + 1> shm_routes_{};
+  ShmRoute shm_route(Collective collective) const;
   std::unique_ptr<SharedMemoryEngine> shm_;
   // Shared with point-to-point Works (they record their end, and may outlive this) and with the
   // process's dump registry (flight_recorder_registry.h).
@@ -330,12 +352,19 @@ class Communicator {
   const std::shared_ptr<std::atomic<int64_t>> blocked_ns_ = std::make_shared<std::atomic<int64_t>>(0);
 
   // The run token and the queue: exactly one thread runs collectives at a time, in issue order.
+  // The token is an atomic so that a blocking call with nothing queued takes and returns it with
+  // one atomic operation each, without the mutex (the common small-collective path); the queue,
+  // and the executor's wait for the token, are under queue_mutex_.
+  bool try_take_run_token();
+  void return_run_token();
   std::mutex queue_mutex_;
   std::condition_variable queue_cv_;
   std::deque<Task> queue_;
-  bool running_ = false;
+  std::atomic<size_t> queued_{0};     // queue_.size(), readable without the mutex
+  std::atomic<bool> running_{false};  // the run token: held while a collective runs
   bool stopping_ = false;
-  std::thread executor_;  // started on the first asynchronous call
+  std::atomic<bool> executor_started_{false};  // set (under the mutex) when executor_ starts
+  std::thread executor_;                       // started on the first asynchronous call
 };
 
 }  // namespace cohort::comm

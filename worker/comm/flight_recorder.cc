@@ -42,28 +42,46 @@ std::string json_string(std::string_view text) {
   return out + "\"";
 }
 
-uint64_t FlightRecorder::start(uint64_t sequence, const OpInfo& info) {
-  std::lock_guard<std::mutex> lock(mutex_);
+uint64_t FlightRecorder::start(uint64_t sequence, const OpInfo& info, Clock::time_point at) {
+  std::lock_guard<RingLock> lock(lock_);
   uint64_t id = next_id_++;
-  entries_.push_back({id, FlightRecord{sequence, info, Clock::now(), std::nullopt, {}}});
-  if (entries_.size() > capacity_) entries_.pop_front();
+  if (capacity_ == 0) return id;
+  Entry entry{id, FlightRecord{sequence, info, at, std::nullopt, {}}};
+  if (ring_.size() < capacity_) {
+    ring_.push_back(std::move(entry));  // id == ring_.size() - 1 while the ring fills
+  } else {
+    ring_[id % capacity_] = std::move(entry);
+  }
   return id;
 }
 
-void FlightRecorder::finish(uint64_t id, const Status& status) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (entries_.empty() || id < entries_.front().id) return;
-  Entry& entry = entries_[id - entries_.front().id];
-  entry.record.end = Clock::now();
-  entry.record.status = status;
+void FlightRecorder::finish(uint64_t id, const Status& status, Clock::time_point at) {
+  std::lock_guard<RingLock> lock(lock_);
+  if (capacity_ == 0) return;
+  const size_t slot = id % capacity_;
+  if (slot >= ring_.size() || ring_[slot].id != id) return;  // fell out of the window
+  FlightRecord& record = ring_[slot].record;
+  record.end = at;
+  // The slot's status is OK from start(): an OK outcome copies nothing.
+  if (!status.ok()) record.status = status;
+}
+
+std::vector<FlightRecord> FlightRecorder::snapshot() const {
+  std::vector<FlightRecord> records;
+  std::lock_guard<RingLock> lock(lock_);
+  if (ring_.empty()) return records;  // nothing yet, or a capacity of 0
+  records.reserve(ring_.size());
+  // Until the ring is full, slots are in id order from 0; after, the oldest is the next to reuse.
+  const size_t first = ring_.size() < capacity_ ? 0 : next_id_ % capacity_;
+  for (size_t i = 0; i < ring_.size(); ++i) records.push_back(ring_[(first + i) % ring_.size()].record);
+  return records;
 }
 
 std::string FlightRecorder::dump() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const std::vector<FlightRecord> records = snapshot();
   std::string out;
   auto now = Clock::now();
-  for (const Entry& entry : entries_) {
-    const FlightRecord& r = entry.record;
+  for (const FlightRecord& r : records) {
     auto elapsed = std::chrono::duration_cast<std::chrono::microseconds>(r.end.value_or(now) - r.start);
     std::string took = elapsed.count() >= 1000 ? fmt::format("{:.1f} ms", elapsed.count() / 1000.0)
                                                : fmt::format("{} us", elapsed.count());
@@ -88,9 +106,7 @@ void FlightRecorder::append_chrome_trace_events(int pid, int64_t tid, std::strin
                    .time_since_epoch())
         .count();
   };
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (const Entry& entry : entries_) {
-    const FlightRecord& r = entry.record;
+  for (const FlightRecord& r : snapshot()) {
     const int64_t start = wall_us(r.start);
     const int64_t duration = std::max<int64_t>(wall_us(r.end.value_or(steady_now)) - start, 0);
     const bool p2p = r.info.is_point_to_point();

@@ -6,12 +6,14 @@
 // dump(); flight_recorder_registry.h dumps every live recorder of the process as a Chrome trace on
 // demand (a signal or a call).
 
+#include <atomic>
 #include <cstdint>
-#include <deque>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <vector>
 
 #include "worker/base/status.h"
 #include "worker/comm/deadline.h"
@@ -56,9 +58,13 @@ class FlightRecorder {
   explicit FlightRecorder(size_t capacity = kDefaultFlightRecorderSize) : capacity_(capacity) {}
 
   // Records the start of an operation; returns its slot id for finish(). Thread-safe.
-  uint64_t start(uint64_t sequence, const OpInfo& info);
+  uint64_t start(uint64_t sequence, const OpInfo& info) { return start(sequence, info, Clock::now()); }
+  // The same with the start time the caller already read (a collective reads the clock once for
+  // its deadline, its record and its blocked time). Allocates nothing once the window is full.
+  uint64_t start(uint64_t sequence, const OpInfo& info, Clock::time_point at);
   // Records the end of operation `id` (ignored if it fell out of the window). Thread-safe.
-  void finish(uint64_t id, const Status& status);
+  void finish(uint64_t id, const Status& status) { finish(id, status, Clock::now()); }
+  void finish(uint64_t id, const Status& status, Clock::time_point at);
 
   // One line per recorded operation, oldest first:
   // "#12 allreduce f32 x 1024, sum: OK after 1.2 ms" / "... RUNNING for 30.0 s".
@@ -75,9 +81,35 @@ class FlightRecorder {
     uint64_t id;
     FlightRecord record;
   };
+  // A lock for the ring that costs one atomic write per use (an exchange to take it, a plain store
+  // to give it back) where std::mutex costs two: start() and finish() run on every operation.
+  // Held only to copy a record in or out (dumps copy the ring and format outside), so a waiter
+  // spins briefly and then yields.
+  class RingLock {
+   public:
+    void lock() {
+      while (taken_.exchange(true, std::memory_order_acquire)) {
+        for (int spins = 0; taken_.load(std::memory_order_relaxed); ++spins) {
+          if (spins >= kSpinsBeforeYield) std::this_thread::yield();
+        }
+      }
+    }
+    void unlock() { taken_.store(false, std::memory_order_release); }
+
+   private:
+    static constexpr int kSpinsBeforeYield = 64;
+    std::atomic<bool> taken_{false};
+  };
+
+  // The recorded operations, oldest first (a copy, so dumps format without holding the lock).
+  std::vector<FlightRecord> snapshot() const;
+
   const size_t capacity_;
-  mutable std::mutex mutex_;
-  std::deque<Entry> entries_;
+  mutable RingLock lock_;
+  // A ring: operation `id` sits in slot id % capacity_ while it is among the last capacity_
+  // (entry.id tells a reused slot apart). Grows to capacity_ and is then overwritten in place,
+  // so the hot path allocates nothing and a large capacity costs memory only once used.
+  std::vector<Entry> ring_;
   uint64_t next_id_ = 0;
 };
 

@@ -72,6 +72,44 @@ for line in sorted(lines):
     print(line)
 )";
 
+// The recorder is a ring of `capacity` slots: the last operations stay, oldest first, a finish for
+// an operation that fell out is ignored, and an OK outcome leaves no error behind in a reused slot.
+TEST(FlightRecorderTest, TheWindowKeepsTheLastOperationsOldestFirst) {
+  FlightRecorder recorder(3);
+  std::vector<uint64_t> ids;
+  for (uint64_t sequence = 0; sequence < 5; ++sequence) {
+    OpInfo info;
+    info.op = sequence % 2 == 0 ? "allreduce" : "broadcast";
+    info.dtype = static_cast<int>(DataType::kFloat32);
+    info.count = 8 * (sequence + 1);
+    ids.push_back(recorder.start(sequence, info));
+    // Operation 1 fails; its slot is reused by operation 4, which succeeds.
+    if (sequence != 3) recorder.finish(ids.back(), sequence == 1 ? internal_error("boom") : ok_status());
+  }
+  recorder.finish(ids[0], internal_error("late finish of an evicted operation"));
+  const std::string dump = recorder.dump();
+  EXPECT_EQ(dump.find("#0 "), std::string::npos) << dump;
+  EXPECT_EQ(dump.find("#1 "), std::string::npos) << dump;
+  EXPECT_EQ(dump.find("boom"), std::string::npos) << dump;
+  EXPECT_EQ(dump.find("evicted"), std::string::npos) << dump;
+  const size_t second = dump.find("  #2 allreduce f32 x 24: OK after ");
+  const size_t third = dump.find("  #3 broadcast f32 x 32: RUNNING for ");
+  const size_t fourth = dump.find("  #4 allreduce f32 x 40: OK after ");
+  ASSERT_NE(second, std::string::npos) << dump;
+  ASSERT_NE(third, std::string::npos) << dump;
+  ASSERT_NE(fourth, std::string::npos) << dump;
+  EXPECT_LT(second, third) << dump;
+  EXPECT_LT(third, fourth) << dump;
+  // The running operation still finishes; an error outcome is kept.
+  recorder.finish(ids[3], deadline_exceeded_error("stuck"));
+  EXPECT_NE(recorder.dump().find("#3 broadcast f32 x 32: DEADLINE_EXCEEDED: stuck after "), std::string::npos)
+      << recorder.dump();
+
+  FlightRecorder none(0);
+  none.finish(none.start(0, OpInfo{"barrier"}), ok_status());
+  EXPECT_EQ(none.dump(), "");
+}
+
 TEST(FlightRecorderTest, PointToPointOperationsAreRecorded) {
   auto worlds = loopback_worlds(2);
   auto statuses = run_ranks(2, [&](int rank) -> Status {

@@ -44,10 +44,32 @@ Status CompletionWork::error() {
   return result_.has_value() ? *result_ : ok_status();
 }
 
+namespace {
+
+// What completed_work() returns: the outcome is fixed at construction, so nothing needs a lock.
+class CompletedWork final : public Work {
+ public:
+  explicit CompletedWork(Status status) : status_(std::move(status)) {}
+  using Work::wait;
+  Status wait(Duration) override { return status_; }
+  bool is_completed() override { return true; }
+  Status error() override { return status_; }
+
+ private:
+  const Status status_;
+};
+
+}  // namespace
+
 std::shared_ptr<Work> completed_work(Status status) {
-  auto work = std::make_shared<CompletionWork>();
-  work->complete(std::move(status));
-  return work;
+  return std::make_shared<CompletedWork>(std::move(status));
+}
+
+std::shared_ptr<Work> completed_ok_work() {
+  // Leaked on purpose: a Work handed out may be waited on during static destruction.
+  static CompletedWork* const done = new CompletedWork(ok_status());
+  // The aliasing constructor with an empty owner: a non-owning pointer, no control block.
+  return std::shared_ptr<Work>(std::shared_ptr<Work>(), done);
 }
 
 }  // namespace cohort::comm

@@ -58,6 +58,12 @@ class CompletionWork : public Work {
 };
 
 // An already finished Work (e.g. a zero-byte operation, or an argument error found at the call).
+// Immutable: wait(), is_completed() and error() take no lock.
 std::shared_ptr<Work> completed_work(Status status);
+
+// A finished OK Work shared by every caller (a successful blocking collective): the same object
+// each time, never freed, and the pointer owns nothing, so handing it out allocates nothing and
+// touches no reference count (use_count() is 0).
+std::shared_ptr<Work> completed_ok_work();
 
 }  // namespace cohort::comm
