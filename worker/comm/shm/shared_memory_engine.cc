@@ -20,6 +20,7 @@
 #include <cstring>
 #include <fstream>
 #include <numeric>
+#include <mutex>
 #include <random>
 #include <sstream>
 
@@ -59,6 +60,21 @@ static_assert(std::atomic<uint32_t>::is_always_lock_free, "futex words must be p
 static_assert(sizeof(std::atomic<uint32_t>) == 4, "futex words must be plain 32-bit words");
 
 std::atomic<uint64_t> g_single_copy_operations{0};
+
+// PR_SET_PTRACER_ANY lets any process of this user ptrace this one: held only while an engine of
+// this process uses single copy (or probes for it), given back when the last one stops.
+std::mutex g_ptracer_mutex;
+int g_ptracer_holders = 0;
+
+void hold_ptracer() {
+  std::lock_guard<std::mutex> lock(g_ptracer_mutex);
+  if (g_ptracer_holders++ == 0) prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+}
+
+void release_ptracer() {
+  std::lock_guard<std::mutex> lock(g_ptracer_mutex);
+  if (--g_ptracer_holders == 0) prctl(PR_SET_PTRACER, 0, 0, 0, 0);
+}
 
 // The control blocks fill the first pages; the slots start page-aligned after them.
 constexpr size_t kControlBytes = 128;
@@ -307,7 +323,10 @@ StatusOr<std::unique_ptr<SharedMemoryEngine>> SharedMemoryEngine::create(int ran
       // refuse regardless: the probe below finds that and the ranks keep two copies.
       std::ifstream scope("/proc/sys/kernel/yama/ptrace_scope");
       int value = 0;
-      if (scope >> value && value == 1) prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+      if (scope >> value && value == 1) {
+        hold_ptracer();
+        engine->holds_ptracer_ = true;
+      }
       std::random_device random;
       engine->probe_word_ = (static_cast<uint64_t>(random()) << 32) ^ random() ^ 1u;  // never 0
       mine.probe_value.store(engine->probe_word_, std::memory_order_relaxed);
@@ -401,6 +420,10 @@ Status SharedMemoryEngine::agree_on_single_copy(bool wanted, SingleCopyWindow br
   } else {
     spdlog::debug("{}: shared memory keeps two copies per message (no single copy with process_vm_readv): {}",
                   label_, why);
+    if (holds_ptracer_) {
+      release_ptracer();
+      holds_ptracer_ = false;
+    }
   }
   return ok_status();
 }
@@ -446,37 +469,30 @@ Status SharedMemoryEngine::transfer_exposed(int peer, size_t offset, void* local
 }
 
 Status SharedMemoryEngine::broadcast_single_copy(void* buf, size_t bytes, int root, Deadline deadline) {
-  // Two phases, with the copying shared between root and readers (P ranks: the root writes the
-  // first 1/P of the message into every reader's buffer while each reader reads the rest from
-  // the root's, so no core copies more than (P - 1)/P of a message, where with readers alone the
-  // root's core would idle). Phase 1: every rank exposes its buffer; a reader reads its part once
-  // the root has exposed, the root writes a reader's part once that reader has. Phase 2: a rank
-  // ends it when its copying is done; the root returns once every reader has ended it (its
-  // buffer is no longer read), a reader once the root has (its buffer is no longer written).
+  // Two phases. Phase 1: the root exposes its buffer; each reader, once the root has, reads the
+  // whole message from it. Phase 2: a reader ends it when its copy is done; the root returns once
+  // every reader has (its buffer is no longer read), a reader once the root has.
+  // Only readers copy. The root writing part of the message into each reader's buffer (faster:
+  // 0.45-0.65x of two copies at 2 ranks against 0.62-0.85x) was taken out: a reader that times
+  // out and returns leaves its exposure behind, and a late root would then write into memory the
+  // reader's program has freed or reused (review, 2026-11-24). A stale root buffer, by contrast,
+  // is only read, and a reader that read it fails at phase 2 anyway.
   if (!failure_.ok()) return publish("broadcast");  // the failure, named
   uint8_t* data = static_cast<uint8_t*>(buf);
-  const size_t pushed = (bytes / static_cast<size_t>(size_)) & ~size_t{63};
-  expose(data, bytes);
+  if (rank_ == root) expose(data, bytes);
   COHORT_RETURN_IF_ERROR(publish("broadcast"));
   if (rank_ == root) {
-    // In rank order, not arrival order: once every reader has started, each wait is short.
-    for (int p = 0; p < size_; ++p) {
-      if (p == rank_) continue;
-      COHORT_RETURN_IF_ERROR(await(p, arrived_, deadline, "broadcast"));
-      if (pushed > 0) COHORT_RETURN_IF_ERROR(transfer_exposed(p, 0, data, pushed, /*write=*/true, "broadcast"));
-    }
-    COHORT_RETURN_IF_ERROR(publish("broadcast"));
+    COHORT_RETURN_IF_ERROR(publish("broadcast"));  // the root copies nothing: phase 2 ends at once
     for (int p = 0; p < size_; ++p) {
       if (p != rank_) COHORT_RETURN_IF_ERROR(await(p, arrived_, deadline, "broadcast"));
     }
     known_ = arrived_;
   } else {
     COHORT_RETURN_IF_ERROR(await(root, arrived_, deadline, "broadcast"));
-    COHORT_RETURN_IF_ERROR(
-        transfer_exposed(root, pushed, data + pushed, bytes - pushed, /*write=*/false, "broadcast"));
+    COHORT_RETURN_IF_ERROR(transfer_exposed(root, 0, data, bytes, /*write=*/false, "broadcast"));
     COHORT_RETURN_IF_ERROR(publish("broadcast"));
-    Status pushed_in = await(root, arrived_, deadline, "broadcast");
-    if (pushed_in.code() == StatusCode::kDeadlineExceeded) {
+    Status done = await(root, arrived_, deadline, "broadcast");
+    if (done.code() == StatusCode::kDeadlineExceeded) {
       // The root may itself wait for a reader that has not joined: name that one, not the root.
       for (int p = 0; p < size_; ++p) {
         const uint32_t seen = control(p).arrive.load(std::memory_order_acquire);
@@ -488,7 +504,7 @@ Status SharedMemoryEngine::broadcast_single_copy(void* buf, size_t bytes, int ro
         return failure_;
       }
     }
-    COHORT_RETURN_IF_ERROR(pushed_in);
+    COHORT_RETURN_IF_ERROR(done);
   }
   g_single_copy_operations.fetch_add(1, std::memory_order_relaxed);
   return ok_status();
@@ -526,7 +542,10 @@ SharedMemoryEngine::SharedMemoryEngine(int rank, int size, std::string label, ui
       start_times_(size, 0),
       liveness_checkable_(size, false) {}
 
-SharedMemoryEngine::~SharedMemoryEngine() { munmap(base_, bytes_); }
+SharedMemoryEngine::~SharedMemoryEngine() {
+  if (holds_ptracer_) release_ptracer();
+  munmap(base_, bytes_);
+}
 
 SharedMemoryEngine::Control& SharedMemoryEngine::control(int r) const {
   static_assert(offsetof(Control, inline_data) + sizeof(Control::inline_data) <= 64,

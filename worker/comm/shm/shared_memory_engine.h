@@ -32,9 +32,10 @@
 // segment in groups of 2 ranks on at least 2 CPUs (any group with COHORT_SHM_CMA=1): each rank publishes the address and
 // length of its own buffer in its Control and ends its phase, and peers copy straight between
 // their buffer and that one with process_vm_readv / process_vm_writev (Linux cross-memory
-// attach, as OpenMPI's vader BTL does for large messages): one copy instead of two. A broadcast's
-// root writes the first 1/P of the message into every reader's buffer while the readers read the
-// rest from the root's, so the copying is shared out (see broadcast_single_copy). A rank ends
+// attach, as OpenMPI's vader BTL does for large messages): one copy instead of two. Only readers
+// copy: a broadcast's readers read the root's buffer (a root that also wrote into the readers'
+// buffers was faster but could write into a buffer whose reader had timed out and returned; see
+// broadcast_single_copy). A rank ends
 // the next phase only once its copying is done, and returns only once every peer that copies
 // from or into its buffer has ended it (awaited like any flag: futex, liveness, deadline), so no
 // buffer changes or goes away while a peer copies. Setup probes it: every rank reads and writes
@@ -92,9 +93,9 @@ inline constexpr size_t kShmRingEntries = 64;
 // The windows of single copy (CMA, see above): whole-message bytes, where every rank can (and by
 // default only 2 ranks on at least 2 CPUs; COHORT_SHM_CMA=1: any group, =0: never);
 // COHORT_SHM_CMA_BROADCAST_BYTES / COHORT_SHM_CMA_ALLGATHER_BYTES = MIN[:MAX] or off override
-// them. Measured on the 2-core EPYC, 2 ranks (bench/README.md, 2026-11-24): a broadcast (root and
-// reader sharing the copy) of 64 KiB-2 MiB took 0.35-0.85x the time of the two pipelined copies
-// in four runs (one outlier: 1.4x at 2 MiB), 3 MiB 0.4-1.1x, from 4 MiB 1.4-1.8x
+// them. Measured on the 2-core EPYC, 2 ranks (bench/README.md, 2026-11-24): a broadcast of
+// 64 KiB-2 MiB took 0.62-0.85x the time of the two pipelined copies with the reader copying it
+// all (0.35-0.85x while the root also wrote part, since taken out), from 4 MiB 1.2-2.4x
 // (process_vm_readv copies page by page at about 6 GB/s; two streaming copies run on two cores
 // at once), and below 32 KiB 2-5x (the system call and a second flag cost more than the copy);
 // an allgather 0.6-0.95x at 64-512 KiB, 1.2-1.6x from 1 MiB (two copies there take
@@ -239,6 +240,7 @@ class SharedMemoryEngine {
   SingleCopyWindow broadcast_window_;        // see single_copy_broadcast()
   SingleCopyWindow allgather_window_;
   uint64_t probe_word_ = 0;                  // setup: what peers read through CMA (its value is in the segment)
+  bool holds_ptracer_ = false;               // this engine keeps PR_SET_PTRACER_ANY set (Yama ptrace_scope 1)
 };
 
 }  // namespace cohort::comm
