@@ -145,6 +145,10 @@ Status Rendezvous::barrier(int rank, Duration timeout, std::optional<int64_t> ge
   };
   if (!closed_.ok()) return closed_;
   if (generation.has_value()) {
+    if (*generation < 0) {
+      return invalid_argument_error("barrier of {}: rank {} sent generation {}; it counts barriers passed, from 0",
+                                    describe(), rank, *generation);
+    }
     // A call sent again for a barrier that opened already: its answer was lost, not its arrival.
     if (*generation < barrier_generation_) return ok_status();
     if (*generation > barrier_generation_) {

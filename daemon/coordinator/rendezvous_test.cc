@@ -305,6 +305,7 @@ TEST(RendezvousTest, ABarrierSentAgainWithItsGenerationAfterAFailoverIsAnsweredO
   EXPECT_EQ(journal->state().progress.barrier_generation, 2);
   EXPECT_EQ(successor.barrier(0, kShort, 3).code(), StatusCode::kInvalidArgument)
       << "a generation beyond the barriers opened";
+  EXPECT_EQ(successor.barrier(0, kShort, -1).code(), StatusCode::kInvalidArgument) << "a negative generation";
 }
 
 TEST(RendezvousTest, ABarrierCallSentAgainWhileTheFirstWaitsWaitsWithItCountedOnce) {

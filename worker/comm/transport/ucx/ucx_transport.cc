@@ -27,6 +27,9 @@ constexpr int kRankBits = 64 - kTransportTagBits;
 constexpr int64_t kMaxRanks = int64_t{1} << kRankBits;
 constexpr ucp_tag_t kFullTagMask = ~ucp_tag_t{0};
 
+// Most progress calls that drain arrived messages once a peer is found dead.
+constexpr int kDrainProgressCalls = 64;
+
 ucp_tag_t wire_tag(uint64_t tag, int source) { return (tag << kRankBits) | static_cast<ucp_tag_t>(source); }
 
 // UCX wants a valid pointer even for zero-byte messages.
@@ -398,6 +401,13 @@ std::shared_ptr<TransportWork> UcxEngine::post(bool is_send, int peer, uint64_t 
     work->request_ = request;
     work->self_ = work;
     link_locked(work.get());
+    if (!target.failure.ok()) {
+      // Matched a dead peer's message that is not all here (a rendezvous announcement whose data
+      // would have to be fetched from it): give it what has arrived, then fail it now, naming the
+      // peer, instead of letting it wait out its timeout. The endpoint is closed: no data moves.
+      for (int i = 0; i < kDrainProgressCalls && !work->done(); ++i) progress_locked();
+      if (!work->done()) abandon_locked(work.get(), target.failure);
+    }
   }
   return work;
 }
@@ -492,9 +502,6 @@ void UcxEngine::abandon_locked(UcxWork* work, const Status& status) {
   work->finish(work->cancelled_ ? work->cancel_reason_ : status, 0);
   std::shared_ptr<UcxWork> keep_until_return = std::move(work->self_);
 }
-
-// Most progress calls that drain arrived messages once a peer is found dead.
-constexpr int kDrainProgressCalls = 64;
 
 unsigned UcxEngine::progress_locked() {
   ++progress_calls_;
