@@ -342,6 +342,15 @@ StatusOr<TxnResult> EtcdClient::fenced_txn(etcdserverpb::TxnRequest request, con
   return txn(request);
 }
 
+void EtcdClient::require_key(etcdserverpb::TxnRequest& request, const std::string& key) {
+  etcdserverpb::Compare* exists = request.add_compare();
+  exists->set_key(key);
+  exists->set_result(etcdserverpb::Compare::GREATER);
+  exists->set_target(etcdserverpb::Compare::CREATE);
+  exists->set_create_revision(0);
+  request.add_failure()->mutable_request_range()->set_key(key);
+}
+
 Status EtcdClient::lost_leadership_error(const std::string& what, const std::optional<LeaderKey>& fence) {
   return failed_precondition_error(
       "{} refused: this coordinator no longer leads (its election key {} with revision {} is gone or replaced); "

@@ -193,6 +193,15 @@ class EtcdClient {
   // FAILED_PRECONDITION: `what` was refused because the writer no longer leads (`fence` gone or
   // replaced). The error every fenced writer returns for a failed fence.
   static Status lost_leadership_error(const std::string& what, const std::optional<LeaderKey>& fence);
+  // Makes `request` also require that `key` exists (create revision > 0), and read it back when a
+  // comparison fails, so that key_was_missing() can tell that refusal from a lost fence. Call it
+  // before adding other failure ops: the read is the first of them.
+  static void require_key(etcdserverpb::TxnRequest& request, const std::string& key);
+  // For a fenced_txn that did not succeed and whose request went through require_key: whether the
+  // required key was missing (else the fence, or another of the request's comparisons, failed).
+  static bool key_was_missing(const TxnResult& result) {
+    return result.response.responses_size() > 0 && result.response.responses(0).response_range().kvs_size() == 0;
+  }
   // Whether `key` starts with `prefix`.
   static bool has_prefix(const std::string& key, const std::string& prefix) { return key.rfind(prefix, 0) == 0; }
 

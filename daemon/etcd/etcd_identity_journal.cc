@@ -151,17 +151,12 @@ Status EtcdIdentityJournal::put_join_token(const JoinTokenRecord& token) {
 Status EtcdIdentityJournal::consume_join_token(const std::string& secret_sha256) {
   const std::string key = join_token_key(secret_sha256);
   etcdserverpb::TxnRequest request;
-  etcdserverpb::Compare* exists = request.add_compare();
-  exists->set_key(key);
-  exists->set_result(etcdserverpb::Compare::GREATER);
-  exists->set_target(etcdserverpb::Compare::CREATE);
-  exists->set_create_revision(0);
+  // The token must still be there: a missing one was used already, not lost with the leadership.
+  EtcdClient::require_key(request, key);
   request.add_success()->mutable_request_delete_range()->set_key(key);
-  // On failure, read the key back to tell a used token from a lost leadership.
-  request.add_failure()->mutable_request_range()->set_key(key);
   COHORT_ASSIGN_OR_RETURN(TxnResult result, client_->fenced_txn(std::move(request), fence_));
   if (result.succeeded) return ok_status();
-  if (result.response.responses_size() > 0 && result.response.responses(0).response_range().kvs_size() == 0) {
+  if (EtcdClient::key_was_missing(result)) {
     return permission_denied_error(
         "the join token is not valid any more: a node used it already (one token admits one node, whichever "
         "coordinator led); an admin makes a new one with `cohort node token`");

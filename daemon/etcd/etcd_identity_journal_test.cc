@@ -42,6 +42,12 @@ class EtcdIdentityJournalTest : public testing::EtcdClusterTest {
     EXPECT_TRUE(key.ok()) << key.status().to_string();
     return key.ok() ? *key : LeaderKey{};
   }
+
+  // Elects `who` under `prefix` and makes `store` follow the journal there as that leader.
+  Status lead(IdentityStore& store, const std::string& prefix, const std::string& who, int64_t* lease) {
+    const LeaderKey key = elect(prefix + "/election", who, lease);
+    return store.follow_journal(std::make_shared<EtcdIdentityJournal>(client_.get(), prefix, key)).status();
+  }
 };
 
 TEST_F(EtcdIdentityJournalTest, TheNextLeaderKnowsWhatThePreviousOneChangedAndNothingElse) {
@@ -168,8 +174,8 @@ TEST_F(EtcdIdentityJournalTest, ANodeWithMoreCertificatesThanOneTxnHoldsIsRevoke
   auto b = open_store(dir_b);
   ASSERT_TRUE(a != nullptr && b != nullptr);
   int64_t lease_a = 0;
-  const LeaderKey key_a = elect(prefix + "/election", "a", &lease_a);
-  ASSERT_TRUE(a->follow_journal(std::make_shared<EtcdIdentityJournal>(client_.get(), prefix, key_a)).ok());
+  const Status led = lead(*a, prefix, "a", &lease_a);
+  ASSERT_TRUE(led.ok()) << led.to_string();
   for (int i = 0; i < kCertificates; ++i)
     ASSERT_TRUE(a->add_node_certificate(fmt::format("{:04x}", i), "node-many").ok()) << i;
   ASSERT_TRUE(a->add_node_certificate("ffff", "node-other").ok());
@@ -211,8 +217,8 @@ TEST_F(EtcdIdentityJournalTest, ExpiredJoinTokensArePrunedFromEtcdWhenTheLeaderM
   auto b = open_store(dir_b);
   ASSERT_TRUE(a != nullptr && b != nullptr);
   int64_t lease_a = 0;
-  const LeaderKey key_a = elect(prefix + "/election", "a", &lease_a);
-  ASSERT_TRUE(a->follow_journal(std::make_shared<EtcdIdentityJournal>(client_.get(), prefix, key_a)).ok());
+  const Status led = lead(*a, prefix, "a", &lease_a);
+  ASSERT_TRUE(led.ok()) << led.to_string();
   for (int i = 0; i < kExpiring; ++i) ASSERT_TRUE(a->add_join_token(1min, kNow).ok()) << i;
   auto lasting = a->add_join_token(1h, kNow);
   ASSERT_TRUE(lasting.ok());

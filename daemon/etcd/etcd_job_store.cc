@@ -215,19 +215,10 @@ StatusOr<coordinator::RendezvousState> EtcdJobStore::load_rendezvous(const std::
 
 Status EtcdJobStore::write(etcdserverpb::TxnRequest request, const std::string& what,
                            const std::string& must_exist) {
-  if (!must_exist.empty()) {
-    // The key must exist (create revision > 0); on failure, read it back to tell which compare failed.
-    etcdserverpb::Compare* exists = request.add_compare();
-    exists->set_key(must_exist);
-    exists->set_result(etcdserverpb::Compare::GREATER);
-    exists->set_target(etcdserverpb::Compare::CREATE);
-    exists->set_create_revision(0);
-    request.add_failure()->mutable_request_range()->set_key(must_exist);
-  }
+  if (!must_exist.empty()) EtcdClient::require_key(request, must_exist);
   COHORT_ASSIGN_OR_RETURN(TxnResult result, client_->fenced_txn(std::move(request), fence_));
   if (result.succeeded) return ok_status();
-  if (!must_exist.empty() && result.response.responses_size() > 0 &&
-      result.response.responses(0).response_range().kvs_size() == 0) {
+  if (!must_exist.empty() && EtcdClient::key_was_missing(result)) {
     return not_found_error("{} refused: {} is not stored", what, must_exist);
   }
   return EtcdClient::lost_leadership_error(what, fence_);

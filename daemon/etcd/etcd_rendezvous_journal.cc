@@ -35,17 +35,11 @@ etcdserverpb::RequestOp EtcdRendezvousJournal::open_op(const std::string& attemp
 
 Status EtcdRendezvousJournal::write(etcdserverpb::TxnRequest request, const std::string& what) {
   // The attempt is open while its progress record exists (open_op made it; the save that ended the
-  // attempt deleted it). On failure, read it back to tell an ended attempt from a lost leadership.
-  const std::string progress = progress_key(prefix_);
-  etcdserverpb::Compare* open = request.add_compare();
-  open->set_key(progress);
-  open->set_result(etcdserverpb::Compare::GREATER);
-  open->set_target(etcdserverpb::Compare::CREATE);
-  open->set_create_revision(0);
-  request.add_failure()->mutable_request_range()->set_key(progress);
+  // attempt deleted it): a missing one is an ended attempt, not a lost leadership.
+  EtcdClient::require_key(request, progress_key(prefix_));
   COHORT_ASSIGN_OR_RETURN(TxnResult result, client_->fenced_txn(std::move(request), fence_));
   if (result.succeeded) return ok_status();
-  if (result.response.responses_size() > 0 && result.response.responses(0).response_range().kvs_size() == 0) {
+  if (EtcdClient::key_was_missing(result)) {
     return failed_precondition_error(
         "{} of {} refused: the attempt has ended (its rendezvous journal {} is gone, deleted by the write "
         "that ended it) or was never placed; nothing is journaled for it",
