@@ -152,10 +152,9 @@ bool validate(Options* o, std::string* error) {
   // Checked before any rank starts: -np 4 --cpu-bind core on 2 CPUs names both counts.
   auto bind = cohort::parse_cpu_bind(o->cpu_bind);
   if (!bind.ok()) { *error = bind.status().message(); return false; }
-  if (*bind == cohort::CpuBind::kCore && o->init.empty()) {
-    auto allowed = cohort::allowed_cpus();
-    auto share = allowed.ok() ? cohort::cpu_share(*allowed, 0, o->np) : allowed.status();
-    if (!share.ok()) { *error = share.status().message(); return false; }
+  if (o->init.empty()) {
+    auto plan = cohort::plan_local_ranks(*bind, o->np);
+    if (!plan.ok()) { *error = plan.status().message(); return false; }
   }
   return true;
 }
@@ -430,6 +429,13 @@ int run_rank(const Options& o) {
 
 // -np N: re-executes this binary N times as ranks bootstrapped through a file store.
 int spawn_local_ranks(int argc, char** argv, const Options& o) {
+  // Each rank's CPUs, planned here so that the children only bind (validate checked the plan).
+  auto plan = cohort::plan_local_ranks(*cohort::parse_cpu_bind(o.cpu_bind), o.np);
+  if (!plan.ok()) {
+    std::fprintf(stderr, "cohort-bench: %s\n", plan.status().to_string().c_str());
+    return 1;
+  }
+  const std::vector<std::vector<int>>& cpus = *plan;
   char dir_template[] = "/tmp/cohort-bench-XXXXXX";
   if (mkdtemp(dir_template) == nullptr) {
     std::perror("cohort-bench: mkdtemp");
@@ -444,10 +450,9 @@ int spawn_local_ranks(int argc, char** argv, const Options& o) {
       setenv(kChildEnv, "1", 1);
       // Local ranks: picks each rank's GPU under --device cuda (see run_rank).
       setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
-      // Before exec, while this process has one thread: the rank and all its threads inherit it.
-      auto bound = cohort::bind_local_rank(*cohort::parse_cpu_bind(o.cpu_bind), rank, o.np);
-      if (!bound.ok()) {
-        std::fprintf(stderr, "cohort-bench rank %d: %s\n", rank, bound.status().to_string().c_str());
+      // Before exec: the rank and all its threads inherit it.
+      if (Status bound = cohort::bind_to_cpus(cpus[rank]); !bound.ok()) {
+        std::fprintf(stderr, "cohort-bench rank %d: %s\n", rank, bound.to_string().c_str());
         _exit(1);
       }
       std::vector<char*> args(argv, argv + argc);

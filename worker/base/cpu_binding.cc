@@ -46,19 +46,37 @@ StatusOr<std::vector<int>> allowed_cpus() {
   return cpus;
 }
 
-StatusOr<std::vector<int>> bind_local_rank(CpuBind bind, int local_rank, int local_size) {
-  if (bind == CpuBind::kNone) return std::vector<int>{};
+StatusOr<std::vector<std::vector<int>>> plan_local_ranks(CpuBind bind, int local_size) {
+  if (local_size <= 0) return invalid_argument_error("{} local ranks: need at least 1", local_size);
+  std::vector<std::vector<int>> plan(static_cast<size_t>(local_size));
+  if (bind == CpuBind::kNone) return plan;
   COHORT_ASSIGN_OR_RETURN(std::vector<int> allowed, allowed_cpus());
-  if (bind == CpuBind::kAuto && static_cast<int>(allowed.size()) < local_size) return std::vector<int>{};
-  COHORT_ASSIGN_OR_RETURN(std::vector<int> share, cpu_share(allowed, local_rank, local_size));
+  if (bind == CpuBind::kAuto && static_cast<int>(allowed.size()) < local_size) return plan;
+  for (int rank = 0; rank < local_size; ++rank) {
+    COHORT_ASSIGN_OR_RETURN(plan[static_cast<size_t>(rank)], cpu_share(allowed, rank, local_size));
+  }
+  return plan;
+}
+
+Status bind_to_cpus(const std::vector<int>& cpus) {
+  if (cpus.empty()) return ok_status();
   cpu_set_t set;
   CPU_ZERO(&set);
-  for (int cpu : share) CPU_SET(cpu, &set);
+  for (int cpu : cpus) CPU_SET(cpu, &set);
   if (sched_setaffinity(0, sizeof(set), &set) != 0) {
-    return internal_error("binding local rank {} to CPUs {}: sched_setaffinity: {}", local_rank,
-                          format_cpu_list(share), std::strerror(errno));
+    return internal_error("binding to CPUs {}: sched_setaffinity: {}", format_cpu_list(cpus), std::strerror(errno));
   }
-  return share;
+  return ok_status();
+}
+
+StatusOr<std::vector<int>> bind_local_rank(CpuBind bind, int local_rank, int local_size) {
+  COHORT_ASSIGN_OR_RETURN(auto plan, plan_local_ranks(bind, local_size));
+  if (local_rank < 0 || local_rank >= local_size) {
+    return invalid_argument_error("local rank {} of {} is not a rank of that many", local_rank, local_size);
+  }
+  std::vector<int>& mine = plan[static_cast<size_t>(local_rank)];
+  COHORT_RETURN_IF_ERROR(bind_to_cpus(mine));
+  return std::move(mine);
 }
 
 std::string format_cpu_list(const std::vector<int>& cpus) {

@@ -32,9 +32,16 @@ StatusOr<std::vector<int>> cpu_share(const std::vector<int>& allowed, int local_
 // The CPUs this process may run on (sched_getaffinity), ascending.
 StatusOr<std::vector<int>> allowed_cpus();
 
+// Every local rank's CPUs under `bind` (each empty when nothing is bound: kNone, or kAuto with
+// fewer CPUs than ranks); kCore with fewer CPUs than ranks is cpu_share's error. A launcher plans
+// in the parent, before it forks, so that the children only call bind_to_cpus.
+StatusOr<std::vector<std::vector<int>>> plan_local_ranks(CpuBind bind, int local_size);
+
 // Binds the calling thread (and the threads it starts later: call it in a launcher's child before
-// exec) to its share, for kCore, and for kAuto when there are as many CPUs as ranks. Returns the
-// CPUs bound to (empty when it binds nothing).
+// exec) to `cpus`; nothing for an empty list. Allocates only to report an error.
+Status bind_to_cpus(const std::vector<int>& cpus);
+
+// plan_local_ranks and bind_to_cpus for one rank. Returns the CPUs bound to (empty: none).
 StatusOr<std::vector<int>> bind_local_rank(CpuBind bind, int local_rank, int local_size);
 
 // "0-3", "0,2,5-6": the form taskset and /proc/<pid>/status use.

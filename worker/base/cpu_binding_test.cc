@@ -43,6 +43,23 @@ TEST(CpuBindingTest, MoreRanksThanCpusIsRefusedNamingBothCounts) {
   EXPECT_EQ(cpu_share({0, 1}, 2, 2).status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST(CpuBindingTest, PlansEveryRankBeforeAnyBinds) {
+  auto allowed = allowed_cpus();
+  ASSERT_TRUE(allowed.ok());
+  const int cpus = static_cast<int>(allowed->size());
+  auto none = plan_local_ranks(CpuBind::kNone, 3);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(*none, std::vector<std::vector<int>>(3));
+  auto core = plan_local_ranks(CpuBind::kCore, cpus);
+  ASSERT_TRUE(core.ok()) << core.status().to_string();
+  std::vector<int> all;
+  for (const auto& share : *core) all.insert(all.end(), share.begin(), share.end());
+  EXPECT_EQ(all, *allowed);
+  EXPECT_EQ(*plan_local_ranks(CpuBind::kAuto, cpus + 1), std::vector<std::vector<int>>(cpus + 1));
+  EXPECT_EQ(plan_local_ranks(CpuBind::kCore, cpus + 1).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(bind_to_cpus({}).ok());
+}
+
 TEST(CpuBindingTest, FormatsRangesAsTasksetDoes) {
   EXPECT_EQ(format_cpu_list({}), "");
   EXPECT_EQ(format_cpu_list({3}), "3");

@@ -52,10 +52,7 @@ std::optional<int> parse_example_flags(int argc, char** argv, const std::string&
   // Checked before any rank starts (a bad COHORT_CPU_BIND, or core with more ranks than CPUs).
   auto bind = parse_cpu_bind(flags.cpu_bind);
   Status status = bind.status();
-  if (status.ok() && *bind == CpuBind::kCore && flags.init.empty()) {
-    auto allowed = allowed_cpus();
-    status = allowed.ok() ? cpu_share(*allowed, 0, flags.ranks).status() : allowed.status();
-  }
+  if (status.ok() && flags.init.empty()) status = plan_local_ranks(*bind, flags.ranks).status();
   if (!status.ok()) {
     std::fprintf(stderr, "%s: %s\n", program.c_str(), status.message().c_str());
     return cli_flags::kExitUsage;

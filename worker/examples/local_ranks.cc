@@ -14,6 +14,12 @@
 namespace cohort::examples {
 
 int run_local_ranks(int argc, char** argv, int ranks, CpuBind bind) {
+  // Each rank's CPUs, planned here so that the children only bind.
+  auto plan = plan_local_ranks(bind, ranks);
+  if (!plan.ok()) {
+    std::fprintf(stderr, "run_local_ranks: %s\n", plan.status().to_string().c_str());
+    return 1;
+  }
   char dir_template[] = "/tmp/cohort-example-XXXXXX";
   if (mkdtemp(dir_template) == nullptr) {
     std::perror("run_local_ranks: mkdtemp");
@@ -24,10 +30,9 @@ int run_local_ranks(int argc, char** argv, int ranks, CpuBind bind) {
   for (int rank = 0; rank < ranks; ++rank) {
     pid_t pid = fork();
     if (pid == 0) {
-      // While this process has one thread: the rank and all its threads inherit the binding.
-      auto bound = bind_local_rank(bind, rank, ranks);
-      if (!bound.ok()) {
-        std::fprintf(stderr, "run_local_ranks: rank %d: %s\n", rank, bound.status().to_string().c_str());
+      // Before exec: the rank and all its threads inherit the binding.
+      if (Status bound = bind_to_cpus((*plan)[rank]); !bound.ok()) {
+        std::fprintf(stderr, "run_local_ranks: rank %d: %s\n", rank, bound.to_string().c_str());
         _exit(1);
       }
       std::string url = "file://" + store + "?rank=" + std::to_string(rank) + "&world_size=" + std::to_string(ranks);
