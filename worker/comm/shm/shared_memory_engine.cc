@@ -396,9 +396,6 @@ Status SharedMemoryEngine::agree_on_single_copy(bool wanted, SingleCopyWindow br
     } else if (word != c.probe_value.load(std::memory_order_relaxed)) {
       // Another pid namespace: the pid in the segment is not the peer's here.
       why = fmt::format("process_vm_readv from rank {} (pid {}) read another process's memory", p, pids_[p]);
-    } else if (process_vm_writev(pids_[p], &local, 1, &remote, 1, 0) != static_cast<ssize_t>(sizeof(word))) {
-      // Broadcast's root writes into its readers (the same value back here: harmless to the peer).
-      why = fmt::format("process_vm_writev to rank {} (pid {}) failed: {}", p, pids_[p], std::strerror(errno));
     }
   }
   Control& mine = control(rank_);
@@ -435,8 +432,7 @@ void SharedMemoryEngine::expose(const void* data, size_t bytes) {
   mine.exposed_bytes.store(bytes, std::memory_order_relaxed);
 }
 
-Status SharedMemoryEngine::transfer_exposed(int peer, size_t offset, void* local_data, size_t bytes, bool write,
-                                            const char* op) {
+Status SharedMemoryEngine::read_exposed(int peer, size_t offset, void* local_data, size_t bytes, const char* op) {
   Control& c = control(peer);
   const uint64_t address = c.exposed_address.load(std::memory_order_relaxed);
   const uint64_t exposed = c.exposed_bytes.load(std::memory_order_relaxed);
@@ -451,16 +447,15 @@ Status SharedMemoryEngine::transfer_exposed(int peer, size_t offset, void* local
   for (size_t done = 0; done < bytes;) {
     iovec local{mine + done, bytes - done};
     iovec remote{reinterpret_cast<void*>(address + offset + done), bytes - done};
-    const ssize_t n = write ? process_vm_writev(pids_[peer], &local, 1, &remote, 1, 0)
-                            : process_vm_readv(pids_[peer], &local, 1, &remote, 1, 0);
+    const ssize_t n = process_vm_readv(pids_[peer], &local, 1, &remote, 1, 0);
     if (n <= 0) {
       const int error = n < 0 ? errno : EIO;
       Status alive = check_alive(peer, op);
       failure_ = !alive.ok() ? alive
-                             : unavailable_error("{} over shared memory on {}: rank {} {} {} bytes of rank {}'s buffer "
-                                                 "(pid {}) with process_vm_{}v failed: {}",
-                                                 op, label_, rank_, write ? "writing" : "reading", bytes - done, peer,
-                                                 pids_[peer], write ? "write" : "read", std::strerror(error));
+                             : unavailable_error("{} over shared memory on {}: rank {} reading {} bytes of rank {}'s "
+                                                 "buffer (pid {}) with process_vm_readv failed: {}",
+                                                 op, label_, rank_, bytes - done, peer, pids_[peer],
+                                                 std::strerror(error));
       return failure_;
     }
     done += static_cast<size_t>(n);
@@ -489,7 +484,7 @@ Status SharedMemoryEngine::broadcast_single_copy(void* buf, size_t bytes, int ro
     known_ = arrived_;
   } else {
     COHORT_RETURN_IF_ERROR(await(root, arrived_, deadline, "broadcast"));
-    COHORT_RETURN_IF_ERROR(transfer_exposed(root, 0, data, bytes, /*write=*/false, "broadcast"));
+    COHORT_RETURN_IF_ERROR(read_exposed(root, 0, data, bytes, "broadcast"));
     COHORT_RETURN_IF_ERROR(publish("broadcast"));
     Status done = await(root, arrived_, deadline, "broadcast");
     if (done.code() == StatusCode::kDeadlineExceeded) {
@@ -525,7 +520,7 @@ Status SharedMemoryEngine::allgather_single_copy(const void* send, void* recv, c
     const int p = (rank_ + i) % size_;
     if (bytes[p] == 0) continue;
     COHORT_RETURN_IF_ERROR(await(p, arrived_, deadline, "allgather"));
-    COHORT_RETURN_IF_ERROR(transfer_exposed(p, 0, out + displ[p], bytes[p], /*write=*/false, "allgather"));
+    COHORT_RETURN_IF_ERROR(read_exposed(p, 0, out + displ[p], bytes[p], "allgather"));
   }
   COHORT_RETURN_IF_ERROR(step(deadline, "allgather"));
   g_single_copy_operations.fetch_add(1, std::memory_order_relaxed);

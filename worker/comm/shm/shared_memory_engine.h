@@ -29,19 +29,18 @@
 // naming it and a stopped one DEADLINE_EXCEEDED naming it, never a hang.
 //
 // Single copy (CMA). Broadcasts and allgathers inside a size window (kShmSingleCopy*) skip the
-// segment in groups of 2 ranks on at least 2 CPUs (any group with COHORT_SHM_CMA=1): each rank publishes the address and
-// length of its own buffer in its Control and ends its phase, and peers copy straight between
-// their buffer and that one with process_vm_readv / process_vm_writev (Linux cross-memory
-// attach, as OpenMPI's vader BTL does for large messages): one copy instead of two. Only readers
-// copy: a broadcast's readers read the root's buffer (a root that also wrote into the readers'
+// segment in groups of 2 ranks on at least 2 CPUs (any group with COHORT_SHM_CMA=1): each rank
+// whose data is read publishes the address and length of its buffer in its Control and ends its
+// phase, and its peers read straight from that buffer into theirs with process_vm_readv (Linux
+// cross-memory attach, as OpenMPI's vader BTL does for large messages): one copy instead of two.
+// No rank ever writes into another's buffer (a broadcast root that also wrote into its readers'
 // buffers was faster but could write into a buffer whose reader had timed out and returned; see
-// broadcast_single_copy). A rank ends
-// the next phase only once its copying is done, and returns only once every peer that copies
-// from or into its buffer has ended it (awaited like any flag: futex, liveness, deadline), so no
-// buffer changes or goes away while a peer copies. Setup probes it: every rank reads and writes
-// back a test word in each peer's memory; if any rank cannot (Yama ptrace_scope 2+, a seccomp
-// filter, ENOSYS, another user) or has it turned off (COHORT_SHM_CMA=0), every rank keeps the
-// two-copy path, agreed through the segment, so no two ranks ever mix the protocols.
+// broadcast_single_copy). A rank ends the next phase only once its copying is done, and returns
+// only once every peer that reads its buffer has ended it (awaited like any flag: futex,
+// liveness, deadline), so no buffer changes or goes away while a peer reads it. Setup probes it:
+// every rank reads a test word in each peer's memory; if any rank cannot (Yama ptrace_scope 2+, a
+// seccomp filter, ENOSYS, another user) or has it turned off (COHORT_SHM_CMA=0), every rank keeps
+// the two-copy path, agreed through the segment, so no two ranks ever mix the protocols.
 //
 // Lifetime: rank 0 creates the segment under a name unique to the communicator and attempt;
 // every rank maps it; once all have (agreed over the transport) every rank unlinks it, so nothing
@@ -204,10 +203,9 @@ class SharedMemoryEngine {
                               Deadline deadline);
   // Exposes `bytes` at `data` to the peers for the current phase (see "Single copy").
   void expose(const void* data, size_t bytes);
-  // Copies `bytes` between `local` and what `peer` exposed in the phase it has just ended (from
-  // offset `offset` in it): process_vm_readv into `local`, or with `write` process_vm_writev from
-  // it. Records and returns an error naming the peer.
-  Status transfer_exposed(int peer, size_t offset, void* local, size_t bytes, bool write, const char* op);
+  // Copies `bytes` of what `peer` exposed in the phase it has just ended (from offset `offset` in
+  // it) into `local` with process_vm_readv. Records and returns an error naming the peer.
+  Status read_exposed(int peer, size_t offset, void* local, size_t bytes, const char* op);
   Status broadcast_single_copy(void* buf, size_t bytes, int root, Deadline deadline);
   Status allgather_single_copy(const void* send, void* recv, const std::vector<size_t>& bytes, Deadline deadline);
 
