@@ -297,8 +297,16 @@ Status UcxEngine::init(Store& store) {
     params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     params.err_handler.cb = &UcxEngine::error_callback;
     params.err_handler.arg = &peers_[r];
-    COHORT_RETURN_IF_ERROR(COHORT_UCX_CHECK(ucp_ep_create(worker_, &params, &peers_[r].ep))
-                               .with_context(fmt::format("rank {}: connecting to rank {}", rank_, r)));
+    Status connected = COHORT_UCX_CHECK(ucp_ep_create(worker_, &params, &peers_[r].ep));
+    if (!connected.ok()) {
+      // A peer that already sent what it had and exited (its shared-memory FIFO is gone) fails
+      // this rank's transfers with it, naming it, not the whole transport: what it sent while
+      // alive is in our FIFO and still delivered (see has_unexpected_locked).
+      peers_[r].ep = nullptr;
+      peers_[r].failure = unavailable_error("peer rank {} failed: rank {} could not connect to it ({}); has it "
+                                            "exited or crashed?",
+                                            r, rank_, connected.message());
+    }
   }
   if (options_.idle_progress_interval > Duration::zero() && size_ > 1) {
     idle_thread_ = std::thread([this] { idle_progress_loop(); });
@@ -415,6 +423,9 @@ std::shared_ptr<TransportWork> UcxEngine::post(bool is_send, int peer, uint64_t 
 // Whether a message from `peer` with `tag` has arrived and waits for its receive. A peer that
 // sent and then died (or just exited) is failed, but what it sent while alive is still delivered.
 bool UcxEngine::has_unexpected_locked(int peer, uint64_t tag) {
+  // What has arrived may still be in a transport's FIFO, possibly behind protocol messages: take
+  // it in first (probing does not), with every drain call, not only until one finds nothing.
+  for (int i = 0; i < kDrainProgressCalls; ++i) ucp_worker_progress(worker_);
   ucp_tag_recv_info_t info;
   return ucp_tag_probe_nb(worker_, wire_tag(tag, peer), kFullTagMask, /*remove=*/0, &info) != nullptr;
 }
