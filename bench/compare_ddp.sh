@@ -10,7 +10,10 @@
 # that was waited for: one rank, on both sides). It prints a Markdown table, one row per run, and
 # per pair cohort's samples/s over DDP's. CPU ms/step and faults/step are rank 0's process's CPU
 # time and minor page faults per training step (the figures other load on a shared machine moves
-# least; samples/s is wall-clock); peak RSS is one rank's (see above). Speed
+# least; samples/s is wall-clock); peak RSS is one rank's (see above). "of it, skew" is the part of
+# cohort's comm wait spent waiting for the slower rank to end its backward pass, and "compute sd
+# ms" the standard deviation of rank 0's forward + backward time per step (train_fashion_mnist's
+# skew_wait and compute_sd_ms; DDP's wait happens inside its backward and is not split). Speed
 # is reported, never asserted; the exit status is 1 only when a run failed or printed no RESULT
 # line.
 set -u
@@ -111,15 +114,17 @@ run_side() {
     echo 0 >&3
     return
   fi
-  local acc sps epoch wait rss cpu faults
+  local acc sps epoch wait rss cpu faults skew sd
   acc="$(sed -n 's/.*acc=\([0-9.]*\).*/\1/p' <<< "$result")"
   sps="$(sed -n 's/.*samples_per_s=\([0-9.]*\).*/\1/p' <<< "$result")"
   epoch="$(sed -n 's/.*epoch_s=\([0-9.]*\).*/\1/p' <<< "$result")"
   wait="$(sed -n 's/.*comm_wait=\([0-9.]*%\).*/\1/p' <<< "$result")"
   cpu="$(sed -n 's/.*cpu_ms_per_step=\([0-9.]*\).*/\1/p' <<< "$result")"
   faults="$(sed -n 's/.*faults_per_step=\([0-9]*\).*/\1/p' <<< "$result")"
+  skew="$(sed -n 's/.*skew_wait=\([0-9.]*%\).*/\1/p' <<< "$result")"
+  sd="$(sed -n 's/.*compute_sd_ms=\([0-9.]*\).*/\1/p' <<< "$result")"
   rss="$(sed -n 's/.*Maximum resident set size (kbytes): *\([0-9]*\).*/\1/p' "$timing")"
-  rows+=("| $pair | $side | $acc | $sps | $epoch | ${wait:-n/a} | ${cpu:-n/a} | ${faults:-n/a} | $((rss / 1024)) |")
+  rows+=("| $pair | $side | $acc | $sps | $epoch | ${wait:-n/a} | ${skew:-n/a} | ${sd:-n/a} | ${cpu:-n/a} | ${faults:-n/a} | $((rss / 1024)) |")
   echo "$sps" >&3
 }
 
@@ -138,8 +143,8 @@ for ((p = 1; p <= pairs; p++)); do
 done
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 
-echo "| pair | side | test acc | samples/s | epoch s | comm wait | CPU ms/step | faults/step | peak RSS MiB |"
-echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|"
+echo "| pair | side | test acc | samples/s | epoch s | comm wait | of it, skew | compute sd ms | CPU ms/step | faults/step | peak RSS MiB |"
+echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 printf '%s\n' "${rows[@]}"
 echo
 echo "cohort samples/s / DDP samples/s: ${ratios[*]:-none}"

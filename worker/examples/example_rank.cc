@@ -3,6 +3,8 @@
 #include <ATen/Parallel.h>
 
 #include <cstdio>
+#include <fstream>
+#include <string>
 
 #include "worker/comm/bootstrap.h"
 #include "worker/examples/local_ranks.h"
@@ -34,6 +36,17 @@ std::unique_ptr<comm::Communicator> start_example_rank(int argc, char** argv, co
   }
   *exit_code = 0;
   return std::move(comm).value();
+}
+
+StatusOr<bool> all_ranks_on_this_host(comm::Communicator& comm) {
+  std::string boot_id;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
+  StatusOr<std::vector<std::string>> all = comm.allgather_obj(boot_id);
+  if (!all.ok()) return all.status();
+  for (const std::string& id : *all) {
+    if (id.empty() || id != boot_id) return false;
+  }
+  return true;
 }
 
 }  // namespace cohort::examples

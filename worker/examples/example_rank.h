@@ -14,6 +14,7 @@
 // the communicator of flags.kind. Errors are printed to stderr prefixed with `program`.
 
 #include <memory>
+#include <string>
 
 #include "worker/comm/communicator.h"
 #include "worker/examples/example_flags.h"
@@ -23,5 +24,9 @@ namespace cohort::examples {
 std::unique_ptr<comm::Communicator> start_example_rank(int argc, char** argv, const char* program,
                                                        const char* description, ExampleFlags& flags, int* exit_code,
                                                        ExampleFlagSet set = {});
+
+// Whether every rank of `comm` runs under this rank's kernel (the same boot id: one host, network
+// namespaces included), so that their CLOCK_MONOTONIC readings compare. Collective.
+StatusOr<bool> all_ranks_on_this_host(comm::Communicator& comm);
 
 }  // namespace cohort::examples

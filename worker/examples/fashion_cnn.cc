@@ -35,6 +35,26 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// EpochStats::skew_wait_seconds: every rank's end-of-backward times (one allgather; every rank ran
+// the same number of steps), then per step the smaller of this rank's wait and how long after it
+// the last rank ended its backward.
+StatusOr<double> skew_wait_seconds(comm::Communicator& comm, const std::vector<double>& ready_times,
+                                   const std::vector<double>& step_waits) {
+  const size_t steps = ready_times.size();
+  std::vector<double> all(steps * static_cast<size_t>(comm.size()));
+  if (steps > 0) {
+    Status gathered = comm.allgather(ready_times.data(), all.data(), steps, comm::DataType::kFloat64)->wait();
+    if (!gathered.ok()) return gathered.with_context("measuring the ranks' skew (allgather of step times)");
+  }
+  double total = 0;
+  for (size_t i = 0; i < steps; ++i) {
+    double last_ready = ready_times[i];
+    for (int r = 0; r < comm.size(); ++r) last_ready = std::max(last_ready, all[static_cast<size_t>(r) * steps + i]);
+    total += std::min(step_waits[i], last_ready - ready_times[i]);
+  }
+  return total;
+}
+
 // CPU time of this process, all threads (EpochStats::cpu_seconds).
 double process_cpu_seconds() {
   timespec ts{};
@@ -134,13 +154,26 @@ StatusOr<DataParallelResult> train_data_parallel(comm::Communicator& comm, const
       Clock::time_point start = Clock::now();
       const double cpu_start = process_cpu_seconds();
       const int64_t faults_start = process_page_faults();
+      std::vector<double> ready_times;  // measure_skew: each step's end of backward (CLOCK_MONOTONIC s)
+      std::vector<double> step_waits;   // measure_skew: each step's wait in step()
+      double compute_sum = 0, compute_square_sum = 0;
       while (!out_of_steps()) {
         std::optional<train::TensorDataset> batch = batches.next();
         if (!batch) break;
+        const Clock::time_point compute_start = Clock::now();
         optimizer->zero_grad();
         at::Tensor loss = at::cross_entropy_loss(model->forward(batch->inputs), batch->targets);
         loss.backward();
+        const Clock::time_point ready = Clock::now();
+        const double compute = std::chrono::duration<double>(ready - compute_start).count();
+        compute_sum += compute;
+        compute_square_sum += compute * compute;
+        const double wait_at_ready = optimizer->communication_wait_seconds();
         optimizer->step();
+        if (options.measure_skew) {
+          ready_times.push_back(std::chrono::duration<double>(ready.time_since_epoch()).count());
+          step_waits.push_back(optimizer->communication_wait_seconds() - wait_at_ready);
+        }
         const double batch_loss = loss.item<double>();
         loss_sum += batch_loss;
         ++steps;
@@ -153,6 +186,16 @@ StatusOr<DataParallelResult> train_data_parallel(comm::Communicator& comm, const
       stats.page_faults = process_page_faults() - faults_start;
       stats.steps = steps;
       stats.comm_wait_seconds = optimizer->communication_wait_seconds() - wait_before;
+      if (steps > 0) {
+        stats.compute_mean_seconds = compute_sum / static_cast<double>(steps);
+        stats.compute_sd_seconds = std::sqrt(std::max(
+            0.0, compute_square_sum / static_cast<double>(steps) - stats.compute_mean_seconds * stats.compute_mean_seconds));
+      }
+      if (options.measure_skew) {
+        StatusOr<double> skew = skew_wait_seconds(comm, ready_times, step_waits);
+        if (!skew.ok()) return skew.status();
+        stats.skew_wait_seconds = *skew;
+      }
 
       Status synced = sync_bn();
       if (!synced.ok()) return synced;

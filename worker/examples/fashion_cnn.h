@@ -54,6 +54,11 @@ struct DataParallelOptions {
   bool verbose = true;        // rank 0 prints one line per epoch
   bool double_buffering = false;  // apply the previous step's averaged gradient (see
                                   // MultiNodeOptimizerOptions::double_buffering)
+  // Splits comm_wait_seconds into waiting for a slower rank and the rest (EpochStats::skew_wait_seconds),
+  // with one allgather of every step's end-of-backward time per epoch. Those times are
+  // CLOCK_MONOTONIC readings, comparable only between processes of one host: set it only when
+  // every rank runs on this host (the benchmark's local ranks).
+  bool measure_skew = false;
   // Called on every rank after each optimizer step with the step number (from 1, over the whole
   // run), the steps the whole run takes (epochs and max_steps applied), the epoch (0-based) and
   // this rank's batch loss; e.g. to report progress. Optional.
@@ -69,6 +74,15 @@ struct EpochStats {
   double test_accuracy = 0;   // over the whole test set
   double seconds = 0;         // training time of the epoch (evaluation excluded)
   double comm_wait_seconds = 0;  // of which step() waited for gradient allreduces
+  // With measure_skew, the part of comm_wait_seconds that was spent waiting for the slowest rank
+  // to end its backward pass (per step: the smaller of the step's wait and the time from this
+  // rank's end of backward to the last rank's); the rest of the wait is communication after every
+  // rank was ready. -1 without measure_skew.
+  double skew_wait_seconds = -1;
+  // Forward + backward time per step on this rank: mean and standard deviation in seconds (how
+  // much the compute itself varies from step to step, which is what the ranks' skew comes from).
+  double compute_mean_seconds = 0;
+  double compute_sd_seconds = 0;
   double cpu_seconds = 0;        // CPU time of this rank's process (all threads) during that training:
                                  // unlike `seconds`, hardly moved by other load on the machine
   int64_t page_faults = 0;       // minor page faults of this rank's process during that training
