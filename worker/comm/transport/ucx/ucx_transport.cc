@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <mutex>
 #include <thread>
@@ -16,6 +17,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include "worker/base/process_liveness.h"
 #include "worker/comm/transport/ucx/ucx_check.h"
 
 namespace cohort::comm {
@@ -29,6 +31,8 @@ constexpr ucp_tag_t kFullTagMask = ~ucp_tag_t{0};
 
 // Most progress calls that drain arrived messages once a peer is found dead.
 constexpr int kDrainProgressCalls = 64;
+// A published worker address starts with the publisher's pid (int64) and start time (uint64).
+constexpr size_t kIdentityBytes = 16;
 
 ucp_tag_t wire_tag(uint64_t tag, int source) { return (tag << kRankBits) | static_cast<ucp_tag_t>(source); }
 
@@ -141,6 +145,11 @@ class UcxEngine : public std::enable_shared_from_this<UcxEngine> {
     ucp_ep_h ep = nullptr;
     Status failure;                // OK while the peer is believed alive
     UcxWork* in_flight = nullptr;  // head of the list of works UCX still owns
+    // The peer's process, published with its address; `local` once it was seen alive from this
+    // rank (same host and pid namespace), so that wait() can tell when it has exited. Set in
+    // init, read-only after.
+    ProcessIdentity process;
+    bool local = false;
   };
 
   static void send_callback(void* request, ucs_status_t status, void* user_data);
@@ -151,6 +160,8 @@ class UcxEngine : public std::enable_shared_from_this<UcxEngine> {
   std::string key(int rank) const { return options_.key_prefix + std::to_string(rank); }
   Status create_context();
   Status exchange_addresses(Store& store, std::vector<std::string>* addresses);
+  // Fails `peer` (UNAVAILABLE) if it runs on this host and its process has exited; true if it did.
+  bool fail_if_exited(int peer);
 
   // Everything below runs with mutex_ held.
   unsigned progress_locked();
@@ -241,7 +252,14 @@ Status UcxEngine::exchange_addresses(Store& store, std::vector<std::string>* add
   ucp_address_t* address = nullptr;
   size_t length = 0;
   COHORT_UCX_RETURN_IF_ERROR(ucp_worker_get_address(worker_, &address, &length));
-  std::string own(reinterpret_cast<const char*>(address), length);
+  // Published with this process's identity in front (kIdentityBytes), for the peers' liveness
+  // checks (fail_if_exited).
+  const ProcessIdentity self = this_process();
+  const int64_t pid = self.pid;
+  std::string own(kIdentityBytes, '\0');
+  std::memcpy(own.data(), &pid, sizeof(pid));
+  std::memcpy(own.data() + sizeof(pid), &self.start_time, sizeof(self.start_time));
+  own.append(reinterpret_cast<const char*>(address), length);
   ucp_worker_release_address(worker_, address);
   COHORT_RETURN_IF_ERROR(
       store.set(key(rank_), own)
@@ -273,7 +291,21 @@ Status UcxEngine::exchange_addresses(Store& store, std::vector<std::string>* add
   addresses->assign(size_, std::string());
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
-    COHORT_ASSIGN_OR_RETURN((*addresses)[r], store.get(key(r), options_.connect_timeout));
+    COHORT_ASSIGN_OR_RETURN(std::string value, store.get(key(r), options_.connect_timeout));
+    if (value.size() <= kIdentityBytes) {
+      return invalid_argument_error(
+          "rank {}: store key \"{}\" holds {} bytes, not a UCX worker address; do all {} ranks run the same "
+          "cohort version, and is the key prefix \"{}\" used by this job only?",
+          rank_, key(r), value.size(), size_, options_.key_prefix);
+    }
+    int64_t pid = 0;
+    std::memcpy(&pid, value.data(), sizeof(pid));
+    peers_[r].process.pid = static_cast<int>(pid);
+    std::memcpy(&peers_[r].process.start_time, value.data() + sizeof(pid), sizeof(uint64_t));
+    // Alive now (it just published), so a miss means another host or pid namespace: then only
+    // UCX's keepalive tells that it died.
+    peers_[r].local = process_visible(peers_[r].process);
+    (*addresses)[r] = value.substr(kIdentityBytes);
   }
   return ok_status();
 }
@@ -545,6 +577,10 @@ Status UcxEngine::wait(UcxWork* work, Duration timeout) {
   // way arrives within the first few spins, and such a wait reads no clock at all. The timeout
   // then starts at most kYieldAfterSpins progress calls (and one yield) late.
   Clock::time_point deadline = Clock::time_point::min();
+  // Waiting on a peer of this host, look every keepalive interval whether its process exited:
+  // UCX's keepalive covers only endpoints whose wireup completed, and a peer killed before it
+  // progressed its side never completes it, so a send to it would wait out the whole timeout.
+  Clock::time_point next_liveness_check = Clock::time_point::max();
   int idle = 0;
   for (;;) {
     bool sleep = false;
@@ -573,7 +609,16 @@ Status UcxEngine::wait(UcxWork* work, Duration timeout) {
     const bool deadline_set = deadline != Clock::time_point::min();
     if (!sleep && idle % kClockCheckInterval != 0 && (deadline_set || idle <= kYieldAfterSpins)) continue;
     Clock::time_point now = Clock::now();
-    if (!deadline_set) deadline = forever ? Clock::time_point::max() : now + std::max(timeout, Duration(0));
+    if (!deadline_set) {
+      deadline = forever ? Clock::time_point::max() : now + std::max(timeout, Duration(0));
+      next_liveness_check = now + options_.keepalive_interval;
+    } else if (now >= next_liveness_check) {
+      next_liveness_check = now + options_.keepalive_interval;
+      if (fail_if_exited(work->peer_)) {
+        if (sleep) sleepers_.fetch_sub(1, std::memory_order_relaxed);
+        continue;  // the work completed with the peer's failure
+      }
+    }
     if (now >= deadline) {
       if (sleep) sleepers_.fetch_sub(1, std::memory_order_relaxed);
       if (work->done()) break;
@@ -641,6 +686,22 @@ void UcxEngine::error_callback(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) 
     peer->failure = unavailable_error("peer rank {} failed: {}", peer->rank, ucs_status_string(status));
   }
   peer->engine->failed_peers_.push_back(peer->rank);
+}
+
+bool UcxEngine::fail_if_exited(int peer) {
+  const Peer& p = peers_[peer];
+  // `local` and `process` are fixed after init; reading /proc needs no lock.
+  if (!p.local || !process_gone(p.process)) return false;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (worker_ == nullptr) return false;
+  // Take in what it sent before it died first, as for a death UCX reports.
+  for (int i = 0; i < kDrainProgressCalls && progress_locked() > 0; ++i) {
+  }
+  if (p.failure.ok()) {
+    fail_peer_locked(peer, unavailable_error("peer rank {} failed: its process (pid {}) on this host has exited",
+                                             peer, p.process.pid));
+  }
+  return true;
 }
 
 void UcxEngine::fail_peer_locked(int rank, const Status& failure) {
