@@ -4,7 +4,8 @@
 // naming it within the timeout and leaves nothing in /dev/shm; a SIGSTOPped rank makes the others
 // time out without spinning on a core for the whole timeout; large broadcasts and allgathers go
 // single-copy (process_vm_readv) inside their size windows unless COHORT_SHM_CMA=0, and a broadcast's root waits for a
-// stopped reader (its buffer must not change while it is read) until the timeout, naming it.
+// stopped reader (its buffer must not change while it is read) until the timeout, naming it; a
+// malformed COHORT_SHM_* variable on one rank fails every rank at once, naming that rank.
 
 #include <dirent.h>
 #include <signal.h>
@@ -14,7 +15,9 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -284,6 +287,82 @@ TEST_F(ShmProcessTest, SingleCopyOffOnAnyRankOrByDefaultWithThreeRanksKeepsTwoCo
     EXPECT_EQ(failed_ranks(ranks.wait_all(kTestDeadline)), "") << variant;
     server_.reset();
     SetUp();
+  }
+}
+
+TEST_F(ShmProcessTest, AMalformedSettingOnOneRankFailsEveryRankAtOnceNamingItAndLeavesNoSegment) {
+  // A variable malformed on one rank only (a per-rank launcher environment, a typo on one node):
+  // that rank fails naming the variable and value, and its peers, instead of waiting out the
+  // setup's 30 s timeout for a segment that never comes, fail at once naming that rank, the
+  // variable and the value. Rank 0 (which creates the segment) bad, or a peer: nothing of the job
+  // is left in /dev/shm.
+  struct Case {
+    int size;
+    int bad;
+    const char* name;
+    const char* value;
+  };
+  int run = 0;
+  for (const Case c : {Case{2, 1, "COHORT_SHM_CMA", "yes"}, Case{3, 2, "COHORT_SHM_CMA_BROADCAST_BYTES", "64k"},
+                       Case{3, 0, "COHORT_SHM_SPIN_US", "-5"}}) {
+    const std::string context = fmt::format("{} ranks, rank {} with {}='{}'", c.size, c.bad, c.name, c.value);
+    auto done_path = [&](int rank) { return fmt::format("{}/done-{}-{}", dir_.path(), run, rank); };
+    ProcessRanks ranks(dir_.path());
+    constexpr Duration kTimeout = seconds(30);
+    ranks.fork_ranks(c.size, [&](int rank) -> Status {
+      set_single_copy_env(nullptr, nullptr, nullptr);
+      unsetenv("COHORT_SHM_SPIN_US");
+      unsetenv("COHORT_SHM_POLL_US");
+      if (rank == c.bad) setenv(c.name, c.value, 1);
+      COHORT_ASSIGN_OR_RETURN(auto comm, make(rank, c.size, "flat", Algorithm::kShm, kTimeout));
+      std::vector<float> x(1000, 1.0f);
+      const auto start = Clock::now();
+      const Status status = comm->allreduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum)->wait();
+      const auto took = Clock::now() - start;
+      if (rank == c.bad) {
+        // The bad rank lives on (as a program that logs the error and goes on would) until its
+        // peers are done, so they cannot learn of its failure from its process's exit.
+        for (Deadline bound = Deadline::after(kTimeout + seconds(5)); !bound.expired();) {
+          int peers_done = 0;
+          for (int r = 0; r < c.size; ++r) peers_done += r != c.bad && std::filesystem::exists(done_path(r));
+          if (peers_done == c.size - 1) break;
+          std::this_thread::sleep_for(milliseconds(20));
+        }
+      }
+      auto check = [&]() -> Status {
+        if (status.ok()) return internal_error("the first collective (the engine's setup) succeeded");
+        if (status.code() != StatusCode::kInvalidArgument) {
+          return internal_error("not INVALID_ARGUMENT: {}", status.to_string());
+        }
+        // The bad rank's own error names the variable and value; its peers' also the bad rank.
+        const std::string named = rank == c.bad ? fmt::format("{}='{}'", c.name, c.value)
+                                                : fmt::format("rank {}: {}='{}'", c.bad, c.name, c.value);
+        if (status.message().find(named) == std::string::npos) {
+          return internal_error("\"{}\" not named: {}", named, status.to_string());
+        }
+        if (rank != c.bad && status.message().find("every rank") == std::string::npos) {
+          return internal_error("no advice: {}", status.to_string());
+        }
+        if (took > seconds(5)) {
+          return internal_error("took {} ms (timeout {} s): {}",
+                                std::chrono::duration_cast<milliseconds>(took).count(),
+                                std::chrono::duration_cast<seconds>(kTimeout).count(), status.to_string());
+        }
+        return ok_status();
+      };
+      Status checked = check();
+      if (rank != c.bad) std::ofstream(done_path(rank)) << "done";
+      return checked;
+    });
+    const pid_t rank0 = ranks.pid(0);
+    auto outcomes = ranks.wait_all(kTestDeadline);
+    for (int r = 0; r < c.size; ++r) {
+      EXPECT_EQ(outcomes[r].exit_code, 0) << context << ", rank " << r << ": " << outcomes[r].message;
+    }
+    EXPECT_EQ(segments_of(rank0), "") << context;
+    server_.reset();
+    SetUp();
+    ++run;
   }
 }
 

@@ -86,6 +86,9 @@ constexpr size_t kRingBytes = kShmRingEntries * kShmInlineBytes;
 static_assert((kShmRingEntries & (kShmRingEntries - 1)) == 0, "ring entries index by generation modulo a power of two");
 // The segment name travels over the transport in a fixed buffer.
 constexpr size_t kNameBytes = 64;
+// Each rank's verdict on its environment's settings travels in a fixed buffer (an error longer than
+// it is cut, with "...": the variable and its value come first).
+constexpr size_t kVerdictBytes = 512;
 // The wait policy (wait_for): poll for kPurePollTime, then poll with sched_yield between polls
 // until kSpinTime, then sleep in the futex. Measured on the loaded 2-core box (bench/README.md,
 // 2-rank allgather, COHORT_SHM_POLL_US / COHORT_SHM_SPIN_US): with the earlier 50 us pure poll
@@ -189,59 +192,88 @@ StatusOr<std::unique_ptr<SharedMemoryEngine>> SharedMemoryEngine::create(int ran
     return invalid_argument_error("shared-memory engine for {}: {} ranks (supported: 2..{}, kShmMaxRanks)",
                                   label, size, kShmMaxRanks);
   }
-  // The wait policy's two times, overridable for measuring it on a given machine (bench/README.md);
-  // read before any rank creates anything (every rank of a job sees the same environment).
+  // The settings from this rank's environment. A malformed one is reported only after the
+  // settings exchange below, in which every rank takes part: ranks may see different
+  // environments (a per-rank launcher variable, a typo on one node), and a rank that returned
+  // here would leave its peers waiting out the whole setup timeout for a segment name.
   std::chrono::microseconds spin_time = kSpinTime, poll_time = kPurePollTime;
-  for (auto [name, value] : {std::pair{"COHORT_SHM_SPIN_US", &spin_time}, std::pair{"COHORT_SHM_POLL_US", &poll_time}}) {
-    const char* text = std::getenv(name);
-    if (text == nullptr || *text == '\0') continue;
-    char* end = nullptr;
-    long us = std::strtol(text, &end, 10);
-    if (*end != '\0' || us < 0 || us > 1000000) {
-      return invalid_argument_error("{}='{}' is not a number of microseconds in 0..1000000", name, text);
-    }
-    *value = std::chrono::microseconds(us);
-  }
-  // Single copy (see the header): COHORT_SHM_CMA=0 turns it off on this rank (and so on all); the
-  // windows are rank 0's (one rank's settings, so no rank mixes protocols).
   bool single_copy = true, forced_single_copy = false;
-  if (const char* text = std::getenv("COHORT_SHM_CMA"); text != nullptr && *text != '\0') {
-    if (std::strcmp(text, "0") == 0) {
-      single_copy = false;
-    } else if (std::strcmp(text, "1") == 0) {
-      forced_single_copy = true;
-    } else {
-      return invalid_argument_error(
-          "COHORT_SHM_CMA='{}' is not 0 (every byte through the segment, two copies) or 1 (single copy with "
-          "process_vm_readv where every rank can, with any number of ranks); unset: single copy only for 2 "
-          "ranks on at least 2 CPUs", text);
-    }
-  }
   SingleCopyWindow broadcast_window{kShmSingleCopyBroadcastMin, kShmSingleCopyBroadcastMax};
   SingleCopyWindow allgather_window{kShmSingleCopyAllgatherMin, kShmSingleCopyAllgatherMax};
-  for (auto [name, window] : {std::pair{"COHORT_SHM_CMA_BROADCAST_BYTES", &broadcast_window},
-                              std::pair{"COHORT_SHM_CMA_ALLGATHER_BYTES", &allgather_window}}) {
-    const char* text = std::getenv(name);
-    if (text == nullptr || *text == '\0') continue;
-    if (std::strcmp(text, "off") == 0) {
-      *window = SingleCopyWindow{};
-      continue;
+  const Status settings = [&]() -> Status {
+    // The wait policy's two times, overridable for measuring it on a given machine (bench/README.md).
+    for (auto [name, value] :
+         {std::pair{"COHORT_SHM_SPIN_US", &spin_time}, std::pair{"COHORT_SHM_POLL_US", &poll_time}}) {
+      const char* text = std::getenv(name);
+      if (text == nullptr || *text == '\0') continue;
+      char* end = nullptr;
+      long us = std::strtol(text, &end, 10);
+      if (*end != '\0' || us < 0 || us > 1000000) {
+        return invalid_argument_error("{}='{}' is not a number of microseconds in 0..1000000", name, text);
+      }
+      *value = std::chrono::microseconds(us);
     }
-    // MIN or MIN:MAX, whole-message bytes.
-    char* end = nullptr;
-    errno = 0;
-    unsigned long long min = std::strtoull(text, &end, 10), max = SIZE_MAX;
-    bool valid = end != text && errno == 0 && text[0] != '-';
-    if (valid && *end == ':') {
-      const char* rest = end + 1;
-      max = std::strtoull(rest, &end, 10);
-      valid = end != rest && errno == 0 && rest[0] != '-' && min <= max;
+    // Single copy (see the header): COHORT_SHM_CMA=0 turns it off on this rank (and so on all); the
+    // windows are rank 0's (one rank's settings, so no rank mixes protocols).
+    if (const char* text = std::getenv("COHORT_SHM_CMA"); text != nullptr && *text != '\0') {
+      if (std::strcmp(text, "0") == 0) {
+        single_copy = false;
+      } else if (std::strcmp(text, "1") == 0) {
+        forced_single_copy = true;
+      } else {
+        return invalid_argument_error(
+            "COHORT_SHM_CMA='{}' is not 0 (every byte through the segment, two copies) or 1 (single copy with "
+            "process_vm_readv where every rank can, with any number of ranks); unset: single copy only for 2 "
+            "ranks on at least 2 CPUs", text);
+      }
     }
-    if (!valid || *end != '\0') {
-      return invalid_argument_error("{}='{}' is not MIN, MIN:MAX (message bytes, MIN <= MAX) or off; see worker/README.md",
-                                    name, text);
+    for (auto [name, window] : {std::pair{"COHORT_SHM_CMA_BROADCAST_BYTES", &broadcast_window},
+                                std::pair{"COHORT_SHM_CMA_ALLGATHER_BYTES", &allgather_window}}) {
+      const char* text = std::getenv(name);
+      if (text == nullptr || *text == '\0') continue;
+      if (std::strcmp(text, "off") == 0) {
+        *window = SingleCopyWindow{};
+        continue;
+      }
+      // MIN or MIN:MAX, whole-message bytes.
+      char* end = nullptr;
+      errno = 0;
+      unsigned long long min = std::strtoull(text, &end, 10), max = SIZE_MAX;
+      bool valid = end != text && errno == 0 && text[0] != '-';
+      if (valid && *end == ':') {
+        const char* rest = end + 1;
+        max = std::strtoull(rest, &end, 10);
+        valid = end != rest && errno == 0 && rest[0] != '-' && min <= max;
+      }
+      if (!valid || *end != '\0') {
+        return invalid_argument_error(
+            "{}='{}' is not MIN, MIN:MAX (message bytes, MIN <= MAX) or off; see worker/README.md", name, text);
+      }
+      *window = SingleCopyWindow{static_cast<size_t>(min), static_cast<size_t>(max)};
     }
-    *window = SingleCopyWindow{static_cast<size_t>(min), static_cast<size_t>(max)};
+    return ok_status();
+  }();
+  // Every rank states its verdict on its settings (empty: valid; else its error) before anything
+  // is created, so one rank's malformed variable fails every rank at once, naming it, and leaves
+  // nothing in /dev/shm. One small allgather, at setup only.
+  std::vector<char> verdicts(static_cast<size_t>(size) * kVerdictBytes, '\0');
+  char* const verdict = verdicts.data() + static_cast<size_t>(rank) * kVerdictBytes;
+  if (!settings.ok()) {
+    std::snprintf(verdict, kVerdictBytes, "%s", settings.message().c_str());
+    if (settings.message().size() >= kVerdictBytes) std::memcpy(verdict + kVerdictBytes - 4, "...", 4);
+  }
+  Status exchanged = transport([&](CollectiveContext& ctx) {
+    return run_allgatherv(ctx, verdict, verdicts.data(),
+                          std::vector<size_t>(static_cast<size_t>(size), kVerdictBytes));
+  });
+  if (!settings.ok()) return settings;  // this rank's own: names the variable and its value
+  if (!exchanged.ok()) return exchanged.with_context("shared-memory setup: exchanging the ranks' settings");
+  for (int r = 0; r < size; ++r) {
+    const char* theirs = verdicts.data() + static_cast<size_t>(r) * kVerdictBytes;
+    if (theirs[0] == '\0') continue;
+    return invalid_argument_error(
+        "shared-memory setup for {}: rank {}: {}; set the same valid value on every rank, or unset it", label, r,
+        std::string(theirs, strnlen(theirs, kVerdictBytes)));
   }
   // By default only where it was measured to win: 2 ranks, each with a CPU. With more ranks than
   // CPUs the total copying work decides, and P - 1 kernel copies took more than one copy into the

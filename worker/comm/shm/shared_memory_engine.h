@@ -117,7 +117,11 @@ class SharedMemoryEngine {
  public:
   // Creates and maps the segment for `size` ranks (this is `rank`). Collective over the group:
   // every rank calls it at the same point; every rank gets an engine or every rank an error (a
-  // rank that cannot map, e.g. another /dev/shm, fails them all). `label` names the
+  // rank that cannot map, e.g. another /dev/shm, fails them all). A malformed COHORT_SHM_*
+  // variable on any rank fails every rank with INVALID_ARGUMENT before anything is created (the
+  // ranks exchange their verdicts first; the others' errors name that rank, variable and value).
+  // Valid but different values are fine: each rank's wait times are its own, single copy is on
+  // only where every rank has it on, and the windows are rank 0's. `label` names the
   // communicator in errors and in the segment's name.
   static StatusOr<std::unique_ptr<SharedMemoryEngine>> create(int rank, int size, const std::string& label,
                                                               const TransportCollective& transport,
