@@ -5,7 +5,8 @@
 // time out without spinning on a core for the whole timeout; large broadcasts and allgathers go
 // single-copy (process_vm_readv) inside their size windows unless COHORT_SHM_CMA=0, and a broadcast's root waits for a
 // stopped reader (its buffer must not change while it is read) until the timeout, naming it; a
-// malformed COHORT_SHM_* variable on one rank fails every rank at once, naming that rank.
+// malformed COHORT_SHM_* variable on one rank fails every rank at once, naming that rank; a rank
+// that comes to a single-copy operation its peer has given up fails instead of reading reused memory.
 
 #include <dirent.h>
 #include <signal.h>
@@ -457,6 +458,67 @@ TEST_F(ShmProcessTest, KilledRankInsideSingleCopyBroadcastsIsNamedByItsPeer) {
     auto outcomes = ranks.wait_all(kTestDeadline);
     EXPECT_EQ(outcomes[victim].signal, SIGKILL) << "victim " << victim;
     EXPECT_EQ(outcomes[1 - victim].exit_code, 0) << "victim " << victim << ": " << outcomes[1 - victim].message;
+    EXPECT_EQ(segments_of(rank0), "");
+    server_.reset();
+    SetUp();
+  }
+}
+
+TEST_F(ShmProcessTest, ALateReaderOfAGivenUpSingleCopyOperationFailsInsteadOfReadingReusedMemory) {
+  // 2 ranks, single copy: rank 1 comes to a broadcast (then, on a new communicator, an
+  // allgather) after rank 0 has timed out and returned, and rank 0 has reused its buffer, as a
+  // program that handles the error does. Rank 0's phases had ended, so rank 1's flags said go: it
+  // must fail naming rank 0, never return OK with the reused bytes (it did before 2026-11-24's
+  // review: the root had ended phase 2 without waiting, and left its buffer exposed).
+  if (std::string why = cross_memory_attach_refused(); !why.empty()) GTEST_SKIP() << why;
+  for (const char* op : {"broadcast", "allgather"}) {
+    ProcessRanks ranks(dir_.path());
+    constexpr Duration kTimeout = seconds(1);  // the late operation's; setup and warm-up get 20 s
+    const bool broadcast = std::string(op) == "broadcast";
+    ranks.fork_ranks(2, [&](int rank) -> Status {
+      set_single_copy_env("1", nullptr, nullptr);
+      COHORT_ASSIGN_OR_RETURN(auto comm, make(rank, 2, "flat", Algorithm::kShm, seconds(20)));
+      const size_t count = kShmSingleCopyBroadcastMin / sizeof(int32_t);  // 64 KiB: inside both windows
+      std::vector<int32_t> send(count, rank == 0 ? 42 : 7), recv(2 * count, -1);
+      auto run = [&](CallOptions call) {
+        return broadcast ? comm->broadcast(send.data(), count, DataType::kInt32, 0, call)->wait()
+                         : comm->allgather(send.data(), recv.data(), count, DataType::kInt32, call)->wait();
+      };
+      CallOptions short_call;
+      short_call.timeout = kTimeout;
+      const uint64_t before = SharedMemoryEngine::single_copy_operations();
+      COHORT_RETURN_IF_ERROR(run({}));
+      if (SharedMemoryEngine::single_copy_operations() != before + 1) return internal_error("not single-copy");
+      COHORT_RETURN_IF_ERROR(comm->barrier()->wait());
+      if (rank == 0) {
+        std::fill(send.begin(), send.end(), 43);
+        Status status = run(short_call);
+        if (status.code() != StatusCode::kDeadlineExceeded) {
+          return internal_error("rank 0: expected a timeout, got {}", status.to_string());
+        }
+        std::fill(send.begin(), send.end(), 99);  // the program reuses its buffer
+        std::this_thread::sleep_for(4 * kTimeout);  // and stays alive while rank 1 comes
+        return ok_status();
+      }
+      std::fill(send.begin(), send.end(), 8);
+      std::this_thread::sleep_for(2 * kTimeout);
+      const auto start = Clock::now();
+      Status status = run({});  // 20 s: it must fail at once, not by timing out
+      const auto took = Clock::now() - start;
+      if (status.ok()) {
+        return internal_error("rank 1: the late {} returned OK (element {} / {})", op, send[100], recv[100]);
+      }
+      if (status.message().find("rank 0") == std::string::npos) {
+        return internal_error("rank 0 not named: {}", status.to_string());
+      }
+      if (took > kTimeout / 2) {
+        return internal_error("rank 1 took {} ms to fail", std::chrono::duration_cast<milliseconds>(took).count());
+      }
+      return ok_status();
+    });
+    pid_t rank0 = ranks.pid(0);
+    auto outcomes = ranks.wait_all(kTestDeadline);
+    for (int r : {0, 1}) EXPECT_EQ(outcomes[r].exit_code, 0) << op << ", rank " << r << ": " << outcomes[r].message;
     EXPECT_EQ(segments_of(rank0), "");
     server_.reset();
     SetUp();

@@ -61,19 +61,14 @@ static_assert(sizeof(std::atomic<uint32_t>) == 4, "futex words must be plain 32-
 
 std::atomic<uint64_t> g_single_copy_operations{0};
 
-// PR_SET_PTRACER_ANY lets any process of this user ptrace this one: held only while an engine of
-// this process uses single copy (or probes for it), given back when the last one stops.
-std::mutex g_ptracer_mutex;
-int g_ptracer_holders = 0;
-
-void hold_ptracer() {
-  std::lock_guard<std::mutex> lock(g_ptracer_mutex);
-  if (g_ptracer_holders++ == 0) prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
-}
-
-void release_ptracer() {
-  std::lock_guard<std::mutex> lock(g_ptracer_mutex);
-  if (--g_ptracer_holders == 0) prctl(PR_SET_PTRACER, 0, 0, 0, 0);
+// PR_SET_PTRACER_ANY lets any process of this user read this one's memory under Yama's
+// ptrace_scope 1. Set once and kept for the life of the process, as UCX's CMA transport (which
+// sets it itself at startup) and OpenMPI's vader do: the setting is process-wide, so giving it
+// back when an engine stops also took it from UCX, whose peers' rendezvous reads of this
+// process then failed with EPERM (review, 2026-11-24).
+void allow_sibling_readers() {
+  static std::once_flag once;
+  std::call_once(once, [] { prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0); });
 }
 
 // The control blocks fill the first pages; the slots start page-aligned after them.
@@ -355,10 +350,7 @@ StatusOr<std::unique_ptr<SharedMemoryEngine>> SharedMemoryEngine::create(int ran
       // refuse regardless: the probe below finds that and the ranks keep two copies.
       std::ifstream scope("/proc/sys/kernel/yama/ptrace_scope");
       int value = 0;
-      if (scope >> value && value == 1) {
-        hold_ptracer();
-        engine->holds_ptracer_ = true;
-      }
+      if (scope >> value && value == 1) allow_sibling_readers();
       std::random_device random;
       engine->probe_word_ = (static_cast<uint64_t>(random()) << 32) ^ random() ^ 1u;  // never 0
       mine.probe_value.store(engine->probe_word_, std::memory_order_relaxed);
@@ -449,10 +441,6 @@ Status SharedMemoryEngine::agree_on_single_copy(bool wanted, SingleCopyWindow br
   } else {
     spdlog::debug("{}: shared memory keeps two copies per message (no single copy with process_vm_readv): {}",
                   label_, why);
-    if (holds_ptracer_) {
-      release_ptracer();
-      holds_ptracer_ = false;
-    }
   }
   return ok_status();
 }
@@ -464,10 +452,24 @@ void SharedMemoryEngine::expose(const void* data, size_t bytes) {
   mine.exposed_bytes.store(bytes, std::memory_order_relaxed);
 }
 
+void SharedMemoryEngine::withdraw_exposure() {
+  Control& mine = control(rank_);
+  mine.exposed_bytes.store(0, std::memory_order_seq_cst);
+  mine.exposed_address.store(0, std::memory_order_seq_cst);
+}
+
 Status SharedMemoryEngine::read_exposed(int peer, size_t offset, void* local_data, size_t bytes, const char* op) {
   Control& c = control(peer);
   const uint64_t address = c.exposed_address.load(std::memory_order_relaxed);
   const uint64_t exposed = c.exposed_bytes.load(std::memory_order_relaxed);
+  auto given_up = [&] {
+    failure_ = aborted_error(
+        "{} over shared memory on {}: rank {} gave this operation up (it timed out or failed) before rank {} had "
+        "read its buffer; see rank {}'s error, and create a new communicator",
+        op, label_, peer, rank_, peer);
+    return failure_;
+  };
+  if (address == 0 && exposed == 0) return given_up();
   if (offset + bytes > exposed) {
     failure_ = internal_error(
         "{} over shared memory on {}: rank {} exposed {} bytes, rank {} expected {}; do all ranks issue the same "
@@ -492,6 +494,13 @@ Status SharedMemoryEngine::read_exposed(int peer, size_t offset, void* local_dat
     }
     done += static_cast<size_t>(n);
   }
+  // The peer withdraws before it returns an error, and its program may reuse the buffer from then
+  // on: if it did during the copy, the copy is void (seqlock order: the copy's reads, then this).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (c.exposed_address.load(std::memory_order_seq_cst) != address ||
+      c.exposed_bytes.load(std::memory_order_seq_cst) != exposed) {
+    return given_up();
+  }
   return ok_status();
 }
 
@@ -506,15 +515,22 @@ Status SharedMemoryEngine::broadcast_single_copy(void* buf, size_t bytes, int ro
   // is only read, and a reader that read it fails at phase 2 anyway.
   if (!failure_.ok()) return publish("broadcast");  // the failure, named
   uint8_t* data = static_cast<uint8_t*>(buf);
-  if (rank_ == root) expose(data, bytes);
-  COHORT_RETURN_IF_ERROR(publish("broadcast"));
   if (rank_ == root) {
-    COHORT_RETURN_IF_ERROR(publish("broadcast"));  // the root copies nothing: phase 2 ends at once
-    for (int p = 0; p < size_; ++p) {
-      if (p != rank_) COHORT_RETURN_IF_ERROR(await(p, arrived_, deadline, "broadcast"));
+    // Phase 2 ends at once (the root copies nothing), so a late reader's wait for it proves
+    // nothing: a root that gives up withdraws its buffer before returning (read_exposed).
+    expose(data, bytes);
+    Status status = publish("broadcast");
+    if (status.ok()) status = publish("broadcast");
+    for (int p = 0; p < size_ && status.ok(); ++p) {
+      if (p != rank_) status = await(p, arrived_, deadline, "broadcast");
+    }
+    if (!status.ok()) {
+      withdraw_exposure();
+      return status;
     }
     known_ = arrived_;
   } else {
+    COHORT_RETURN_IF_ERROR(publish("broadcast"));
     COHORT_RETURN_IF_ERROR(await(root, arrived_, deadline, "broadcast"));
     COHORT_RETURN_IF_ERROR(read_exposed(root, 0, data, bytes, "broadcast"));
     COHORT_RETURN_IF_ERROR(publish("broadcast"));
@@ -545,16 +561,22 @@ Status SharedMemoryEngine::allgather_single_copy(const void* send, void* recv, c
   const std::vector<size_t> displ = displacements(bytes);
   auto* out = static_cast<uint8_t*>(recv);
   expose(send, bytes[rank_]);
-  COHORT_RETURN_IF_ERROR(publish("allgather"));
-  if (out + displ[rank_] != send) std::memcpy(out + displ[rank_], send, bytes[rank_]);
+  Status status = publish("allgather");
+  if (status.ok() && out + displ[rank_] != send) std::memcpy(out + displ[rank_], send, bytes[rank_]);
   // Starting after this rank, so the ranks do not all read rank 0 first.
-  for (int i = 1; i < size_; ++i) {
+  for (int i = 1; i < size_ && status.ok(); ++i) {
     const int p = (rank_ + i) % size_;
     if (bytes[p] == 0) continue;
-    COHORT_RETURN_IF_ERROR(await(p, arrived_, deadline, "allgather"));
-    COHORT_RETURN_IF_ERROR(read_exposed(p, 0, out + displ[p], bytes[p], "allgather"));
+    status = await(p, arrived_, deadline, "allgather");
+    if (status.ok()) status = read_exposed(p, 0, out + displ[p], bytes[p], "allgather");
   }
-  COHORT_RETURN_IF_ERROR(step(deadline, "allgather"));
+  // step() ends this rank's phase before it waits: a peer still reading `send` when this rank
+  // gives up must find it withdrawn (read_exposed), since the program may reuse it at once.
+  if (status.ok()) status = step(deadline, "allgather");
+  if (!status.ok()) {
+    withdraw_exposure();
+    return status;
+  }
   g_single_copy_operations.fetch_add(1, std::memory_order_relaxed);
   return ok_status();
 }
@@ -569,10 +591,7 @@ SharedMemoryEngine::SharedMemoryEngine(int rank, int size, std::string label, ui
       start_times_(size, 0),
       liveness_checkable_(size, false) {}
 
-SharedMemoryEngine::~SharedMemoryEngine() {
-  if (holds_ptracer_) release_ptracer();
-  munmap(base_, bytes_);
-}
+SharedMemoryEngine::~SharedMemoryEngine() { munmap(base_, bytes_); }
 
 SharedMemoryEngine::Control& SharedMemoryEngine::control(int r) const {
   static_assert(offsetof(Control, inline_data) + sizeof(Control::inline_data) <= 64,

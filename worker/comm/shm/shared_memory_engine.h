@@ -207,8 +207,13 @@ class SharedMemoryEngine {
                               Deadline deadline);
   // Exposes `bytes` at `data` to the peers for the current phase (see "Single copy").
   void expose(const void* data, size_t bytes);
+  // Takes this rank's exposure back: a rank that returns an error from a single-copy operation
+  // does so before its program may reuse the buffer, so a peer that comes late finds nothing to
+  // read (or finds it gone when its copy ends) and fails instead of returning reused memory.
+  void withdraw_exposure();
   // Copies `bytes` of what `peer` exposed in the phase it has just ended (from offset `offset` in
-  // it) into `local` with process_vm_readv. Records and returns an error naming the peer.
+  // it) into `local` with process_vm_readv; a copy during which the peer withdrew is void. Records
+  // and returns an error naming the peer.
   Status read_exposed(int peer, size_t offset, void* local, size_t bytes, const char* op);
   Status broadcast_single_copy(void* buf, size_t bytes, int root, Deadline deadline);
   Status allgather_single_copy(const void* send, void* recv, const std::vector<size_t>& bytes, Deadline deadline);
@@ -242,7 +247,7 @@ class SharedMemoryEngine {
   SingleCopyWindow broadcast_window_;        // see single_copy_broadcast()
   SingleCopyWindow allgather_window_;
   uint64_t probe_word_ = 0;                  // setup: what peers read through CMA (its value is in the segment)
-  bool holds_ptracer_ = false;               // this engine keeps PR_SET_PTRACER_ANY set (Yama ptrace_scope 1)
+
 };
 
 }  // namespace cohort::comm
