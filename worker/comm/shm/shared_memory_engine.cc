@@ -22,10 +22,10 @@
 #include <numeric>
 #include <mutex>
 #include <random>
-#include <sstream>
 
 #include <spdlog/spdlog.h>
 
+#include "worker/base/process_liveness.h"
 #include "worker/comm/algorithms/collectives.h"
 #include "worker/comm/reduce/reduce_kernels.h"
 
@@ -111,27 +111,6 @@ void futex_wait(std::atomic<uint32_t>& word, uint32_t expected, Duration timeout
 
 void futex_wake_all(std::atomic<uint32_t>& word) {
   syscall(SYS_futex, futex_word(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
-}
-
-// State letter and start time of `pid` from /proc; false when it has no entry (exited and reaped,
-// or in another pid namespace).
-bool read_proc_stat(int pid, char* state, uint64_t* start_time) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  if (!in) return false;
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  size_t paren = text.rfind(')');  // the command name may hold spaces and parentheses
-  if (paren == std::string::npos) return false;
-  std::istringstream fields(text.substr(paren + 2));
-  std::string field;
-  // Field 3 is the state; field 22 the start time (fields counted from 1, the pid).
-  for (int i = 3; i <= 22 && (fields >> field); ++i) {
-    if (i == 3) *state = field.empty() ? '?' : field[0];
-    if (i == 22) {
-      *start_time = std::strtoull(field.c_str(), nullptr, 10);
-      return true;
-    }
-  }
-  return false;
 }
 
 // Block `r` of `n` items split over `size` as evenly as possible: [begin, end).
