@@ -1,12 +1,16 @@
 #include "worker/base/process_liveness.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -26,7 +30,8 @@ pid_t spawn_sleeper() {
 
 // The child's identity once its new name shows (it is set after fork returns in the parent).
 ProcessIdentity identity_of(pid_t pid) {
-  ProcessIdentity process{static_cast<int>(pid), 0};
+  ProcessIdentity process;
+  process.pid = static_cast<int>(pid);
   char state = '?';
   for (int i = 0; i < 200; ++i) {
     if (read_proc_stat(pid, &state, &process.start_time)) break;
@@ -39,6 +44,15 @@ TEST(ProcessLivenessTest, ThisProcessIsVisibleAndNotGone) {
   ProcessIdentity self = this_process();
   EXPECT_EQ(self.pid, static_cast<int>(getpid()));
   EXPECT_NE(self.start_time, 0u);
+  EXPECT_EQ(self.boot_id.size(), 36u) << self.boot_id;
+  EXPECT_NE(self.pid_namespace, 0u);
+  EXPECT_TRUE(self.same_pid_space(this_process()));
+  ProcessIdentity elsewhere = self;
+  elsewhere.pid_namespace += 1;  // another pid namespace: its pids mean nothing here
+  EXPECT_FALSE(self.same_pid_space(elsewhere));
+  elsewhere = self;
+  elsewhere.boot_id = "another-host";
+  EXPECT_FALSE(self.same_pid_space(elsewhere));
   EXPECT_TRUE(process_visible(self));
   EXPECT_FALSE(process_gone(self));
 }
@@ -80,10 +94,32 @@ TEST(ProcessLivenessTest, StoppedIsNotGoneZombieAndReapedAre) {
   EXPECT_TRUE(process_gone(child));
 }
 
+TEST(ProcessLivenessTest, AnUnreadableEntryIsNotGone) {
+  // Out of file descriptors: /proc cannot be opened, which says nothing about the process.
+  ProcessIdentity self = this_process();
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  std::vector<int> fds;
+  rlimit tight = saved;
+  tight.rlim_cur = 64;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &tight), 0);
+  for (int fd; (fd = open("/dev/null", O_RDONLY)) >= 0;) fds.push_back(fd);
+  const int exhausted = errno;
+  const bool gone = process_gone(self);
+  for (int fd : fds) close(fd);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+  ASSERT_EQ(exhausted, EMFILE);
+  EXPECT_FALSE(gone) << "EMFILE was taken for an exit";
+}
+
 TEST(ProcessLivenessTest, NoSuchPid) {
-  EXPECT_TRUE(process_gone(ProcessIdentity{0, 1}));
-  EXPECT_FALSE(process_visible(ProcessIdentity{0, 1}));
-  EXPECT_FALSE(process_visible(ProcessIdentity{static_cast<int>(getpid()), 0})) << "start time 0 is unknown";
+  ProcessIdentity none;
+  none.start_time = 1;
+  EXPECT_TRUE(process_gone(none));
+  EXPECT_FALSE(process_visible(none));
+  ProcessIdentity unknown;
+  unknown.pid = static_cast<int>(getpid());
+  EXPECT_FALSE(process_visible(unknown)) << "start time 0 is unknown";
 }
 
 }  // namespace

@@ -67,8 +67,13 @@ std::atomic<uint64_t> g_single_copy_operations{0};
 // back when an engine stops also took it from UCX, whose peers' rendezvous reads of this
 // process then failed with EPERM (review, 2026-11-24).
 void allow_sibling_readers() {
-  static std::once_flag once;
-  std::call_once(once, [] { prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0); });
+  // Per process, not once: a child forked after its parent set it does not inherit Yama's exception.
+  // No lock (a fork could copy it held); two threads setting it at once set the same value.
+  static std::atomic<pid_t> set_in{0};
+  const pid_t self = getpid();
+  if (set_in.load(std::memory_order_acquire) == self) return;
+  prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+  set_in.store(self, std::memory_order_release);
 }
 
 // The control blocks fill the first pages; the slots start page-aligned after them.
@@ -435,6 +440,9 @@ void SharedMemoryEngine::withdraw_exposure() {
   Control& mine = control(rank_);
   mine.exposed_bytes.store(0, std::memory_order_seq_cst);
   mine.exposed_address.store(0, std::memory_order_seq_cst);
+  // Before the caller's program writes to the buffer again (a store's release would not order
+  // those later writes after it on every architecture).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
 Status SharedMemoryEngine::read_exposed(int peer, size_t offset, void* local_data, size_t bytes, const char* op) {
@@ -448,7 +456,9 @@ Status SharedMemoryEngine::read_exposed(int peer, size_t offset, void* local_dat
         op, label_, peer, rank_, peer);
     return failure_;
   };
-  if (address == 0 && exposed == 0) return given_up();
+  if (bytes == 0) return ok_status();
+  // Withdrawn (either field may be seen cleared first).
+  if (address == 0 || exposed == 0) return given_up();
   if (offset + bytes > exposed) {
     failure_ = internal_error(
         "{} over shared memory on {}: rank {} exposed {} bytes, rank {} expected {}; do all ranks issue the same "
@@ -596,10 +606,10 @@ uint8_t* SharedMemoryEngine::result(int r, int bank) const { return input(r, ban
 
 Status SharedMemoryEngine::check_alive(int peer, const char* op) const {
   if (!liveness_checkable_[peer]) return ok_status();
-  char state = '?';
-  uint64_t start = 0;
-  bool exists = read_proc_stat(pids_[peer], &state, &start);
-  if (exists && state != 'Z' && state != 'X' && start == start_times_[peer]) return ok_status();
+  ProcessIdentity process;
+  process.pid = pids_[peer];
+  process.start_time = start_times_[peer];
+  if (!process_gone(process)) return ok_status();
   return unavailable_error(
       "{} over shared memory on {}: rank {} (pid {}) has exited while rank {} waited for it; the group lost a "
       "rank (see that rank's log for why)",

@@ -31,8 +31,31 @@ constexpr ucp_tag_t kFullTagMask = ~ucp_tag_t{0};
 
 // Most progress calls that drain arrived messages once a peer is found dead.
 constexpr int kDrainProgressCalls = 64;
-// A published worker address starts with the publisher's pid (int64) and start time (uint64).
-constexpr size_t kIdentityBytes = 16;
+// A published worker address starts with the publisher's identity (ProcessIdentity): pid (int64),
+// start time, pid namespace inode (uint64 each), then its boot id, NUL-padded to kBootIdBytes.
+constexpr size_t kBootIdBytes = 40;
+constexpr size_t kIdentityBytes = 24 + kBootIdBytes;
+
+std::string encode_identity(const ProcessIdentity& process) {
+  std::string out(kIdentityBytes, '\0');
+  const int64_t pid = process.pid;
+  std::memcpy(out.data(), &pid, sizeof(pid));
+  std::memcpy(out.data() + 8, &process.start_time, sizeof(uint64_t));
+  std::memcpy(out.data() + 16, &process.pid_namespace, sizeof(uint64_t));
+  std::memcpy(out.data() + 24, process.boot_id.data(), std::min(process.boot_id.size(), kBootIdBytes));
+  return out;
+}
+
+ProcessIdentity decode_identity(const std::string& in) {
+  ProcessIdentity process;
+  int64_t pid = 0;
+  std::memcpy(&pid, in.data(), sizeof(pid));
+  process.pid = static_cast<int>(pid);
+  std::memcpy(&process.start_time, in.data() + 8, sizeof(uint64_t));
+  std::memcpy(&process.pid_namespace, in.data() + 16, sizeof(uint64_t));
+  process.boot_id.assign(in.data() + 24, strnlen(in.data() + 24, kBootIdBytes));
+  return process;
+}
 
 ucp_tag_t wire_tag(uint64_t tag, int source) { return (tag << kRankBits) | static_cast<ucp_tag_t>(source); }
 
@@ -145,9 +168,9 @@ class UcxEngine : public std::enable_shared_from_this<UcxEngine> {
     ucp_ep_h ep = nullptr;
     Status failure;                // OK while the peer is believed alive
     UcxWork* in_flight = nullptr;  // head of the list of works UCX still owns
-    // The peer's process, published with its address; `local` once it was seen alive from this
-    // rank (same host and pid namespace), so that wait() can tell when it has exited. Set in
-    // init, read-only after.
+    // The peer's process, published with its address; `local` when it runs under this rank's
+    // kernel and pid namespace, so that wait() can tell when it has exited. Set in init,
+    // read-only after.
     ProcessIdentity process;
     bool local = false;
   };
@@ -255,10 +278,7 @@ Status UcxEngine::exchange_addresses(Store& store, std::vector<std::string>* add
   // Published with this process's identity in front (kIdentityBytes), for the peers' liveness
   // checks (fail_if_exited).
   const ProcessIdentity self = this_process();
-  const int64_t pid = self.pid;
-  std::string own(kIdentityBytes, '\0');
-  std::memcpy(own.data(), &pid, sizeof(pid));
-  std::memcpy(own.data() + sizeof(pid), &self.start_time, sizeof(self.start_time));
+  std::string own = encode_identity(self);
   own.append(reinterpret_cast<const char*>(address), length);
   ucp_worker_release_address(worker_, address);
   COHORT_RETURN_IF_ERROR(
@@ -298,13 +318,10 @@ Status UcxEngine::exchange_addresses(Store& store, std::vector<std::string>* add
           "cohort version, and is the key prefix \"{}\" used by this job only?",
           rank_, key(r), value.size(), size_, options_.key_prefix);
     }
-    int64_t pid = 0;
-    std::memcpy(&pid, value.data(), sizeof(pid));
-    peers_[r].process.pid = static_cast<int>(pid);
-    std::memcpy(&peers_[r].process.start_time, value.data() + sizeof(pid), sizeof(uint64_t));
-    // Alive now (it just published), so a miss means another host or pid namespace: then only
-    // UCX's keepalive tells that it died.
-    peers_[r].local = process_visible(peers_[r].process);
+    peers_[r].process = decode_identity(value);
+    // Same kernel and pid namespace: its pid can be looked up here (even if it has exited by
+    // now, which wait() then reports). Otherwise only UCX's keepalive tells that it died.
+    peers_[r].local = self.same_pid_space(peers_[r].process);
     (*addresses)[r] = value.substr(kIdentityBytes);
   }
   return ok_status();
