@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "train_fashion_mnist rank %d: %s\n", comm->rank(), one_host.status().to_string().c_str());
     return 1;
   }
-  options.measure_skew = *one_host;
+  options.measure_skew = *one_host && !options.double_buffering;  // see DataParallelOptions
   auto result = cohort::examples::train_data_parallel(*comm, options);
   if (!result.ok()) {
     std::fprintf(stderr, "train_fashion_mnist rank %d: %s\n", comm->rank(), result.status().to_string().c_str());

@@ -154,6 +154,7 @@ StatusOr<DataParallelResult> train_data_parallel(comm::Communicator& comm, const
       Clock::time_point start = Clock::now();
       const double cpu_start = process_cpu_seconds();
       const int64_t faults_start = process_page_faults();
+      const bool measure_skew = options.measure_skew && !options.double_buffering;
       std::vector<double> ready_times;  // measure_skew: each step's end of backward (CLOCK_MONOTONIC s)
       std::vector<double> step_waits;   // measure_skew: each step's wait in step()
       double compute_sum = 0, compute_square_sum = 0;
@@ -170,7 +171,7 @@ StatusOr<DataParallelResult> train_data_parallel(comm::Communicator& comm, const
         compute_square_sum += compute * compute;
         const double wait_at_ready = optimizer->communication_wait_seconds();
         optimizer->step();
-        if (options.measure_skew) {
+        if (measure_skew) {
           ready_times.push_back(std::chrono::duration<double>(ready.time_since_epoch()).count());
           step_waits.push_back(optimizer->communication_wait_seconds() - wait_at_ready);
         }
@@ -191,7 +192,7 @@ StatusOr<DataParallelResult> train_data_parallel(comm::Communicator& comm, const
         stats.compute_sd_seconds = std::sqrt(std::max(
             0.0, compute_square_sum / static_cast<double>(steps) - stats.compute_mean_seconds * stats.compute_mean_seconds));
       }
-      if (options.measure_skew) {
+      if (measure_skew) {
         StatusOr<double> skew = skew_wait_seconds(comm, ready_times, step_waits);
         if (!skew.ok()) return skew.status();
         stats.skew_wait_seconds = *skew;

@@ -57,7 +57,8 @@ struct DataParallelOptions {
   // Splits comm_wait_seconds into waiting for a slower rank and the rest (EpochStats::skew_wait_seconds),
   // with one allgather of every step's end-of-backward time per epoch. Those times are
   // CLOCK_MONOTONIC readings, comparable only between processes of one host: set it only when
-  // every rank runs on this host (the benchmark's local ranks).
+  // every rank runs on this host (the benchmark's local ranks). Not with double_buffering, whose
+  // step() waits for the previous step's allreduces: that wait is not the current step's skew.
   bool measure_skew = false;
   // Called on every rank after each optimizer step with the step number (from 1, over the whole
   // run), the steps the whole run takes (epochs and max_steps applied), the epoch (0-based) and
