@@ -511,7 +511,7 @@ TEST_F(ShmProcessTest, ALateReaderOfAGivenUpSingleCopyOperationFailsInsteadOfRea
       if (status.message().find("rank 0") == std::string::npos) {
         return internal_error("rank 0 not named: {}", status.to_string());
       }
-      if (took > kTimeout / 2) {
+      if (took > seconds(5)) {  // far below the 20 s it would wait out; slack for a loaded machine
         return internal_error("rank 1 took {} ms to fail", std::chrono::duration_cast<milliseconds>(took).count());
       }
       return ok_status();
