@@ -494,22 +494,31 @@ Status SharedMemoryEngine::read_exposed(int peer, size_t offset, void* local_dat
 }
 
 Status SharedMemoryEngine::broadcast_single_copy(void* buf, size_t bytes, int root, Deadline deadline) {
-  // Two phases. Phase 1: the root exposes its buffer; each reader, once the root has, reads the
-  // whole message from it. Phase 2: a reader ends it when its copy is done; the root returns once
-  // every reader has (its buffer is no longer read), a reader once the root has.
-  // Only readers copy. The root writing part of the message into each reader's buffer (faster:
-  // 0.45-0.65x of two copies at 2 ranks against 0.62-0.85x) was taken out: a reader that times
-  // out and returns leaves its exposure behind, and a late root would then write into memory the
-  // reader's program has freed or reused (review, 2026-11-24). A stale root buffer, by contrast,
-  // is only read, and a reader that read it fails at phase 2 anyway.
+  // Split copy. The readers read the head of the message straight from the root's buffer
+  // (process_vm_readv), while the root copies the tail into its own slots; then each reader copies
+  // the tail out of the segment. So both cores copy at once and no rank writes into another's
+  // buffer (a root writing into its readers' buffers was faster still, but could write into a
+  // buffer whose reader had timed out and returned: review, 2026-11-24).
+  // Phase 1: the root exposes its buffer. Phase 2: the root has copied the tail into its slots.
+  // A reader ends phase 2 once it has both parts; the root returns once every reader has (its
+  // buffer and slots are no longer read), a reader once it has its copy.
   if (!failure_.ok()) return publish("broadcast");  // the failure, named
   uint8_t* data = static_cast<uint8_t*>(buf);
+  const size_t head = split_head(bytes);
   if (rank_ == root) {
-    // Phase 2 ends at once (the root copies nothing), so a late reader's wait for it proves
-    // nothing: a root that gives up withdraws its buffer before returning (read_exposed).
-    expose(data, bytes);
-    Status status = publish("broadcast");
-    if (status.ok()) status = publish("broadcast");
+    // A root that gives up withdraws its buffer before returning (read_exposed).
+    // The tail goes into the bank of phase 1, as a two-copy write would: free once every peer has
+    // ended our last phase (writable), which needs no reader of this broadcast to have come yet.
+    Status status = writable(deadline, "broadcast");
+    const int tail_bank = bank();
+    if (status.ok()) {
+      expose(data, head);
+      status = publish("broadcast");
+    }
+    if (status.ok()) {
+      std::memcpy(input(rank_, tail_bank), data + head, bytes - head);
+      status = publish("broadcast");
+    }
     for (int p = 0; p < size_ && status.ok(); ++p) {
       if (p != rank_) status = await(p, arrived_, deadline, "broadcast");
     }
@@ -521,25 +530,22 @@ Status SharedMemoryEngine::broadcast_single_copy(void* buf, size_t bytes, int ro
   } else {
     COHORT_RETURN_IF_ERROR(publish("broadcast"));
     COHORT_RETURN_IF_ERROR(await(root, arrived_, deadline, "broadcast"));
-    COHORT_RETURN_IF_ERROR(read_exposed(root, 0, data, bytes, "broadcast"));
+    COHORT_RETURN_IF_ERROR(read_exposed(root, 0, data, head, "broadcast"));
+    COHORT_RETURN_IF_ERROR(await(root, arrived_ + 1, deadline, "broadcast"));
+    std::memcpy(data + head, input(root, 1 - bank()), bytes - head);  // the root's bank of phase 1
     COHORT_RETURN_IF_ERROR(publish("broadcast"));
-    Status done = await(root, arrived_, deadline, "broadcast");
-    if (done.code() == StatusCode::kDeadlineExceeded) {
-      // The root may itself wait for a reader that has not joined: name that one, not the root.
-      for (int p = 0; p < size_; ++p) {
-        const uint32_t seen = control(p).arrive.load(std::memory_order_acquire);
-        if (p == rank_ || p == root || static_cast<int32_t>(seen - (arrived_ - 1)) >= 0) continue;
-        failure_ = deadline_exceeded_error(
-            "broadcast over shared memory on {}: rank {} timed out after {} waiting for root rank {}, which waits "
-            "for rank {} (pid {}) to join at generation {}; is it alive, stopped, or issuing a different collective?",
-            label_, rank_, format_duration(deadline.budget()), root, p, pids_[p], arrived_ - 1);
-        return failure_;
-      }
-    }
-    COHORT_RETURN_IF_ERROR(done);
   }
   g_single_copy_operations.fetch_add(1, std::memory_order_relaxed);
   return ok_status();
+}
+
+size_t SharedMemoryEngine::split_head(size_t bytes) {
+  // The readers' share of the copy, the same on every rank (it decides where the tail starts).
+  // Half each way measured best at 2 ranks from 64 KiB to 1 MiB (a third at 2 MiB, within 10 %):
+  // bench/README.md, 2026-11-24 05:55. Whole cache lines; what does not fit the root's slots (two
+  // chunks) goes to the head.
+  const size_t head = (bytes / 2) & ~size_t{63};
+  return std::max(head, bytes > 2 * kShmChunkBytes ? bytes - 2 * kShmChunkBytes : size_t{0});
 }
 
 Status SharedMemoryEngine::allgather_single_copy(const void* send, void* recv, const std::vector<size_t>& bytes,

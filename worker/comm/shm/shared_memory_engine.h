@@ -33,7 +33,9 @@
 // whose data is read publishes the address and length of its buffer in its Control and ends its
 // phase, and its peers read straight from that buffer into theirs with process_vm_readv (Linux
 // cross-memory attach, as OpenMPI's vader BTL does for large messages): one copy instead of two.
-// No rank ever writes into another's buffer (a broadcast root that also wrote into its readers'
+// A broadcast splits the copy so that the root's otherwise idle core works too: the readers read
+// the first half from the root's buffer while the root stages the second half in its slots, and
+// then copy that half out of the segment. No rank ever writes into another's buffer (a broadcast root that also wrote into its readers'
 // buffers was faster but could write into a buffer whose reader had timed out and returned; see
 // broadcast_single_copy). A rank ends the next phase only once its copying is done, and returns
 // only once every peer that reads its buffer has ended it (awaited like any flag: futex,
@@ -216,6 +218,8 @@ class SharedMemoryEngine {
   // and returns an error naming the peer.
   Status read_exposed(int peer, size_t offset, void* local, size_t bytes, const char* op);
   Status broadcast_single_copy(void* buf, size_t bytes, int root, Deadline deadline);
+  // The part of a single-copy broadcast of `bytes` that readers read from the root's buffer.
+  static size_t split_head(size_t bytes);
   Status allgather_single_copy(const void* send, void* recv, const std::vector<size_t>& bytes, Deadline deadline);
 
   // Every rank writes `row` (size_ values) to its slot; returns all rows (size_ × size_). One step.
