@@ -36,6 +36,23 @@ bool connected(grpc::Channel& channel, std::chrono::system_clock::time_point unt
   return true;
 }
 
+// After a call failed without reaching a server (the channel in TRANSIENT_FAILURE: the connection
+// or its TLS handshake failed), waits for the channel's next connection attempt, which gRPC makes
+// after its reconnect backoff: true once it is READY, false when that attempt fails too or `until`
+// passes.
+bool reconnected(grpc::Channel& channel, std::chrono::system_clock::time_point until) {
+  grpc_connectivity_state state = channel.GetState(/*try_to_connect=*/true);
+  bool left_failure = state != GRPC_CHANNEL_TRANSIENT_FAILURE;
+  while (state != GRPC_CHANNEL_READY) {
+    if (state == GRPC_CHANNEL_SHUTDOWN) return false;
+    if (state == GRPC_CHANNEL_TRANSIENT_FAILURE && left_failure) return false;  // the next attempt failed too
+    if (!channel.WaitForStateChange(state, until)) return false;
+    state = channel.GetState(/*try_to_connect=*/true);
+    if (state != GRPC_CHANNEL_TRANSIENT_FAILURE) left_failure = true;
+  }
+  return true;
+}
+
 }  // namespace
 
 StatusOr<std::vector<std::string>> parse_address_list(const std::string& list) {
@@ -137,6 +154,7 @@ grpc::Status LeaderChannel::call(std::chrono::system_clock::time_point deadline,
   std::chrono::milliseconds backoff = kLeaderRoundBackoff;
   size_t failed_in_a_row = 0;  // tries since the last pause
   bool followed_hint = false;  // one address: the one extra try a named leader gets
+  bool reconnect_tried = false;  // one address: the one extra try after a failed connection
   grpc::Status last(grpc::StatusCode::UNAVAILABLE, "no coordinator was tried");
   while (true) {
     std::string address;
@@ -161,10 +179,22 @@ grpc::Status LeaderChannel::call(std::chrono::system_clock::time_point deadline,
       const std::string hint = leader_hint(context);
       note_result(address, context, last);
       if (!several) {
-        // One address: follow a named leader once, else answer as a plain channel would.
-        if (hint.empty() || hint == address || followed_hint) return last;
-        followed_hint = true;
-        continue;
+        // One address: follow a named leader once. A call that never reached the coordinator (its
+        // connection or TLS handshake failed: seen once under load, "Handshake write failed") gets
+        // one more try if the channel's next connection attempt, within kLeaderConnectTimeout,
+        // succeeds; a coordinator that is down still fails within about gRPC's 1 s reconnect
+        // backoff. Else answer as a plain channel would.
+        if (!hint.empty() && hint != address && !followed_hint) {
+          followed_hint = true;
+          continue;
+        }
+        if (!reconnect_tried && hint.empty() && channel->GetState(false) == GRPC_CHANNEL_TRANSIENT_FAILURE) {
+          reconnect_tried = true;
+          if (reconnected(*channel, std::min(deadline, std::chrono::system_clock::now() + kLeaderConnectTimeout))) {
+            continue;
+          }
+        }
+        return last;
       }
     }
     if (std::chrono::system_clock::now() >= deadline) return last;

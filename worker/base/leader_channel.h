@@ -13,8 +13,10 @@
 //   grpc::Status status = leader->unary<cohort::v1::Coordinator>(
 //       deadline, &cohort::v1::Coordinator::Stub::SubmitJob, request, &response);
 //
-// With one address nothing changes from a plain channel: one try (and one more only when that
-// coordinator names another leader), failing fast with UNAVAILABLE when it is down.
+// With one address it is nearly a plain channel: one try, one more when that coordinator names
+// another leader, and one more when the call never reached it (the connection or its TLS handshake
+// failed) and the channel's next connection attempt succeeds; a coordinator that is down fails
+// with UNAVAILABLE after that one reconnect attempt (about gRPC's 1 s backoff).
 //
 // Retrying is for calls a standby refused or a coordinator that could not be reached (its answer
 // never came): a call whose connection broke after the leader received it may have taken effect

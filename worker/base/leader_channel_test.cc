@@ -209,5 +209,34 @@ TEST(LeaderChannel, OneAddressFailsFastOrFollowsANamedLeaderOnce) {
   EXPECT_EQ(leader.service.calls.load(), 1);
 }
 
+TEST(LeaderChannel, OneAddressThatWasNotUpAtTheFirstTryGetsOneMoreOnceItIs) {
+  // The coordinator's port accepts nothing when the call starts (as when a connection or its
+  // handshake fails), and is served 300 ms later: the call succeeds on the reconnect, once.
+  auto probe = std::make_unique<Server>(FakeCoordinator::Mode::kLeader);
+  const std::string address = probe->address;
+  const int port = probe->port;
+  probe.reset();  // nothing listens there now
+  auto channel = LeaderChannel::create(address, plaintext());
+  ASSERT_TRUE(channel.ok());
+  std::unique_ptr<grpc::Server> late;
+  FakeCoordinator service;
+  service.name = address;
+  std::thread starter([&] {
+    std::this_thread::sleep_for(milliseconds(300));
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:" + std::to_string(port), grpc::InsecureServerCredentials());
+    builder.RegisterService(&service);
+    late = builder.BuildAndStart();
+  });
+  std::string version;
+  grpc::Status status = get_version(**channel, milliseconds(5000), &version);
+  starter.join();
+  ASSERT_NE(late, nullptr) << "port " << port << " was taken in between";
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(version, "leader " + address);
+  EXPECT_EQ(service.calls.load(), 1);
+  late->Shutdown(system_clock::now() + milliseconds(100));
+}
+
 }  // namespace
 }  // namespace cohort::tls
