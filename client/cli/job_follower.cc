@@ -138,20 +138,23 @@ StatusOr<cohort::v1::JobRecord> follow_job(Client& client, const std::string& jo
   bool announced = false;
   // The stream ends by itself when the job finishes; a coordinator restart ends it early, so a
   // job that is not over yet is watched again from the last event seen.
+  auto on_event = [&](const cohort::v1::JobEvent& event) {
+    last_seq = std::max(last_seq, event.seq());
+    printer.on_event(event);
+    return true;
+  };
   while (true) {
     const int64_t seq_before = last_seq;
-    Status watched = client.watch(
-        job_id,
-        [&](const cohort::v1::JobEvent& event) {
-          last_seq = std::max(last_seq, event.seq());
-          printer.on_event(event);
-          return true;
-        },
-        last_seq);
+    Status watched = client.watch(job_id, on_event, last_seq);
     StatusOr<cohort::v1::JobRecord> got = client.get(job_id);
     if (got.ok()) {
       job = std::move(got).value();
-      if (is_final_state(job.state())) break;
+      if (is_final_state(job.state())) {
+        // A stream that broke (a coordinator restart) may have missed the end itself: the events
+        // after the last one seen are replayed, so the final state is printed like any other.
+        if (!watched.ok()) client.watch(job_id, on_event, last_seq).ignore_error();
+        break;
+      }
     }
     const Status problem = !got.ok() ? got.status() : watched;
     if (problem.ok() || last_seq > seq_before) {  // reachable: a new outage starts a new window

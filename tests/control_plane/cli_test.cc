@@ -29,6 +29,7 @@
 #include "daemon/coordinator/temp_dir.h"
 #include "daemon/server/daemon_server.h"
 #include "daemon/server/testing/test_credentials.h"
+#include "worker/base/leader_channel.h"
 
 namespace cohort::client::cli {
 namespace {
@@ -311,7 +312,10 @@ TEST_F(CliTest, FollowRetriesWhileTheCoordinatorRestarts) {
   const std::string listen = "127.0.0.1:" + std::to_string(server_->port());
   server_->shutdown();
   server_.reset();
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the follower finds nobody there
+  // The follower finds nobody there: longer than a single call's own reconnect try (the client
+  // channel rides out a blip of up to kLeaderConnectTimeout by itself), so the follower's loop
+  // has to retry.
+  std::this_thread::sleep_for(tls::kLeaderConnectTimeout + std::chrono::milliseconds(1000));
   start_server({worker_}, listen);
   // The restarted coordinator fails the attempt it no longer tracks; the follower, which watches
   // again from the last event it saw, reports that end instead of giving up at the restart.
