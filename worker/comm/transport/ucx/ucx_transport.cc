@@ -194,6 +194,9 @@ class UcxEngine : public std::enable_shared_from_this<UcxEngine> {
   void unlink_locked(UcxWork* work);
   void abandon_locked(UcxWork* work, const Status& status);
   void fail_peer_locked(int peer, const Status& failure);
+  // Records `peer`'s failure (the first one reported wins); progress_locked drains what it sent
+  // while alive and then fails it. Safe inside UCX's callbacks.
+  void report_failure_locked(int peer, Status failure);
   bool has_unexpected_locked(int peer, uint64_t tag);
   void close_endpoint_locked(Peer& peer, bool force);
   void reap_closing_locked();
@@ -699,10 +702,14 @@ void UcxEngine::error_callback(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) 
   // Runs inside ucp_worker_progress (mutex held). Record now, act after progress returns: closing
   // endpoints and cancelling requests from inside UCX's callback is not re-entrant.
   auto* peer = static_cast<Peer*>(arg);
-  if (peer->failure.ok()) {
-    peer->failure = unavailable_error("peer rank {} failed: {}", peer->rank, ucs_status_string(status));
-  }
-  peer->engine->failed_peers_.push_back(peer->rank);
+  peer->engine->report_failure_locked(
+      peer->rank, unavailable_error("peer rank {} failed: {}", peer->rank, ucs_status_string(status)));
+}
+
+void UcxEngine::report_failure_locked(int rank, Status failure) {
+  Peer& peer = peers_[rank];
+  if (peer.failure.ok()) peer.failure = std::move(failure);
+  failed_peers_.push_back(rank);
 }
 
 bool UcxEngine::fail_if_exited(int peer) {
@@ -711,12 +718,11 @@ bool UcxEngine::fail_if_exited(int peer) {
   if (!p.local || !process_gone(p.process)) return false;
   std::lock_guard<std::mutex> lock(mutex_);
   if (worker_ == nullptr) return false;
-  // Take in what it sent before it died first, as for a death UCX reports.
-  for (int i = 0; i < kDrainProgressCalls && progress_locked() > 0; ++i) {
-  }
   if (p.failure.ok()) {
-    fail_peer_locked(peer, unavailable_error("peer rank {} failed: its process (pid {}) on this host has exited",
-                                             peer, p.process.pid));
+    // Reported as UCX reports a death, so progress_locked takes in what it sent while alive first.
+    report_failure_locked(
+        peer, unavailable_error("peer rank {} failed: its process (pid {}) on this host has exited", peer, p.process.pid));
+    progress_locked();
   }
   return true;
 }
