@@ -3,9 +3,9 @@
 #include <ATen/Parallel.h>
 
 #include <cstdio>
-#include <fstream>
 #include <string>
 
+#include "worker/base/process_liveness.h"
 #include "worker/comm/bootstrap.h"
 #include "worker/examples/local_ranks.h"
 #include "worker/train/host_allocator.h"
@@ -39,8 +39,7 @@ std::unique_ptr<comm::Communicator> start_example_rank(int argc, char** argv, co
 }
 
 StatusOr<bool> all_ranks_on_this_host(comm::Communicator& comm) {
-  std::string boot_id;
-  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
+  const std::string boot_id = this_process().boot_id;
   StatusOr<std::vector<std::string>> all = comm.allgather_obj(boot_id);
   if (!all.ok()) return all.status();
   for (const std::string& id : *all) {
