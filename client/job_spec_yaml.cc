@@ -527,8 +527,14 @@ void write_scalar(YAML::Emitter& out, const pb::Message& message, const pb::Fiel
     case pb::FieldDescriptor::CPPTYPE_STRING: {
       const std::string& text =
           rep ? r->GetRepeatedString(message, field, index) : r->GetString(message, field);
-      // A string field reads any scalar as text, so only null-looking strings need quotes to come back.
-      if (is_null_like(text)) out << YAML::DoubleQuoted;
+      // A string field reads any scalar as text, so only null-looking strings, and strings with a
+      // control character (a plain scalar loses a trailing \r; the fuzzer found it), need quotes
+      // to come back; double quotes escape the control characters.
+      const bool control = std::any_of(text.begin(), text.end(), [](char c) {
+        const auto u = static_cast<unsigned char>(c);
+        return u < 0x20 || u == 0x7f;
+      });
+      if (is_null_like(text) || control) out << YAML::DoubleQuoted;
       out << text;
       break;
     }
