@@ -15,8 +15,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <string>
 #include <thread>
 
@@ -128,6 +130,50 @@ TEST_F(ShmProcessTest, TwoLevelKindsUseSharedMemoryInsideTheNode) {
       return testing::run_collective_matrix(*comm, {7, 1000});
     });
     EXPECT_EQ(failed_ranks(ranks.wait_all(kTestDeadline)), "") << kind;
+    server_.reset();
+    SetUp();
+  }
+}
+
+TEST_F(ShmProcessTest, LargeGathersWrittenWithStreamingStoresAreExactAtUnalignedOffsets) {
+  // From kShmStreamingStoreBytes of result, a rank writes its own block to the result in the same
+  // pass that copies it into its slot (streaming stores, 16-byte aligned after a head). Uneven
+  // int32 blocks (2^21 + 5p + 1 elements: ~8 MiB, block starts not 16-byte aligned, a last chunk
+  // of a few bytes) through allgatherv and a gatherv to each root: every element is checked, and
+  // what lies beyond the result is untouched.
+  for (int size : {2, 3}) {
+    ProcessRanks ranks(dir_.path());
+    ranks.fork_ranks(size, [&](int rank) -> Status {
+      COHORT_ASSIGN_OR_RETURN(auto comm, make(rank, size, "flat", Algorithm::kShm, seconds(30)));
+      std::vector<size_t> counts(static_cast<size_t>(size));
+      for (int p = 0; p < size; ++p) counts[static_cast<size_t>(p)] = (size_t{1} << 21) + 5 * static_cast<size_t>(p) + 1;
+      const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
+      auto value = [](int p, size_t i) { return static_cast<int32_t>(i * 13 + static_cast<size_t>(p) * 1000003); };
+      std::vector<int32_t> mine(counts[static_cast<size_t>(rank)]);
+      for (size_t i = 0; i < mine.size(); ++i) mine[i] = value(rank, i);
+      auto check = [&](const std::vector<int32_t>& out, const char* op) -> Status {
+        size_t at = 0;
+        for (int p = 0; p < size; ++p) {
+          for (size_t i = 0; i < counts[static_cast<size_t>(p)]; ++i, ++at) {
+            if (out[at] != value(p, i)) return internal_error("{}: rank {}'s element {} is {}", op, p, i, out[at]);
+          }
+        }
+        for (; at < out.size(); ++at) {
+          if (out[at] != -7) return internal_error("{}: element {} past the result was overwritten", op, at);
+        }
+        return ok_status();
+      };
+      std::vector<int32_t> out(total + 9, -7);
+      COHORT_RETURN_IF_ERROR(comm->allgatherv(mine.data(), out.data(), counts, DataType::kInt32)->wait());
+      COHORT_RETURN_IF_ERROR(check(out, "allgatherv"));
+      for (int root = 0; root < size; ++root) {
+        std::fill(out.begin(), out.end(), -7);
+        COHORT_RETURN_IF_ERROR(comm->gatherv(mine.data(), out.data(), counts, DataType::kInt32, root)->wait());
+        if (rank == root) COHORT_RETURN_IF_ERROR(check(out, "gatherv"));
+      }
+      return ok_status();
+    });
+    EXPECT_EQ(failed_ranks(ranks.wait_all(kTestDeadline)), "") << size << " ranks";
     server_.reset();
     SetUp();
   }

@@ -227,10 +227,12 @@ class SharedMemoryEngine {
                                                 const char* op);
   // The streaming pipeline of broadcast / gather / scatter / alltoall: rank p exposes lengths[p]
   // bytes of `source` (its own), chunk t in step t; in step t+1 every rank hands chunk t of each
-  // peer to `consume(p, offset in p's stream, data, bytes)`.
+  // peer to `consume(p, offset in p's stream, data, bytes)`. This rank's own chunks go to
+  // `consume` in step t, or, with `own_out` set, are written there with streaming stores in the
+  // same pass that copies them into the slot (`consume` then never sees this rank).
   using Consume = std::function<void(int peer, size_t offset, const uint8_t* data, size_t bytes)>;
   Status stream(const uint8_t* source, const std::vector<size_t>& lengths, const Consume& consume,
-                Deadline deadline, const char* op);
+                Deadline deadline, const char* op, uint8_t* own_out = nullptr);
 
   const int rank_;
   const int size_;
