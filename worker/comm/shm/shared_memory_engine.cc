@@ -163,8 +163,8 @@ void copy_out(void* dst, const void* src, size_t n, bool streaming) {
 
 // One read of `src`, two writes: an ordinary copy into `slot` (the segment, read by the peers
 // next, so it should stay cached) and a streaming copy into `out` (a large result). Reading the
-// source once instead of twice took a 16 MiB allgather's own part in 1 MiB chunks from 1.26-1.75 ms
-// to 0.81-1.11 ms on the 2-core EPYC (bench/README.md, 2026-11-24).
+// source once instead of twice took a 2-rank allgather of 16 MiB from 1.58-1.61 ms to 1.32-1.36 ms
+// on the 2-core EPYC (bench/README.md, 2026-11-24 07:26).
 void copy_in_and_stream_out(uint8_t* slot, uint8_t* out, const uint8_t* src, size_t n) {
 #if defined(__SSE2__)
   if (n >= 4096) {
