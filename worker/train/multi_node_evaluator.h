@@ -73,9 +73,10 @@ class MultiNodeEvaluator {
 
   // Runs the local evaluation on this rank, then combines each metric over all ranks as
   // options.averaging says: kSampleWeighted gives Σ value·count / Σ count (0 when no rank has a
-  // sample), kPlainMean Σ value / size. One allreduce (SUM) of the sums, the counts and a hash of
-  // the metric names. Collective and blocking; every rank must report the same metric names (else
-  // INVALID_ARGUMENT on every rank). An error of the local evaluation on one rank is returned
+  // sample), kPlainMean Σ value / size. Two allreduces: a fixed-size one (MAX) of the number and a
+  // hash of the metric names, then one (SUM) of the sums and the counts. Collective and blocking;
+  // every rank must report the same metric names (else INVALID_ARGUMENT on every rank, before the
+  // second allreduce, whatever the number of names). An error of the local evaluation on one rank is returned
   // there, and the others time out in the allreduce — so it should fail on all ranks alike (or
   // not at all).
   StatusOr<std::map<std::string, double>> evaluate();
@@ -107,7 +108,8 @@ class ObservationAggregator {
   // Records `value` for `name` in the current interval. Local.
   void observe(const std::string& name, double value);
 
-  // Ends an iteration. Every `interval`-th call is collective (one allreduce AVG, blocking) and
+  // Ends an iteration. Every `interval`-th call is collective (blocking: a fixed-size allreduce
+  // checking the names, then one SUM of the means, divided by size() locally) and
   // returns the averages of the interval's observations and starts a new interval; the other
   // calls are local and return nullopt. Every rank must observe the same names in an interval
   // (checked: INVALID_ARGUMENT on every rank otherwise).

@@ -1,5 +1,6 @@
 #include "worker/train/multi_node_evaluator.h"
 
+#include <chrono>
 #include <cmath>
 #include <mutex>
 #include <vector>
@@ -67,6 +68,33 @@ TEST(MultiNodeEvaluatorTest, DifferentNamesFailOnEveryRank) {
     if (result.ok() || result.status().code() != StatusCode::kInvalidArgument) {
       return internal_error("rank {}: expected INVALID_ARGUMENT, got {}", rank, result.status().to_string());
     }
+    return ok_status();
+  });
+  EXPECT_EQ(failures, "");
+}
+
+// Rank 0 reports one metric more than the others: every rank fails with INVALID_ARGUMENT naming
+// the mismatch at once, not with a timeout of an allreduce whose counts differ between ranks (the
+// names' check rode along in the data allreduce, whose length is the number of metrics).
+TEST(MultiNodeEvaluatorTest, DifferentNumbersOfNamesFailOnEveryRankAtOnce) {
+  std::string failures = run_on_ranks(3, [&](int rank, comm::Communicator& comm) -> Status {
+    auto evaluator = create_multi_node_evaluator(
+        [rank]() -> StatusOr<Metrics> {
+          Metrics metrics{{"accuracy", {0.5, 4}}, {"loss", {1.0, 4}}};
+          if (rank == 0) metrics["extra"] = {2.0, 4};
+          return metrics;
+        },
+        comm);
+    auto start = std::chrono::steady_clock::now();
+    auto result = evaluator->evaluate();
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (result.ok() || result.status().code() != StatusCode::kInvalidArgument ||
+        result.status().message().find("between 2 and 3 names") == std::string::npos) {
+      return internal_error("rank {}: expected INVALID_ARGUMENT naming 2 and 3 names, got {} after {} s",
+                            rank, result.status().to_string(), seconds);
+    }
+    // The communicator's timeout is 10 s: an error after it would be the hang, not the check.
+    if (seconds > 2.0) return internal_error("rank {}: INVALID_ARGUMENT only after {} s", rank, seconds);
     return ok_status();
   });
   EXPECT_EQ(failures, "");
@@ -161,6 +189,33 @@ TEST(ObservationAggregatorTest, AveragesOverRanksEachInterval) {
     });
     EXPECT_EQ(failures, "") << "size " << size;
   }
+}
+
+// 49 ranks observing main/accuracy and main/loss get their averages. The names' hash used to ride
+// along in an allreduce AVG and be compared with the rank's own: AVG is the sum times fl(1/49), and
+// for this pair of names' hash (6802587) (49·h)·fl(1/49) != h, so every interval failed with a
+// false "ranks reported different names" (also at 91, 93, 98, ... ranks; the smallest is 49).
+TEST(ObservationAggregatorTest, AveragesOverFortyNineRanks) {
+  constexpr int kSize = 49;
+  double accuracy = 0, loss = 0;
+  for (int r = 0; r < kSize; ++r) {
+    accuracy += (r % 10) / 10.0 / kSize;
+    loss += (r + 0.25) / kSize;
+  }
+  std::string failures = run_on_ranks(kSize, [&](int rank, comm::Communicator& comm) -> Status {
+    ObservationAggregator aggregator(comm, 1);
+    aggregator.observe("main/accuracy", (rank % 10) / 10.0);
+    aggregator.observe("main/loss", rank + 0.25);
+    COHORT_ASSIGN_OR_RETURN(auto report, aggregator.end_iteration());
+    if (!report.has_value() || std::abs((*report)["main/accuracy"] - accuracy) > 1e-12 ||
+        std::abs((*report)["main/loss"] - loss) > 1e-12) {
+      return internal_error("rank {}: accuracy {} (want {}) loss {} (want {})", rank,
+                            report ? (*report)["main/accuracy"] : -1, accuracy,
+                            report ? (*report)["main/loss"] : -1, loss);
+    }
+    return ok_status();
+  });
+  EXPECT_EQ(failures, "");
 }
 
 // BatchNorm running statistics differ per rank after local forwards; afterwards they are the mean.
