@@ -117,6 +117,10 @@ const std::vector<DaemonSetting>& daemon_settings() {
        "default cohort-job)"},
       {"user_map", "--user-map", "NAME=USER[,...]",
        "cohort user -> Unix user that user's jobs run as; a YAML mapping or comma-separated NAME=USER"},
+      {"shared_job_user", "--shared-job-user", "true|false",
+       "false (the default): job_user serves only the first owner whose job runs on this node "
+       "(recorded in DATA_DIR/job_user.holder; remove it to release), other unmapped owners are "
+       "refused; true: they share it and can read and signal each other's jobs"},
       {"join_token", "--join-token", "TOKEN",
        "agent role, first start: join the cluster with this token (`cohort node token` prints one); the "
        "node's certificate is then kept in DATA_DIR/node"},
@@ -238,6 +242,10 @@ Status DaemonConfig::set(const std::string& key, const std::string& value, const
     if (value.empty())
       return invalid_argument_error("{}: job_user is empty; name a Unix user, e.g. cohort-job", where);
     options_.job_user = value;
+  } else if (key == "shared_job_user") {
+    if (value != "true" && value != "false")
+      return invalid_argument_error("{}: shared_job_user: '{}' is not true or false", where, value);
+    options_.shared_job_user = value == "true";
   } else if (key == "user_map") {
     std::map<std::string, std::string> map;
     std::istringstream in(value);

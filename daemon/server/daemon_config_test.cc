@@ -152,6 +152,21 @@ TEST(DaemonConfigTest, JobUserAndUserMap) {
   EXPECT_NE(bad.message().find("NAME=USER"), std::string::npos) << bad.message();
 }
 
+// shared_job_user is off unless set: job_user then serves one owner per node.
+TEST(DaemonConfigTest, SharedJobUserIsOffByDefaultAndOnlyTrueOrFalse) {
+  DaemonConfig config;
+  ASSERT_TRUE(config.apply_yaml("role: agent\ndata_dir: /d\ncoordinator: c:1\n", "c.yaml").ok());
+  EXPECT_FALSE(config.options()->shared_job_user);
+  ASSERT_TRUE(config.apply_yaml("shared_job_user: true\n", "c.yaml").ok());
+  EXPECT_TRUE(config.options()->shared_job_user);
+  ASSERT_TRUE(config.apply_flag("--shared-job-user", "false").ok());
+  EXPECT_FALSE(config.options()->shared_job_user);
+  Status bad = config.apply_yaml("shared_job_user: yes please\n", "c.yaml");
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("c.yaml:1: shared_job_user: 'yes please' is not true or false"), std::string::npos)
+      << bad.message();
+}
+
 TEST(DaemonConfigTest, HangDetectionPeriodsAreKeysAndFlags) {
   DaemonConfig config;
   ASSERT_TRUE(config.apply_yaml("role: agent\ndata_dir: /d\ncoordinator: c:1\n", "c.yaml").ok());
@@ -244,6 +259,7 @@ TEST(DaemonConfigTest, TheShippedExampleConfigLoads) {
   ASSERT_TRUE(options.ok()) << options.status().to_string();
   EXPECT_EQ(options->role, DaemonRole::kAll);
   EXPECT_EQ(options->data_dir, "/var/lib/cohort");
+  EXPECT_FALSE(options->shared_job_user);  // secure by default: one owner per node under job_user
 }
 
 }  // namespace

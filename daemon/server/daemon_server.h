@@ -149,6 +149,9 @@ struct DaemonServerOptions {
   // Jobs (agent roles): who the ranks run as, and where spec paths may point.
   std::string job_user = "cohort-job";          // Unix user for owners without a user_map entry
   std::map<std::string, std::string> user_map;  // cohort user -> Unix user
+  // false: job_user serves one owner per node (the first; <data_dir>/job_user.holder), others are
+  // refused until mapped; true: owners without a user_map entry share it (and each other's jobs).
+  bool shared_job_user = false;
   // Roots (besides each job's own directory) for checkpoint.dir, dataset.path, torchscript_file.
   std::vector<std::string> allowed_path_roots = {"/usr/share/datasets"};
   // Executables command jobs may run (absolute paths); empty: any. Checked at submit by the

@@ -93,10 +93,25 @@ StatusOr<std::vector<std::string>> rank_argv(const cohort::v1::LaunchTasksReques
   return argv;
 }
 
+// Where the jobs' own directories go: job_dir_root, else <parent of spec_dir>/jobs.
+std::string job_dir_root_of(const AgentServiceOptions& options) {
+  return options.job_dir_root.empty() ? (std::filesystem::path(options.spec_dir).parent_path() / "jobs").string()
+                                      : options.job_dir_root;
+}
+
+// The agent's data directory, which holds the job directories' root (cohortd: <data_dir>/jobs).
+std::string agent_data_dir_of(const AgentServiceOptions& options) {
+  std::filesystem::path root(job_dir_root_of(options));
+  if (!root.has_filename()) root = root.parent_path();  // "<data_dir>/jobs/"
+  return root.parent_path().string();
+}
+
 }  // namespace
 
 AgentService::AgentService(agent::TaskSupervisor* supervisor, AgentServiceOptions options)
-    : supervisor_(supervisor), options_(std::move(options)) {}
+    : supervisor_(supervisor),
+      options_(std::move(options)),
+      job_user_holder_(agent_data_dir_of(options_), options_.job_user, options_.shared_job_user) {}
 
 Status AgentService::launch(const cohort::v1::LaunchTasksRequest& request,
                             cohort::v1::LaunchTasksResponse* response) {
@@ -178,6 +193,14 @@ Status AgentService::launch(const cohort::v1::LaunchTasksRequest& request,
     return failed_precondition_error("LaunchTasks for job '{}': this agent has no directory for job specs",
                                      request.job_id());
   }
+  // The shared job_user serves one owner per node unless the operator opted in: its ranks could
+  // read another owner's secrets and files, and signal or trace their ranks. Claimed before the
+  // job's directory is made, so a refused owner leaves nothing behind owned by job_user.
+  if (job.run_as.has_value() && job.run_as->name == options_.job_user) {
+    COHORT_RETURN_IF_ERROR(job_user_holder_.claim(request.owner())
+                               .with_context(fmt::format("LaunchTasks for job '{}' on node {}", request.job_id(),
+                                                         options_.node_id)));
+  }
   COHORT_ASSIGN_OR_RETURN(const std::string job_dir, make_job_dir(job.job_id, job.run_as));
   job.env["COHORT_JOB_DIR"] = job_dir;
   // The ranks' user may write there (the supervisor watches the files for hang detection).
@@ -240,9 +263,7 @@ StatusOr<std::string> AgentService::working_dir_for(const std::string& working_d
 
 StatusOr<std::string> AgentService::make_job_dir(const std::string& job_id,
                                                const std::optional<agent::UnixUser>& run_as) const {
-  const std::string root_path = options_.job_dir_root.empty()
-                                    ? (std::filesystem::path(options_.spec_dir).parent_path() / "jobs").string()
-                                    : options_.job_dir_root;
+  const std::string root_path = job_dir_root_of(options_);
   auto fail = [&](const Status& status) {
     return status.with_context(fmt::format("creating job {}'s directory under {}", job_id, root_path));
   };

@@ -27,6 +27,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "cohort/v1/agent.grpc.pb.h"
+#include "daemon/agent/job_user_holder.h"
 #include "daemon/agent/task_supervisor.h"
 #include "daemon/agent/unix_user.h"
 #include "worker/base/status.h"
@@ -48,14 +49,18 @@ struct AgentServiceOptions {
   // Where each attempt's job_spec.pb goes: <spec_dir>/<job_id>/attempt-<N>/job_spec.pb (the
   // supervisor's log directory, so a job's files sit together). Required for LaunchTasks.
   std::string spec_dir;
-  // Unix user the ranks of a job run as when its owner has no entry in user_map (an agent running
-  // as root never runs a job as root).
   // The cluster CA (PEM), handed to ranks as COHORT_CA_CERTIFICATE so they can reach the
   // coordinator over TLS; empty for a plaintext development daemon.
   std::string ca_certificate_pem;
+  // Unix user the ranks of a job run as when its owner has no entry in user_map (an agent running
+  // as root never runs a job as root).
   std::string job_user = "cohort-job";
   // cohort user name -> Unix user name for the ranks of that user's jobs.
   std::map<std::string, std::string> user_map;
+  // false: job_user serves one owner on this node (agent::JobUserHolder, recorded in
+  // <parent of job_dir_root>/job_user.holder); another owner's job that would run as it is refused.
+  // true: every owner without a user_map entry shares it, and so can read and signal the others' jobs.
+  bool shared_job_user = false;
   // Where each job's own directory goes: <job_dir_root>/<job_id>/ (mode 0700, owned by the job's
   // user; COHORT_JOB_DIR and the ranks' working directory; kept across attempts, so checkpoints
   // there survive a restart). Empty: <parent of spec_dir>/jobs, i.e. <data_dir>/jobs by default.
@@ -133,6 +138,7 @@ class AgentService final : public cohort::v1::Agent::Service {
 
   agent::TaskSupervisor* const supervisor_;
   AgentServiceOptions options_;  // address guarded by mu_; the rest constant
+  agent::JobUserHolder job_user_holder_;  // thread-safe itself
 
   mutable std::mutex mu_;
   std::map<std::string, int> attempts_;  // guarded by mu_; job id → attempt launched last

@@ -198,6 +198,61 @@ TEST_F(AgentServiceTest, OwnerRunsAsTheUserItIsMappedTo) {
   EXPECT_EQ(output_of(0), std::to_string(nobody->uid) + "\n");
 }
 
+// Two owners without a user_map entry on one root agent would share job_user, and with it each
+// other's environment (the job secret), files and ranks: the first holds it, the second is refused
+// naming both and the fix, also after the agent restarts; mapped to their own user they run.
+TEST_F(AgentServiceTest, JobUserServesOneUnmappedOwnerPerNode) {
+  if (::geteuid() != 0) GTEST_SKIP() << "an agent that is not root runs no job as job_user";
+  StatusOr<agent::UnixUser> nobody = agent::lookup_unix_user("nobody");
+  if (!nobody.ok()) GTEST_SKIP() << "no user nobody";
+  use_worker("id -u");
+  auto launch_as = [&](const std::string& owner, const std::string& job_id) {
+    cohort::v1::LaunchTasksRequest launch = request(1);
+    launch.set_owner(owner);
+    launch.set_job_id(job_id);
+    cohort::v1::LaunchTasksResponse response;
+    grpc::ServerContext context;
+    return service_->LaunchTasks(&context, &launch, &response);
+  };
+  grpc::Status alice = launch_as("alice", "mnist-1");
+  ASSERT_TRUE(alice.ok()) << alice.error_message();
+  grpc::Status bob = launch_as("bob", "bob-1");
+  EXPECT_EQ(bob.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  for (const std::string expected :
+       {"job 'bob-1' on node node-a", "owner 'bob' cannot run jobs as job_user 'cohort-job'",
+        "owner 'alice' holds it", "map 'bob' to their own Unix user in user_map", "shared_job_user: true"}) {
+    EXPECT_NE(bob.error_message().find(expected), std::string::npos) << expected << " in " << bob.error_message();
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/jobs/bob-1"));  // nothing made for bob
+  EXPECT_EQ(output_of(0), std::to_string(agent::lookup_unix_user("cohort-job")->uid) + "\n");
+
+  // A restarted agent remembers who holds job_user.
+  use_worker("id -u");
+  EXPECT_EQ(launch_as("bob", "bob-1").error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  // Mapped to their own user, bob's jobs run beside alice's.
+  service_options_.user_map = {{"bob", "nobody"}};
+  use_worker("id -u");
+  grpc::Status mapped = launch_as("bob", "bob-1");
+  EXPECT_TRUE(mapped.ok()) << mapped.error_message();
+}
+
+// shared_job_user: the operator accepted that unmapped owners share job_user.
+TEST_F(AgentServiceTest, SharedJobUserRunsEveryUnmappedOwner) {
+  if (::geteuid() != 0) GTEST_SKIP() << "an agent that is not root runs no job as job_user";
+  service_options_.shared_job_user = true;
+  use_worker("true");
+  for (const std::string owner : {"alice", "bob"}) {
+    cohort::v1::LaunchTasksRequest launch = request(1);
+    launch.set_owner(owner);
+    launch.set_job_id(owner + "-1");
+    cohort::v1::LaunchTasksResponse response;
+    grpc::ServerContext context;
+    grpc::Status status = service_->LaunchTasks(&context, &launch, &response);
+    EXPECT_TRUE(status.ok()) << owner << ": " << status.error_message();
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/job_user.holder"));
+}
+
 TEST_F(AgentServiceTest, MissingJobUserIsALaunchErrorSayingHowToCreateIt) {
   if (::geteuid() != 0) GTEST_SKIP() << "an agent that is not root runs jobs as itself";
   service_options_.job_user = "cohort-no-such-user";
