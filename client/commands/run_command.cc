@@ -103,6 +103,9 @@ class LocalCluster {
       options.node_id = fmt::format("local-{}", node);
       options.slots = procs_per_node;
       if (!worker.empty()) options.worker_command = {worker};  // none for a command job
+      // Single-user: the only cohort user is the one running `cohort run`, who owns this data
+      // directory (its CA key and admin credentials) anyway; run as them, the agent cannot switch.
+      options.run_jobs_as_daemon_user = true;
       if (node > 0) {
         // Further nodes join like real ones: with a join token from the in-process coordinator.
         daemon::DaemonServer& coordinator = *cluster->servers_.front();

@@ -50,8 +50,7 @@ StatusOr<UnixUser> lookup_unix_user(const std::string& name) {
   return user;
 }
 
-StatusOr<std::optional<UnixUser>> unix_user_for_job(const std::string& owner, const std::string& job_user,
-                                                    const std::map<std::string, std::string>& user_map) {
+StatusOr<std::optional<UnixUser>> unix_user_for_job(const std::string& owner, const JobUserOptions& options) {
   if (::geteuid() != 0) {
     // An unprivileged agent cannot switch users: its ranks run as itself. A real uid of root behind
     // a non-root effective one would leave the ranks able to regain root, so refuse that too.
@@ -60,10 +59,22 @@ StatusOr<std::optional<UnixUser>> unix_user_for_job(const std::string& owner, co
           "the agent's real uid is root but its effective uid is not; run cohortd as root (it then drops "
           "every job to an unprivileged user) or entirely as an unprivileged user");
     }
+    // Its own uid owns the data directory's secrets, which the job could read through
+    // COHORT_JOB_DIR/../..: only a single-user daemon may run jobs so.
+    if (!options.run_jobs_as_daemon_user) {
+      return failed_precondition_error(
+          "cannot run the job of owner '{}': this agent is not root (uid {}), so the job would run as the "
+          "agent's own uid and could read its data directory {} (the cluster CA key ca/ca.key, "
+          "admin.credentials, the node key) and act as the operator; run cohortd as root (it then runs "
+          "every job as an unprivileged user from user_map / job_user), or set run_jobs_as_daemon_user: "
+          "true in the daemon config if every cohort user may act as the operator",
+          owner, ::geteuid(), options.data_dir.empty() ? std::string("(the daemon's data_dir)") : options.data_dir);
+    }
     return std::optional<UnixUser>();
   }
+  const std::map<std::string, std::string>& user_map = options.user_map;
   auto mapped = owner.empty() ? user_map.end() : user_map.find(owner);
-  const std::string& name = mapped != user_map.end() ? mapped->second : job_user;
+  const std::string& name = mapped != user_map.end() ? mapped->second : options.job_user;
   StatusOr<UnixUser> user = lookup_unix_user(name);
   if (!user.ok()) {
     return failed_precondition_error("cannot run the job of owner '{}': {}", owner, user.status().message());

@@ -121,6 +121,10 @@ const std::vector<DaemonSetting>& daemon_settings() {
        "false (the default): job_user serves only the first owner whose job runs on this node "
        "(recorded in DATA_DIR/job_user.holder; remove it to release), other unmapped owners are "
        "refused; true: they share it and can read and signal each other's jobs"},
+      {"run_jobs_as_daemon_user", "--run-jobs-as-daemon-user", "true|false",
+       "a cohortd not running as root cannot switch users: true lets it run jobs as its own uid, which "
+       "can read DATA_DIR's CA key and admin credentials, so only when every cohort user may act as the "
+       "operator; false (the default): it refuses jobs (run cohortd as root instead)"},
       {"join_token", "--join-token", "TOKEN",
        "agent role, first start: join the cluster with this token (`cohort node token` prints one); the "
        "node's certificate is then kept in DATA_DIR/node"},
@@ -246,6 +250,10 @@ Status DaemonConfig::set(const std::string& key, const std::string& value, const
     if (value != "true" && value != "false")
       return invalid_argument_error("{}: shared_job_user: '{}' is not true or false", where, value);
     options_.shared_job_user = value == "true";
+  } else if (key == "run_jobs_as_daemon_user") {
+    if (value != "true" && value != "false")
+      return invalid_argument_error("{}: run_jobs_as_daemon_user: '{}' is not true or false", where, value);
+    options_.run_jobs_as_daemon_user = value == "true";
   } else if (key == "user_map") {
     std::map<std::string, std::string> map;
     std::istringstream in(value);

@@ -167,6 +167,19 @@ TEST(DaemonConfigTest, SharedJobUserIsOffByDefaultAndOnlyTrueOrFalse) {
       << bad.message();
 }
 
+// A cohortd that is not root runs no job unless told every user may act as the operator.
+TEST(DaemonConfigTest, RunJobsAsDaemonUserIsOffByDefaultAndOnlyTrueOrFalse) {
+  DaemonConfig config;
+  ASSERT_TRUE(config.apply_yaml("role: agent\ndata_dir: /d\ncoordinator: c:1\n", "c.yaml").ok());
+  EXPECT_FALSE(config.options()->run_jobs_as_daemon_user);
+  ASSERT_TRUE(config.apply_flag("--run-jobs-as-daemon-user", "true").ok());
+  EXPECT_TRUE(config.options()->run_jobs_as_daemon_user);
+  Status bad = config.apply_yaml("run_jobs_as_daemon_user: 1\n", "c.yaml");
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("c.yaml:1: run_jobs_as_daemon_user: '1' is not true or false"), std::string::npos)
+      << bad.message();
+}
+
 TEST(DaemonConfigTest, HangDetectionPeriodsAreKeysAndFlags) {
   DaemonConfig config;
   ASSERT_TRUE(config.apply_yaml("role: agent\ndata_dir: /d\ncoordinator: c:1\n", "c.yaml").ok());
@@ -260,6 +273,7 @@ TEST(DaemonConfigTest, TheShippedExampleConfigLoads) {
   EXPECT_EQ(options->role, DaemonRole::kAll);
   EXPECT_EQ(options->data_dir, "/var/lib/cohort");
   EXPECT_FALSE(options->shared_job_user);  // secure by default: one owner per node under job_user
+  EXPECT_FALSE(options->run_jobs_as_daemon_user);
 }
 
 }  // namespace

@@ -205,6 +205,7 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
     agent_options.job_user = server->options_.job_user;
     agent_options.user_map = server->options_.user_map;
     agent_options.shared_job_user = server->options_.shared_job_user;
+    agent_options.run_jobs_as_daemon_user = server->options_.run_jobs_as_daemon_user;
     agent_options.allowed_path_roots = server->options_.allowed_path_roots;
     agent_options.allowed_commands = server->options_.allowed_commands;
     server->agent_service_ = std::make_unique<AgentService>(server->supervisor_.get(), agent_options);

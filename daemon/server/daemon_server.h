@@ -152,6 +152,9 @@ struct DaemonServerOptions {
   // false: job_user serves one owner per node (the first; <data_dir>/job_user.holder), others are
   // refused until mapped; true: owners without a user_map entry share it (and each other's jobs).
   bool shared_job_user = false;
+  // A daemon not running as root runs jobs (as its own uid, which owns data_dir's CA key and admin
+  // credentials) only when this is set: every cohort user may act as the operator (`cohort run`).
+  bool run_jobs_as_daemon_user = false;
   // Roots (besides each job's own directory) for checkpoint.dir, dataset.path, torchscript_file.
   std::vector<std::string> allowed_path_roots = {"/usr/share/datasets"};
   // Executables command jobs may run (absolute paths); empty: any. Checked at submit by the

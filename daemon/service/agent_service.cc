@@ -121,10 +121,19 @@ Status AgentService::launch(const cohort::v1::LaunchTasksRequest& request,
   agent::JobTasks job;
   job.job_id = request.job_id();
   job.attempt = request.attempt();  // each attempt logs to its own directory
-  // Never as root: the owner's mapped user, else the job user (or the agent's own user when the
-  // agent is not root and cannot switch).
-  COHORT_ASSIGN_OR_RETURN(job.run_as,
-                          agent::unix_user_for_job(request.owner(), options_.job_user, options_.user_map));
+  // Never as root: the owner's mapped user, else the job user (or, in a single-user daemon, the
+  // agent's own user when the agent is not root and cannot switch).
+  agent::JobUserOptions job_user_options;
+  job_user_options.job_user = options_.job_user;
+  job_user_options.user_map = options_.user_map;
+  job_user_options.run_jobs_as_daemon_user = options_.run_jobs_as_daemon_user;
+  job_user_options.data_dir = agent_data_dir_of(options_);
+  StatusOr<std::optional<agent::UnixUser>> run_as = agent::unix_user_for_job(request.owner(), job_user_options);
+  if (!run_as.ok()) {
+    return run_as.status().with_context(
+        fmt::format("LaunchTasks for job '{}' on node {}", request.job_id(), options_.node_id));
+  }
+  job.run_as = std::move(run_as).value();
   COHORT_ASSIGN_OR_RETURN(job.argv, rank_argv(request, options_, job.run_as));
   job.world_size = request.world_size();
   job.master_addr = request.master_address();

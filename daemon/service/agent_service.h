@@ -61,6 +61,10 @@ struct AgentServiceOptions {
   // <parent of job_dir_root>/job_user.holder); another owner's job that would run as it is refused.
   // true: every owner without a user_map entry shares it, and so can read and signal the others' jobs.
   bool shared_job_user = false;
+  // An agent that is not root cannot switch users: it runs jobs (as its own uid, which owns the
+  // data directory's CA key and admin credentials) only when this is set, i.e. every cohort user
+  // may act as the operator (`cohort run`'s embedded cluster sets it). Ignored when root.
+  bool run_jobs_as_daemon_user = false;
   // Where each job's own directory goes: <job_dir_root>/<job_id>/ (mode 0700, owned by the job's
   // user; COHORT_JOB_DIR and the ranks' working directory; kept across attempts, so checkpoints
   // there survive a restart). Empty: <parent of spec_dir>/jobs, i.e. <data_dir>/jobs by default.

@@ -46,6 +46,8 @@ class AgentServiceTest : public ::testing::Test {
     service_options_.worker_command = {"/bin/sh", "-c", kPrintEnvironment};
     service_options_.spec_dir = log_dir_;
     service_options_.job_dir_root = dir_.path() + "/jobs";
+    // Run unprivileged, this test is a single-user daemon: its jobs run as the user running it.
+    service_options_.run_jobs_as_daemon_user = ::geteuid() != 0;
     service_ = std::make_unique<AgentService>(supervisor_.get(), service_options_);
   }
 
