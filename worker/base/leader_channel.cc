@@ -149,8 +149,17 @@ void LeaderChannel::note_result(const std::string& address, const grpc::ClientCo
   }
 }
 
-grpc::Status LeaderChannel::call(std::chrono::system_clock::time_point deadline, const Attempt& attempt) {
+grpc::Status LeaderChannel::call(std::chrono::system_clock::time_point deadline, const Attempt& attempt,
+                                 Idempotent idempotent) {
   const bool several = configured_ > 1;
+  // A call that may be sent twice gives each try its share of the deadline, so a coordinator that
+  // holds it without answering (stopped, cut off: its connection stays READY) leaves time for the
+  // others; a try that ran out of its share counts as refused. Fixed at the start, so each of the
+  // configured addresses gets the same.
+  const bool capped = several && idempotent == Idempotent::kYes;
+  const std::chrono::system_clock::duration try_budget =
+      capped ? (deadline - std::chrono::system_clock::now()) / static_cast<int>(configured_)
+             : std::chrono::system_clock::duration::zero();
   std::chrono::milliseconds backoff = kLeaderRoundBackoff;
   size_t failed_in_a_row = 0;  // tries since the last pause
   bool followed_hint = false;  // one address: the one extra try a named leader gets
@@ -173,28 +182,41 @@ grpc::Status LeaderChannel::call(std::chrono::system_clock::time_point deadline,
       if (endpoints_[leader_].address == address) leader_ = (leader_ + 1) % endpoints_.size();
     } else {
       grpc::ClientContext context;
-      context.set_deadline(deadline);
+      const std::chrono::system_clock::time_point try_deadline =
+          capped ? std::min(deadline, std::chrono::system_clock::now() + try_budget) : deadline;
+      context.set_deadline(try_deadline);
       last = attempt(context, channel);
-      if (last.error_code() != grpc::StatusCode::UNAVAILABLE) return last;
-      const std::string hint = leader_hint(context);
-      note_result(address, context, last);
-      if (!several) {
-        // One address: follow a named leader once. A call that never reached the coordinator (its
-        // connection or TLS handshake failed: seen once under load, "Handshake write failed") gets
-        // one more try if the channel's next connection attempt, within kLeaderConnectTimeout,
-        // succeeds; a coordinator that is down still fails within about gRPC's 1 s reconnect
-        // backoff. Else answer as a plain channel would.
-        if (!hint.empty() && hint != address && !followed_hint) {
-          followed_hint = true;
-          continue;
-        }
-        if (!reconnect_tried && hint.empty() && channel->GetState(false) == GRPC_CHANNEL_TRANSIENT_FAILURE) {
-          reconnect_tried = true;
-          if (reconnected(*channel, std::min(deadline, std::chrono::system_clock::now() + kLeaderConnectTimeout))) {
+      if (capped && last.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
+          std::chrono::system_clock::now() < deadline) {
+        // This coordinator held the call for its whole share: hung or cut off. The next address.
+        last = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                            fmt::format("the coordinator at {} did not answer within {} ms (tried {}): {}", address,
+                                        std::chrono::duration_cast<std::chrono::milliseconds>(try_budget).count(),
+                                        address_list(), last.error_message()));
+        std::lock_guard<std::mutex> lock(mu_);
+        if (endpoints_[leader_].address == address) leader_ = (leader_ + 1) % endpoints_.size();
+      } else {
+        if (last.error_code() != grpc::StatusCode::UNAVAILABLE) return last;
+        const std::string hint = leader_hint(context);
+        note_result(address, context, last);
+        if (!several) {
+          // One address: follow a named leader once. A call that never reached the coordinator (its
+          // connection or TLS handshake failed: seen once under load, "Handshake write failed") gets
+          // one more try if the channel's next connection attempt, within kLeaderConnectTimeout,
+          // succeeds; a coordinator that is down still fails within about gRPC's 1 s reconnect
+          // backoff. Else answer as a plain channel would.
+          if (!hint.empty() && hint != address && !followed_hint) {
+            followed_hint = true;
             continue;
           }
+          if (!reconnect_tried && hint.empty() && channel->GetState(false) == GRPC_CHANNEL_TRANSIENT_FAILURE) {
+            reconnect_tried = true;
+            if (reconnected(*channel, std::min(deadline, std::chrono::system_clock::now() + kLeaderConnectTimeout))) {
+              continue;
+            }
+          }
+          return last;
         }
-        return last;
       }
     }
     if (std::chrono::system_clock::now() >= deadline) return last;

@@ -22,6 +22,14 @@
 // never came): a call whose connection broke after the leader received it may have taken effect
 // there, so a non-idempotent call (SubmitJob) can, rarely, run twice across a failover.
 //
+// A call that is safe to send twice (idempotent_unary, or call() with Idempotent::kYes: an agent's
+// Heartbeat, RegisterNode, ReportTaskExit) also leaves a coordinator that received it but does not
+// answer: with several addresses each try gets only its share of the deadline (deadline / number of
+// addresses), and a try that runs out of it moves the channel to the next address. A leader that is
+// stopped (SIGSTOP) or cut off keeps its connection READY, so without this every call would wait out
+// its whole deadline there and never reach the standby that took over (an agent would fence its
+// tasks for want of a heartbeat). A call that may not run twice waits out its deadline instead.
+//
 // Thread-safe: calls may run concurrently from any thread; the leader seen last is shared.
 
 #include <chrono>
@@ -56,6 +64,10 @@ inline constexpr std::chrono::milliseconds kLeaderMaxReconnectBackoff{2000};
 // empty list, an empty entry or an entry that is not HOST:PORT, naming it.
 StatusOr<std::vector<std::string>> parse_address_list(const std::string& list);
 
+// Whether a call may be sent to another coordinator after one received it and did not answer in
+// time (it may have acted on it).
+enum class Idempotent { kNo, kYes };
+
 class LeaderChannel {
  public:
   // One try: `context` has the call's deadline (add metadata to it as needed); `channel` leads to
@@ -70,8 +82,11 @@ class LeaderChannel {
   // Runs `attempt` against the last known leader, then, while it answers UNAVAILABLE, against the
   // leader the answer names or else the next address, pausing after each full round, until it
   // answers anything else or `deadline` passes (the last UNAVAILABLE, or DEADLINE_EXCEEDED, is
-  // returned). With one address: at most that try and one to a leader it names. Blocks.
-  grpc::Status call(std::chrono::system_clock::time_point deadline, const Attempt& attempt);
+  // returned). With one address: at most that try and one to a leader it names. With several and
+  // Idempotent::kYes, a try also ends at its share of the deadline, and one that ran out of it
+  // counts as UNAVAILABLE (the next address is tried). Blocks.
+  grpc::Status call(std::chrono::system_clock::time_point deadline, const Attempt& attempt,
+                    Idempotent idempotent = Idempotent::kNo);
 
   // One unary method of `Service` (e.g. cohort::v1::Coordinator) through call(). `prepare` may add
   // metadata to each try's context.
@@ -80,11 +95,16 @@ class LeaderChannel {
                      grpc::Status (Service::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
                      const Request& request, Response* response,
                      const std::function<void(grpc::ClientContext&)>& prepare = nullptr) {
-    return call(deadline, [&](grpc::ClientContext& context, const std::shared_ptr<grpc::Channel>& channel) {
-      if (prepare) prepare(context);
-      typename Service::Stub stub(channel);
-      return (stub.*method)(&context, request, response);
-    });
+    return unary_call<Service>(deadline, method, request, response, prepare, Idempotent::kNo);
+  }
+  // unary() for a call that is safe to send twice (Idempotent::kYes): a coordinator that does not
+  // answer within the try's share of the deadline is left for the next address.
+  template <typename Service, typename Request, typename Response>
+  grpc::Status idempotent_unary(
+      std::chrono::system_clock::time_point deadline,
+      grpc::Status (Service::Stub::*method)(grpc::ClientContext*, const Request&, Response*), const Request& request,
+      Response* response, const std::function<void(grpc::ClientContext&)>& prepare = nullptr) {
+    return unary_call<Service>(deadline, method, request, response, prepare, Idempotent::kYes);
   }
 
   // The channel of the last known leader, for streams (WatchJob, StreamLogs) that cannot simply be
@@ -102,6 +122,21 @@ class LeaderChannel {
   void note_result(const std::string& address, const grpc::ClientContext& context, const grpc::Status& status);
 
  private:
+  template <typename Service, typename Request, typename Response>
+  grpc::Status unary_call(std::chrono::system_clock::time_point deadline,
+                          grpc::Status (Service::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+                          const Request& request, Response* response,
+                          const std::function<void(grpc::ClientContext&)>& prepare, Idempotent idempotent) {
+    return call(
+        deadline,
+        [&](grpc::ClientContext& context, const std::shared_ptr<grpc::Channel>& channel) {
+          if (prepare) prepare(context);
+          typename Service::Stub stub(channel);
+          return (stub.*method)(&context, request, response);
+        },
+        idempotent);
+  }
+
   struct Endpoint {
     std::string address;
     std::shared_ptr<grpc::Channel> channel;  // made on first use

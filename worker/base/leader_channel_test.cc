@@ -1,6 +1,7 @@
 // LeaderChannel against real gRPC servers on 127.0.0.1: a standby that names the leader, a
 // standby that knows none, a dead address, every coordinator a standby (bounded by the deadline),
-// and errors other than UNAVAILABLE returned as they are.
+// errors other than UNAVAILABLE returned as they are, and a leader that holds calls without
+// answering (stopped or cut off).
 
 #include "worker/base/leader_channel.h"
 
@@ -24,10 +25,12 @@ using std::chrono::milliseconds;
 using std::chrono::system_clock;
 
 // Answers GetVersion as a leader (version "leader at PORT"), as a standby (UNAVAILABLE with the
-// cohort-leader trailer), or with PERMISSION_DENIED.
+// cohort-leader trailer), with PERMISSION_DENIED, or not at all (kHung: the handler holds the call
+// until the caller gives up or the server shuts down, as a SIGSTOPped leader whose connection stays
+// up would).
 class FakeCoordinator final : public cohort::v1::Info::Service {
  public:
-  enum class Mode { kLeader, kStandby, kDenied };
+  enum class Mode { kLeader, kStandby, kDenied, kHung };
   grpc::Status GetVersion(grpc::ServerContext* context, const cohort::v1::GetVersionRequest*,
                           cohort::v1::VersionInfo* info) override {
     ++calls;
@@ -46,6 +49,9 @@ class FakeCoordinator final : public cohort::v1::Info::Service {
       }
       case Mode::kDenied:
         return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "no");
+      case Mode::kHung:
+        while (!context->IsCancelled()) std::this_thread::sleep_for(milliseconds(5));
+        return grpc::Status(grpc::StatusCode::CANCELLED, "gave up");
     }
     return grpc::Status::OK;
   }
@@ -88,6 +94,15 @@ grpc::Status get_version(LeaderChannel& leader, milliseconds timeout, std::strin
   cohort::v1::VersionInfo info;
   grpc::Status status = leader.unary<cohort::v1::Info>(system_clock::now() + timeout, &cohort::v1::Info::Stub::GetVersion,
                                                        cohort::v1::GetVersionRequest(), &info);
+  if (version != nullptr) *version = info.version();
+  return status;
+}
+
+// GetVersion as a call that is safe to repeat (LeaderChannel::idempotent_unary).
+grpc::Status get_version_idempotent(LeaderChannel& leader, milliseconds timeout, std::string* version = nullptr) {
+  cohort::v1::VersionInfo info;
+  grpc::Status status = leader.idempotent_unary<cohort::v1::Info>(
+      system_clock::now() + timeout, &cohort::v1::Info::Stub::GetVersion, cohort::v1::GetVersionRequest(), &info);
   if (version != nullptr) *version = info.version();
   return status;
 }
@@ -191,6 +206,39 @@ TEST(LeaderChannel, OtherErrorsAreReturnedWithoutTryingElsewhere) {
   ASSERT_TRUE(channel.ok());
   EXPECT_EQ(get_version(**channel, milliseconds(5000)).error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(leader.service.calls.load(), 0);
+}
+
+TEST(LeaderChannel, AnIdempotentCallLeavesALeaderThatHoldsItWithoutAnswering) {
+  // The old leader is stopped (its connection stays READY, so it looks reachable) and a standby took
+  // over. An agent's heartbeat (1 s deadline here) must reach the new leader in time, and the
+  // channel must stay there, not go back to the hung one with every call.
+  Server hung(FakeCoordinator::Mode::kHung);
+  Server leader(FakeCoordinator::Mode::kLeader);
+  auto channel = LeaderChannel::create(hung.address + "," + leader.address, plaintext());
+  ASSERT_TRUE(channel.ok());
+  const auto start = system_clock::now();
+  std::string version;
+  grpc::Status first = get_version_idempotent(**channel, milliseconds(1000), &version);
+  ASSERT_TRUE(first.ok()) << first.error_message();
+  EXPECT_EQ(version, "leader " + leader.address);
+  EXPECT_EQ((*channel)->leader_address(), leader.address);
+  grpc::Status second = get_version_idempotent(**channel, milliseconds(1000), &version);
+  ASSERT_TRUE(second.ok()) << second.error_message();
+  EXPECT_EQ(version, "leader " + leader.address);
+  EXPECT_EQ(hung.service.calls.load(), 1) << "the second call must go straight to the live leader";
+  EXPECT_EQ(leader.service.calls.load(), 2);
+  EXPECT_LT(system_clock::now() - start, milliseconds(1500)) << "the hung leader may cost one try's share only";
+}
+
+TEST(LeaderChannel, ACallThatMayNotRunTwiceWaitsOutItsDeadlineAtAHungLeader) {
+  // SubmitJob-like calls are not sent elsewhere once a coordinator may have received them.
+  Server hung(FakeCoordinator::Mode::kHung);
+  Server leader(FakeCoordinator::Mode::kLeader);
+  auto channel = LeaderChannel::create(hung.address + "," + leader.address, plaintext());
+  ASSERT_TRUE(channel.ok());
+  EXPECT_EQ(get_version(**channel, milliseconds(500)).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(leader.service.calls.load(), 0);
+  EXPECT_EQ((*channel)->leader_address(), hung.address);
 }
 
 TEST(LeaderChannel, OneAddressFailsFastOrFollowsANamedLeaderOnce) {
