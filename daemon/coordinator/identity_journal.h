@@ -41,6 +41,9 @@ struct CertificateRecord {
   std::string serial;
   std::string node_id;
   bool revoked = false;
+  // The certificate's notAfter (unix ms); 0 for a record made before it was kept (never expires
+  // here: such a node must be revoked before it joins again).
+  int64_t not_after_unix_ms = 0;
 };
 
 // Everything an IdentityStore holds.

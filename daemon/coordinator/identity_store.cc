@@ -24,9 +24,21 @@ constexpr const char* kSchema = R"sql(
   CREATE TABLE IF NOT EXISTS node_certificates (
     serial  TEXT PRIMARY KEY,
     node_id TEXT NOT NULL,
-    revoked INTEGER NOT NULL
+    revoked INTEGER NOT NULL,
+    not_after_unix_ms INTEGER NOT NULL DEFAULT 0   -- 0: recorded before expiries were kept
   );
 )sql";
+
+// identity.db files made before node_certificates had not_after_unix_ms get the column (0: unknown).
+Status add_not_after_column(SqliteDb* db) {
+  COHORT_ASSIGN_OR_RETURN(SqliteStatement columns, db->prepare("PRAGMA table_info(node_certificates)"));
+  while (true) {
+    COHORT_ASSIGN_OR_RETURN(bool row, columns.step());
+    if (!row) break;
+    if (columns.column_text(1) == "not_after_unix_ms") return ok_status();
+  }
+  return db->exec("ALTER TABLE node_certificates ADD COLUMN not_after_unix_ms INTEGER NOT NULL DEFAULT 0");
+}
 
 int64_t unix_ms_now() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -66,6 +78,7 @@ StatusOr<std::unique_ptr<IdentityStore>> IdentityStore::open(const std::string& 
   COHORT_RETURN_IF_ERROR(db->exec("PRAGMA journal_mode = WAL"));
   COHORT_RETURN_IF_ERROR(db->exec("PRAGMA synchronous = FULL"));
   COHORT_RETURN_IF_ERROR(db->exec(kSchema));
+  COHORT_RETURN_IF_ERROR(add_not_after_column(db.get()));
   std::unique_ptr<IdentityStore> store(new IdentityStore(std::move(db)));
   COHORT_RETURN_IF_ERROR(store->load());
   return store;
@@ -87,12 +100,13 @@ Status IdentityStore::load() {
     if (!row) break;
     records.join_tokens.push_back(JoinTokenRecord{tokens.column_text(0), tokens.column_int64(1)});
   }
-  COHORT_ASSIGN_OR_RETURN(SqliteStatement certs, db_->prepare("SELECT serial, node_id, revoked FROM node_certificates"));
+  COHORT_ASSIGN_OR_RETURN(SqliteStatement certs,
+                          db_->prepare("SELECT serial, node_id, revoked, not_after_unix_ms FROM node_certificates"));
   while (true) {
     COHORT_ASSIGN_OR_RETURN(bool row, certs.step());
     if (!row) break;
-    records.certificates.push_back(
-        CertificateRecord{certs.column_text(0), certs.column_text(1), certs.column_int64(2) != 0});
+    records.certificates.push_back(CertificateRecord{certs.column_text(0), certs.column_text(1),
+                                                     certs.column_int64(2) != 0, certs.column_int64(3)});
   }
   apply_locked(records);
   return ok_status();
@@ -115,7 +129,8 @@ void IdentityStore::apply_locked(const IdentityRecords& records) {
   for (const JoinTokenRecord& token : records.join_tokens)
     join_tokens_[token.secret_sha256] = token.expire_unix_ms;
   for (const CertificateRecord& certificate : records.certificates)
-    certificates_[certificate.serial] = NodeCertificate{certificate.node_id, certificate.revoked};
+    certificates_[certificate.serial] =
+        NodeCertificate{certificate.node_id, certificate.revoked, certificate.not_after_unix_ms};
 }
 
 IdentityRecords IdentityStore::records() const {
@@ -127,7 +142,8 @@ IdentityRecords IdentityStore::records() const {
   }
   for (const auto& [hash, expire] : join_tokens_) out.join_tokens.push_back(JoinTokenRecord{hash, expire});
   for (const auto& [serial, certificate] : certificates_)
-    out.certificates.push_back(CertificateRecord{serial, certificate.node_id, certificate.revoked});
+    out.certificates.push_back(
+        CertificateRecord{serial, certificate.node_id, certificate.revoked, certificate.not_after_unix_ms});
   return out;
 }
 
@@ -155,10 +171,11 @@ Status IdentityStore::replace_locked(const IdentityRecords& records) {
     }
     COHORT_ASSIGN_OR_RETURN(
         SqliteStatement certificate,
-        db_->prepare("INSERT INTO node_certificates (serial, node_id, revoked) VALUES (?, ?, ?)"));
+        db_->prepare("INSERT INTO node_certificates (serial, node_id, revoked, not_after_unix_ms) VALUES (?, ?, ?, ?)"));
     for (const CertificateRecord& record : records.certificates) {
       COHORT_RETURN_IF_ERROR(certificate.reset());
-      COHORT_RETURN_IF_ERROR(certificate.bind(record.serial, record.node_id, record.revoked ? 1 : 0));
+      COHORT_RETURN_IF_ERROR(
+          certificate.bind(record.serial, record.node_id, record.revoked ? 1 : 0, record.not_after_unix_ms));
       COHORT_RETURN_IF_ERROR(certificate.run());
     }
     return ok_status();
@@ -350,16 +367,18 @@ Status IdentityStore::consume_join_token(const std::string& secret, int64_t now_
   return ok_status();
 }
 
-Status IdentityStore::add_node_certificate(const std::string& serial, const std::string& node_id) {
+Status IdentityStore::add_node_certificate(const std::string& serial, const std::string& node_id,
+                                           int64_t not_after_unix_ms) {
   std::lock_guard<std::mutex> write(write_mu_);
   if (journal_ != nullptr)
-    COHORT_RETURN_IF_ERROR(journal_->put_certificates({CertificateRecord{serial, node_id, false}}));
+    COHORT_RETURN_IF_ERROR(journal_->put_certificates({CertificateRecord{serial, node_id, false, not_after_unix_ms}}));
   std::lock_guard<std::mutex> lock(mu_);
-  COHORT_ASSIGN_OR_RETURN(SqliteStatement insert,
-                          db_->prepare("INSERT INTO node_certificates (serial, node_id, revoked) VALUES (?, ?, 0)"));
-  COHORT_RETURN_IF_ERROR(insert.bind(serial, node_id));
+  COHORT_ASSIGN_OR_RETURN(
+      SqliteStatement insert,
+      db_->prepare("INSERT INTO node_certificates (serial, node_id, revoked, not_after_unix_ms) VALUES (?, ?, 0, ?)"));
+  COHORT_RETURN_IF_ERROR(insert.bind(serial, node_id, not_after_unix_ms));
   COHORT_RETURN_IF_ERROR(insert.run());
-  certificates_[serial] = NodeCertificate{node_id, false};
+  certificates_[serial] = NodeCertificate{node_id, false, not_after_unix_ms};
   return ok_status();
 }
 
@@ -369,7 +388,8 @@ Status IdentityStore::revoke_node(const std::string& node_id) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [serial, certificate] : certificates_)
-      if (certificate.node_id == node_id) revoked.push_back(CertificateRecord{serial, node_id, true});
+      if (certificate.node_id == node_id)
+        revoked.push_back(CertificateRecord{serial, node_id, true, certificate.not_after_unix_ms});
   }
   if (revoked.empty())
     return not_found_error("no certificate was issued to node {:?}; `cohort nodes` lists the nodes", node_id);
@@ -389,10 +409,15 @@ bool IdentityStore::certificate_valid(const std::string& serial, const std::stri
   return it != certificates_.end() && !it->second.revoked && it->second.node_id == node_id;
 }
 
-bool IdentityStore::node_has_valid_certificate(const std::string& node_id) const {
+bool IdentityStore::node_has_valid_certificate(const std::string& node_id, int64_t now_unix_ms) const {
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& [serial, certificate] : certificates_)
-    if (certificate.node_id == node_id && !certificate.revoked) return true;
+  // An expired certificate no longer authenticates anyone (TLS refuses it), so it holds no claim
+  // on the node id: the node joins again with a new token instead of needing a revocation first.
+  for (const auto& [serial, certificate] : certificates_) {
+    if (certificate.node_id == node_id && !certificate.revoked &&
+        (certificate.not_after_unix_ms == 0 || now_unix_ms < certificate.not_after_unix_ms))
+      return true;
+  }
   return false;
 }
 

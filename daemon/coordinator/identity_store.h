@@ -88,15 +88,17 @@ class IdentityStore {
   // more).
   Status consume_join_token(const std::string& secret, int64_t now_unix_ms);
 
-  // Records a certificate issued to `node_id`.
-  Status add_node_certificate(const std::string& serial, const std::string& node_id);
+  // Records a certificate issued to `node_id`, valid until `not_after_unix_ms` (0: unknown).
+  Status add_node_certificate(const std::string& serial, const std::string& node_id, int64_t not_after_unix_ms = 0);
   // Revokes every certificate issued to `node_id`. NOT_FOUND when none was.
   Status revoke_node(const std::string& node_id);
   // Whether the certificate with `serial` was issued to `node_id` and is not revoked. Unknown
   // serials are not valid: only certificates this coordinator recorded are accepted.
   bool certificate_valid(const std::string& serial, const std::string& node_id) const;
-  // Whether `node_id` holds a certificate that is not revoked (a second join for it is refused).
-  bool node_has_valid_certificate(const std::string& node_id) const;
+  // Whether `node_id` holds a certificate that is not revoked and not expired at `now_unix_ms` (a
+  // second join for it is refused; a node whose certificate expired may join again with a new
+  // token). A record without an expiry (made before it was kept) counts as valid.
+  bool node_has_valid_certificate(const std::string& node_id, int64_t now_unix_ms) const;
 
   // What follow_journal found.
   struct JournalSync {
@@ -136,6 +138,7 @@ class IdentityStore {
   struct NodeCertificate {
     std::string node_id;
     bool revoked = false;
+    int64_t not_after_unix_ms = 0;  // 0: unknown
   };
   std::map<std::string, NodeCertificate> certificates_;  // by serial
 };

@@ -67,10 +67,10 @@ TEST(IdentityStoreTest, JoinTokensExpireAndNodeCertificatesRevoke) {
   EXPECT_TRUE((*store)->certificate_valid("AB01", "node-a"));
   EXPECT_FALSE((*store)->certificate_valid("AB01", "node-b")) << "a serial belongs to one node";
   EXPECT_FALSE((*store)->certificate_valid("CD02", "node-a")) << "unrecorded serials are not valid";
-  EXPECT_TRUE((*store)->node_has_valid_certificate("node-a"));
+  EXPECT_TRUE((*store)->node_has_valid_certificate("node-a", 2000));
   ASSERT_TRUE((*store)->revoke_node("node-a").ok());
   EXPECT_FALSE((*store)->certificate_valid("AB01", "node-a"));
-  EXPECT_FALSE((*store)->node_has_valid_certificate("node-a"));
+  EXPECT_FALSE((*store)->node_has_valid_certificate("node-a", 2000));
   EXPECT_EQ((*store)->revoke_node("node-b").code(), StatusCode::kNotFound);
   EXPECT_FALSE(validate_node_id("cohort-coordinator").ok());
   EXPECT_FALSE(validate_node_id("../x").ok());
@@ -245,6 +245,53 @@ TEST(IdentityStoreTest, ExpiredJoinTokensArePrunedWhenANewOneIsMade) {
   ASSERT_TRUE(all.ok());
   EXPECT_EQ(*all, 3u);
   EXPECT_TRUE((*store)->records().join_tokens.empty());
+}
+
+// A node whose certificate expired (a year after it joined, with no renewal) may join again with
+// a new token: its expired certificate holds no claim on the node id. One that has not expired
+// still does, and so does a record made before expiries were kept (0). The expiry survives a reopen.
+TEST(IdentityStoreTest, AnExpiredCertificateNoLongerHoldsItsNodeId) {
+  testing::TempDir dir;
+  constexpr int64_t kNotAfter = 1'700'000'000'000;
+  {
+    auto store = IdentityStore::open(dir.path());
+    ASSERT_TRUE(store.ok()) << store.status().to_string();
+    ASSERT_TRUE((*store)->add_node_certificate("01", "node-a", kNotAfter).ok());
+    ASSERT_TRUE((*store)->add_node_certificate("02", "node-old").ok());
+    EXPECT_TRUE((*store)->node_has_valid_certificate("node-a", kNotAfter - 1));
+    EXPECT_FALSE((*store)->node_has_valid_certificate("node-a", kNotAfter));
+    EXPECT_TRUE((*store)->node_has_valid_certificate("node-old", kNotAfter * 2)) << "unknown expiry";
+  }
+  auto reopened = IdentityStore::open(dir.path());
+  ASSERT_TRUE(reopened.ok()) << reopened.status().to_string();
+  EXPECT_TRUE((*reopened)->node_has_valid_certificate("node-a", kNotAfter - 1));
+  EXPECT_FALSE((*reopened)->node_has_valid_certificate("node-a", kNotAfter + 1));
+  // Renewed: a second, later certificate holds the id again.
+  ASSERT_TRUE((*reopened)->add_node_certificate("03", "node-a", kNotAfter * 2).ok());
+  EXPECT_TRUE((*reopened)->node_has_valid_certificate("node-a", kNotAfter + 1));
+  bool found = false;
+  for (const CertificateRecord& record : (*reopened)->records().certificates)
+    if (record.serial == "01") found = record.not_after_unix_ms == kNotAfter;
+  EXPECT_TRUE(found) << "the expiry is in the records a journal is seeded with";
+}
+
+// An identity.db from before node_certificates kept expiries opens, and its certificates keep
+// their claim (expiry unknown).
+TEST(IdentityStoreTest, OpensAnIdentityDatabaseWithoutExpiries) {
+  testing::TempDir dir;
+  {
+    auto db = SqliteDb::open(dir.path() + "/" + IdentityStore::kDatabaseFile);
+    ASSERT_TRUE(db.ok()) << db.status().to_string();
+    ASSERT_TRUE((*db)->exec("CREATE TABLE node_certificates (serial TEXT PRIMARY KEY, node_id TEXT NOT NULL, "
+                            "revoked INTEGER NOT NULL); INSERT INTO node_certificates VALUES ('0A', 'node-a', 0)")
+                    .ok());
+  }
+  auto store = IdentityStore::open(dir.path());
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  EXPECT_TRUE((*store)->certificate_valid("0A", "node-a"));
+  EXPECT_TRUE((*store)->node_has_valid_certificate("node-a", 1'700'000'000'000));
+  ASSERT_TRUE((*store)->add_node_certificate("0B", "node-b", 5).ok());
+  EXPECT_FALSE((*store)->node_has_valid_certificate("node-b", 5));
 }
 
 }  // namespace

@@ -46,6 +46,7 @@ etcdstore::StoredNodeCertificate stored_certificate(const CertificateRecord& cer
   stored.set_serial(certificate.serial);
   stored.set_node_id(certificate.node_id);
   stored.set_revoked(certificate.revoked);
+  stored.set_not_after_unix_ms(certificate.not_after_unix_ms);
   return stored;
 }
 
@@ -91,7 +92,8 @@ StatusOr<std::optional<IdentityRecords>> EtcdIdentityJournal::load() {
       etcdstore::StoredNodeCertificate stored;
       if (!stored.ParseFromString(kv.value))
         return data_loss_error("etcd key {}: not a StoredNodeCertificate record", kv.key);
-      records.certificates.push_back(CertificateRecord{stored.serial(), stored.node_id(), stored.revoked()});
+      records.certificates.push_back(
+          CertificateRecord{stored.serial(), stored.node_id(), stored.revoked(), stored.not_after_unix_ms()});
     }
   }
   // Records without the marker are a seeding cut short (its leader died between transactions):

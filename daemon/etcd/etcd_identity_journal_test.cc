@@ -198,7 +198,7 @@ TEST_F(EtcdIdentityJournalTest, ANodeWithMoreCertificatesThanOneTxnHoldsIsRevoke
   for (int i = 0; i < kCertificates; ++i)
     valid += b->certificate_valid(fmt::format("{:04x}", i), "node-many");
   EXPECT_EQ(valid, 0) << "certificates of the revoked node still valid on the next leader";
-  EXPECT_FALSE(b->node_has_valid_certificate("node-many"));
+  EXPECT_FALSE(b->node_has_valid_certificate("node-many", kNow));
   EXPECT_TRUE(b->certificate_valid("ffff", "node-other"));
 
   // The deposed A's batched write is refused in its first transaction: nothing lands.

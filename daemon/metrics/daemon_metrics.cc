@@ -64,12 +64,21 @@ DaemonMetrics::DaemonMetrics()
               .Name("cohort_task_exits_total")
               .Help("Exits of the tasks this node's agent ran, by reason (succeeded, failed: non-zero "
                     "exit code, killed: a signal the agent did not send, stopped: by the agent).")
-              .Register(*registry_)) {
+              .Register(*registry_)),
+      node_certificate_expiry_(prometheus::BuildGauge()
+                                   .Name("cohort_node_certificate_expiry_timestamp_seconds")
+                                   .Help("When this agent's node certificate expires (its notAfter, unix seconds); "
+                                         "the agent renews it in the last third of its validity.")
+                                   .Register(*registry_)) {
   // Every reason is on the page from the start, so rate() and alerts see a 0 before the first exit.
   for (TaskExitReason reason : {TaskExitReason::kSucceeded, TaskExitReason::kFailed, TaskExitReason::kKilled,
                                 TaskExitReason::kStopped}) {
     task_exit_counters_.push_back(&task_exits_.Add({{"reason", reason_name(reason)}}));
   }
+}
+
+void DaemonMetrics::set_node_certificate_expiry(int64_t not_after_unix_seconds) {
+  node_certificate_expiry_.Add({}).Set(static_cast<double>(not_after_unix_seconds));
 }
 
 void DaemonMetrics::record_rpc(const std::string& method, const std::string& code,

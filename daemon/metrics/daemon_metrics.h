@@ -9,6 +9,8 @@
 //   cohort_rendezvous_operations_total{kind,operation,code}   counter (kind: rendezvous | store)
 //   cohort_task_exits_total{reason}   counter, this node's tasks (reason: succeeded | failed |
 //                                     killed | stopped)
+//   cohort_node_certificate_expiry_timestamp_seconds   gauge, an agent's node certificate's
+//                                     notAfter (unix seconds), for an alert well before it
 // and, on a coordinator, the gauges CoordinatorCollector computes at each scrape (jobs by state,
 // the queue, nodes and slots, running jobs' training metrics).
 //
@@ -25,6 +27,7 @@
 #include <prometheus/collectable.h>
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
+#include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
@@ -50,6 +53,9 @@ class DaemonMetrics {
   // the status code's name ("OK", "NOT_FOUND").
   void record_rpc(const std::string& method, const std::string& code, std::chrono::duration<double> elapsed);
   void record_task_exit(TaskExitReason reason);
+  // The notAfter (unix seconds) of the node certificate the agent serves and calls with; the
+  // gauge appears on the page once set.
+  void set_node_certificate_expiry(int64_t not_after_unix_seconds);
   // Adds metrics computed at each scrape (a coordinator's state). Shared: kept until destruction.
   void add_collectable(std::shared_ptr<prometheus::Collectable> collectable);
 
@@ -63,6 +69,7 @@ class DaemonMetrics {
   prometheus::Family<prometheus::Counter>& rendezvous_operations_;
   prometheus::Family<prometheus::Counter>& task_exits_;
   std::vector<prometheus::Counter*> task_exit_counters_;  // by TaskExitReason
+  prometheus::Family<prometheus::Gauge>& node_certificate_expiry_;
   mutable std::mutex mu_;
   std::vector<std::shared_ptr<prometheus::Collectable>> collectables_;  // guarded by mu_
 };

@@ -88,6 +88,14 @@ TEST(DaemonMetricsTest, CountsTaskExitsByReasonFromZero) {
   EXPECT_EQ(sample(page, "cohort_task_exits_total{reason=\"succeeded\"}"), 0);
 }
 
+TEST(DaemonMetricsTest, ShowsTheNodeCertificateExpiryOnceSet) {
+  DaemonMetrics metrics;
+  EXPECT_EQ(metrics.text().find("cohort_node_certificate_expiry_timestamp_seconds "), std::string::npos);
+  metrics.set_node_certificate_expiry(1'795'000'000);
+  metrics.set_node_certificate_expiry(1'800'000'000);  // renewed
+  EXPECT_EQ(sample(metrics.text(), "cohort_node_certificate_expiry_timestamp_seconds"), 1'800'000'000.0);
+}
+
 TEST(CoordinatorCollectorTest, ShowsJobsQueueNodesAndRunningJobsMetrics) {
   coordinator::testing::TempDir dir;
   coordinator::FakeClock clock;

@@ -14,6 +14,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -128,10 +129,10 @@ Status add_alt_names(X509* cert, X509* issuer, const std::vector<std::string>& d
 }
 
 // A certificate for `public_key` with a random 128-bit serial, CN = `common_name` and the given
-// alternative names, valid from an hour ago (clock skew between nodes) for `validity`, signed by
-// `signer_key` as `issuer` (null: self-signed, a CA).
+// alternative names, valid from an hour ago (clock skew between nodes) for `validity` from now,
+// signed by `signer_key` as `issuer` (null: self-signed, a CA).
 StatusOr<X509Ptr> make_certificate(EVP_PKEY* public_key, const std::string& common_name, X509* issuer,
-                                   EVP_PKEY* signer_key, std::chrono::hours validity,
+                                   EVP_PKEY* signer_key, std::chrono::seconds validity,
                                    const std::vector<std::string>& dns_names = {},
                                    const std::vector<std::string>& ip_addresses = {}) {
   X509Ptr cert(X509_new());
@@ -143,7 +144,7 @@ StatusOr<X509Ptr> make_certificate(EVP_PKEY* public_key, const std::string& comm
   BN_free(serial);
   COHORT_OPENSSL_CHECK(asn1_serial != nullptr);
   COHORT_OPENSSL_CHECK(X509_gmtime_adj(X509_getm_notBefore(cert.get()), -3600));
-  COHORT_OPENSSL_CHECK(X509_gmtime_adj(X509_getm_notAfter(cert.get()), static_cast<long>(validity.count()) * 3600));
+  COHORT_OPENSSL_CHECK(X509_gmtime_adj(X509_getm_notAfter(cert.get()), static_cast<long>(validity.count())));
   COHORT_OPENSSL_CHECK(X509_set_pubkey(cert.get(), public_key));
   X509_NAME* name = X509_get_subject_name(cert.get());
   COHORT_OPENSSL_CHECK(X509_NAME_add_entry_by_txt(name, "O", MBSTRING_ASC,
@@ -267,9 +268,10 @@ StatusOr<ClusterCa> ClusterCa::load_or_create(const std::string& dir) {
 
 StatusOr<IssuedCertificate> ClusterCa::sign_leaf(EVP_PKEY* public_key, const std::string& common_name,
                                                  const std::vector<std::string>& dns_names,
-                                                 const std::vector<std::string>& ip_addresses) const {
+                                                 const std::vector<std::string>& ip_addresses,
+                                                 std::chrono::seconds validity) const {
   COHORT_ASSIGN_OR_RETURN(X509Ptr cert, make_certificate(public_key, common_name, keys_->certificate.get(),
-                                                         keys_->key.get(), kLeafValidity, dns_names, ip_addresses));
+                                                         keys_->key.get(), validity, dns_names, ip_addresses));
   IssuedCertificate out;
   COHORT_ASSIGN_OR_RETURN(out.certificate_pem, cert_pem(cert.get()));
   COHORT_ASSIGN_OR_RETURN(CertificateInfo info, certificate_info(out.certificate_pem));
@@ -278,9 +280,11 @@ StatusOr<IssuedCertificate> ClusterCa::sign_leaf(EVP_PKEY* public_key, const std
 }
 
 StatusOr<KeyAndCertificate> ClusterCa::issue(const std::string& common_name, const std::vector<std::string>& dns_names,
-                                             const std::vector<std::string>& ip_addresses) const {
+                                             const std::vector<std::string>& ip_addresses,
+                                             std::chrono::seconds validity) const {
   COHORT_ASSIGN_OR_RETURN(PkeyPtr key, new_ec_key());
-  COHORT_ASSIGN_OR_RETURN(IssuedCertificate issued, sign_leaf(key.get(), common_name, dns_names, ip_addresses));
+  COHORT_ASSIGN_OR_RETURN(IssuedCertificate issued,
+                          sign_leaf(key.get(), common_name, dns_names, ip_addresses, validity));
   KeyAndCertificate out;
   COHORT_ASSIGN_OR_RETURN(out.key_pem, key_pem(key.get()));
   out.certificate_pem = std::move(issued.certificate_pem);
@@ -290,14 +294,15 @@ StatusOr<KeyAndCertificate> ClusterCa::issue(const std::string& common_name, con
 
 StatusOr<IssuedCertificate> ClusterCa::sign_csr(const std::string& csr_pem, const std::string& common_name,
                                                 const std::vector<std::string>& dns_names,
-                                                const std::vector<std::string>& ip_addresses) const {
+                                                const std::vector<std::string>& ip_addresses,
+                                                std::chrono::seconds validity) const {
   BioPtr bio(BIO_new_mem_buf(csr_pem.data(), static_cast<int>(csr_pem.size())));
   ReqPtr request(PEM_read_bio_X509_REQ(bio.get(), nullptr, nullptr, nullptr));
   if (!request) return invalid_argument_error("csr_pem is not a PEM certificate request: {}", openssl_error());
   PkeyPtr public_key(X509_REQ_get_pubkey(request.get()));
   if (!public_key || X509_REQ_verify(request.get(), public_key.get()) != 1)
     return invalid_argument_error("csr_pem's signature does not verify: {}", openssl_error());
-  return sign_leaf(public_key.get(), common_name, dns_names, ip_addresses);
+  return sign_leaf(public_key.get(), common_name, dns_names, ip_addresses, validity);
 }
 
 StatusOr<KeyAndCsr> make_key_and_csr(const std::string& common_name) {
@@ -337,7 +342,23 @@ StatusOr<CertificateInfo> certificate_info(const std::string& certificate_pem) {
                                 sizeof(common_name)) > 0) {
     info.common_name = common_name;
   }
+  std::tm when{};
+  if (ASN1_TIME_to_tm(X509_get0_notBefore(cert.get()), &when) != 1)
+    return invalid_argument_error("the certificate's notBefore does not parse: {}", openssl_error());
+  info.not_before_unix = static_cast<int64_t>(timegm(&when));
+  if (ASN1_TIME_to_tm(X509_get0_notAfter(cert.get()), &when) != 1)
+    return invalid_argument_error("the certificate's notAfter does not parse: {}", openssl_error());
+  info.not_after_unix = static_cast<int64_t>(timegm(&when));
   return info;
+}
+
+std::string format_utc(int64_t unix_seconds) {
+  const std::time_t seconds = static_cast<std::time_t>(unix_seconds);
+  std::tm when{};
+  gmtime_r(&seconds, &when);
+  char text[64] = {};
+  std::strftime(text, sizeof(text), "%Y-%m-%d %H:%M:%S UTC", &when);
+  return text;
 }
 
 }  // namespace cohort::security

@@ -27,8 +27,12 @@ namespace cohort::security {
 // How long the CA certificate is valid (it is created once per cluster).
 inline constexpr std::chrono::hours kCaValidity{24 * 365 * 10};
 // How long a node's or the coordinator's certificate is valid; the coordinator's is re-issued at
-// every start, a node's when it joins again.
+// every start, a node's when it joins again or renews it (RenewNodeCertificate).
 inline constexpr std::chrono::hours kLeafValidity{24 * 365};
+// A node renews its certificate once less than this fraction of its validity is left: the last
+// third, about 122 days of a kLeafValidity certificate, which leaves an agent that cannot reach its
+// coordinator for weeks, or is rarely restarted, months to renew before the certificate expires.
+inline constexpr int kRenewalWindowDivisor = 3;
 
 // A private key and a certificate signing request, both PEM.
 struct KeyAndCsr {
@@ -65,13 +69,16 @@ class ClusterCa {
   const std::string& fingerprint() const { return fingerprint_; }
 
   // A new key and a certificate for it with subject CN = `common_name` and the given DNS and IP
-  // subject alternative names, for both TLS server and client use.
+  // subject alternative names, for both TLS server and client use, valid for `validity` (tests
+  // shorten it).
   StatusOr<KeyAndCertificate> issue(const std::string& common_name, const std::vector<std::string>& dns_names,
-                                    const std::vector<std::string>& ip_addresses) const;
+                                    const std::vector<std::string>& ip_addresses,
+                                    std::chrono::seconds validity = kLeafValidity) const;
   // Signs the public key of `csr_pem` (its signature checked; its subject ignored) as above.
   StatusOr<IssuedCertificate> sign_csr(const std::string& csr_pem, const std::string& common_name,
                                        const std::vector<std::string>& dns_names,
-                                       const std::vector<std::string>& ip_addresses) const;
+                                       const std::vector<std::string>& ip_addresses,
+                                       std::chrono::seconds validity = kLeafValidity) const;
 
  private:
   struct Keys;
@@ -79,7 +86,8 @@ class ClusterCa {
   // The one signing step of issue() and sign_csr(): a leaf certificate for `public_key`.
   StatusOr<IssuedCertificate> sign_leaf(EVP_PKEY* public_key, const std::string& common_name,
                                         const std::vector<std::string>& dns_names,
-                                        const std::vector<std::string>& ip_addresses) const;
+                                        const std::vector<std::string>& ip_addresses,
+                                        std::chrono::seconds validity) const;
   std::unique_ptr<Keys> keys_;
   std::string certificate_pem_;
   std::string fingerprint_;
@@ -91,12 +99,18 @@ StatusOr<KeyAndCsr> make_key_and_csr(const std::string& common_name);
 // SHA-256 of a PEM certificate's DER encoding, lowercase hex. INVALID_ARGUMENT if it does not parse.
 StatusOr<std::string> certificate_fingerprint(const std::string& certificate_pem);
 
-// The serial number (hex) and subject CN of a PEM certificate.
+// The serial number (hex), subject CN and validity period of a PEM certificate.
 struct CertificateInfo {
   std::string serial;
   std::string common_name;
+  int64_t not_before_unix = 0;  // seconds since the epoch
+  int64_t not_after_unix = 0;
+  // When a node renews this certificate: kRenewalWindowDivisor-th of its validity before notAfter.
+  int64_t renew_after_unix() const { return not_after_unix - (not_after_unix - not_before_unix) / kRenewalWindowDivisor; }
 };
 StatusOr<CertificateInfo> certificate_info(const std::string& certificate_pem);
+// "2027-11-24 07:52:43 UTC": a certificate's dates in messages.
+std::string format_utc(int64_t unix_seconds);
 
 // Writes `contents` to `path` with `mode`, created exclusively under a temporary unique name and
 // renamed into place, so a reader never sees a half-written key. Never follows a symlink at `path`.

@@ -83,6 +83,10 @@ Status make_private_dir(const std::string& dir) {
 
 bool file_exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
 
+int64_t unix_seconds(std::chrono::system_clock::time_point when) {
+  return std::chrono::duration_cast<std::chrono::seconds>(when.time_since_epoch()).count();
+}
+
 // A coordinator listening on every interface is reached by its host name, not 0.0.0.0.
 std::string dialable_address(const std::string& address) {
   for (const char* wildcard : {"0.0.0.0:", "[::]:"}) {
@@ -151,6 +155,7 @@ Status DaemonSecurity::open_coordinator() {
   COHORT_ASSIGN_OR_RETURN(own_, ca_->issue(tls::kCoordinatorName, dns, ips));
   if (options_.agent) {
     COHORT_ASSIGN_OR_RETURN(node_, issue_node_certificate(options_.node_id));
+    COHORT_ASSIGN_OR_RETURN(node_info_, certificate_info(node_.certificate_pem));
   }
   return ok_status();
 }
@@ -221,6 +226,21 @@ Status DaemonSecurity::open_agent() {
         "{} is the certificate of node {:?}, but this agent's node id is {:?}: use --node-id {} or move {} away and "
         "join again",
         cert_path, info.common_name, options_.node_id, info.common_name, dir);
+  }
+  node_info_ = info;
+  // Named here, at the start, rather than left to a TLS handshake failure in both directions.
+  const int64_t now_unix = unix_seconds(now());
+  if (now_unix >= info.not_after_unix) {
+    return failed_precondition_error(
+        "the node certificate {} expired at {} (its notAfter); the coordinator refuses it and it cannot be "
+        "renewed any more. To join again: an admin makes a join token with `cohort node token` (and, if the "
+        "coordinator still lists this node, `cohort node revoke {}`); then move {} away and start this agent once "
+        "with --join-token TOKEN",
+        cert_path, format_utc(info.not_after_unix), options_.node_id, dir);
+  }
+  if (now_unix >= info.renew_after_unix()) {
+    spdlog::warn("the node certificate {} expires at {} (notAfter), in {} days; it is due for renewal", cert_path,
+                 format_utc(info.not_after_unix), (info.not_after_unix - now_unix) / 86400);
   }
   own_ = node_;
   return ok_status();
@@ -300,27 +320,33 @@ StatusOr<std::string> DaemonSecurity::sign_node(const std::string& node_id, cons
   if (ca_ == nullptr) return failed_precondition_error("this daemon is not a coordinator; it cannot sign nodes");
   COHORT_RETURN_IF_ERROR(coordinator::validate_node_id(node_id));
   // A second join for a live node would let a token holder take over its launches and secrets.
-  if (identities_->node_has_valid_certificate(node_id)) {
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now().time_since_epoch()).count();
+  if (identities_->node_has_valid_certificate(node_id, now_ms)) {
     return already_exists_error(
         "node {} already joined; if this is a reinstalled node, an admin revokes the old certificate first with "
         "`cohort node revoke {}` and makes a new join token",
         node_id, node_id);
   }
-  COHORT_RETURN_IF_ERROR(identities_->consume_join_token(
-      join_token_secret, std::chrono::duration_cast<std::chrono::milliseconds>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count()));
-  COHORT_ASSIGN_OR_RETURN(IssuedCertificate issued, ca_->sign_csr(csr_pem, node_id, {node_tls_name(node_id)}, {}));
-  COHORT_RETURN_IF_ERROR(identities_->add_node_certificate(issued.serial, node_id));
+  COHORT_RETURN_IF_ERROR(identities_->consume_join_token(join_token_secret, now_ms));
+  COHORT_ASSIGN_OR_RETURN(IssuedCertificate issued, ca_->sign_csr(csr_pem, node_id, {node_tls_name(node_id)}, {},
+                                                                  options_.node_certificate_validity));
+  COHORT_RETURN_IF_ERROR(record_node_certificate(node_id, issued));
   return issued.certificate_pem;
 }
 
 StatusOr<KeyAndCertificate> DaemonSecurity::issue_node_certificate(const std::string& node_id) {
   if (ca_ == nullptr) return failed_precondition_error("this daemon is not a coordinator; it cannot sign nodes");
   COHORT_RETURN_IF_ERROR(coordinator::validate_node_id(node_id));
-  COHORT_ASSIGN_OR_RETURN(KeyAndCertificate issued, ca_->issue(node_id, {node_tls_name(node_id)}, {}));
-  COHORT_RETURN_IF_ERROR(identities_->add_node_certificate(issued.serial, node_id));
+  COHORT_ASSIGN_OR_RETURN(KeyAndCertificate issued,
+                          ca_->issue(node_id, {node_tls_name(node_id)}, {}, options_.node_certificate_validity));
+  COHORT_RETURN_IF_ERROR(record_node_certificate(node_id, IssuedCertificate{issued.certificate_pem, issued.serial}));
   return issued;
+}
+
+Status DaemonSecurity::record_node_certificate(const std::string& node_id, const IssuedCertificate& issued) {
+  // With its notAfter, so an expired certificate stops holding the node id (node_has_valid_certificate).
+  COHORT_ASSIGN_OR_RETURN(CertificateInfo info, certificate_info(issued.certificate_pem));
+  return identities_->add_node_certificate(issued.serial, node_id, info.not_after_unix * 1000);
 }
 
 StatusOr<std::vector<std::string>> fetch_server_chain(const std::string& address, std::chrono::milliseconds timeout) {

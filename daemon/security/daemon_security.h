@@ -13,7 +13,9 @@
 // Agent (role agent): on first start, with --join-token, fetches the CA over TLS, checks it against
 // the token's fingerprint, sends a CSR to JoinCluster and keeps the key and certificate in
 // <data_dir>/node (0700); later starts load them. It serves with that certificate, requires the
-// coordinator's certificate from callers, and calls the coordinator with it (mutual TLS).
+// coordinator's certificate from callers, and calls the coordinator with it (mutual TLS). A node
+// certificate that has expired fails the start with a message naming its notAfter and how to join
+// again; one in its renewal window (the last third of its validity) is logged as a warning.
 // Role all: the coordinator issues its own node's certificate directly.
 // insecure: plaintext everywhere, refused unless the listen address is loopback.
 
@@ -51,6 +53,10 @@ struct DaemonSecurityOptions {
   std::string coordinator_address;  // agent role: where to join
   std::string join_token;         // agent role, first start: the token from `cohort node token`
   bool insecure = false;          // plaintext (loopback listen addresses only)
+  // The wall clock expiries are judged by (null: the system clock); tests move it.
+  std::function<std::chrono::system_clock::time_point()> clock;
+  // Coordinator: how long the node certificates it signs are valid (tests shorten it).
+  std::chrono::seconds node_certificate_validity = kLeafValidity;
 };
 
 class DaemonSecurity {
@@ -71,6 +77,8 @@ class DaemonSecurity {
   // The key and certificate this daemon serves with (the coordinator's, or the node's); the HTTPS
   // port (daemon/http) serves with them too. Empty when insecure.
   const KeyAndCertificate& serving_certificate() const { return own_; }
+  // Agent: the node certificate's serial, CN and validity (all zero when insecure).
+  const CertificateInfo& node_certificate_info() const { return node_info_; }
 
   // Coordinator side (null / errors on an agent-only daemon):
   coordinator::IdentityStore* identities() const { return identities_.get(); }
@@ -85,7 +93,7 @@ class DaemonSecurity {
   // The join token text for a join token secret.
   std::string join_token_text(const std::string& secret) const;
   // Signs a joining node's CSR (JoinCluster) and records the certificate, using up the join token.
-  // ALREADY_EXISTS when the node id holds a certificate that is not revoked.
+  // ALREADY_EXISTS when the node id holds a certificate that is neither revoked nor expired.
   StatusOr<std::string> sign_node(const std::string& node_id, const std::string& csr_pem,
                                   const std::string& join_token_secret);
   // A key and a recorded certificate for `node_id`, made here (the node of role all, tests).
@@ -95,6 +103,11 @@ class DaemonSecurity {
   explicit DaemonSecurity(DaemonSecurityOptions options) : options_(std::move(options)) {}
   Status open_coordinator();
   Status open_agent();
+  // Records a certificate this coordinator signed for `node_id`, with its notAfter.
+  Status record_node_certificate(const std::string& node_id, const IssuedCertificate& issued);
+  std::chrono::system_clock::time_point now() const {
+    return options_.clock ? options_.clock() : std::chrono::system_clock::now();
+  }
 
   const DaemonSecurityOptions options_;
   std::unique_ptr<ClusterCa> ca_;
@@ -105,6 +118,7 @@ class DaemonSecurity {
 
   KeyAndCertificate own_;              // what this daemon serves with (coordinator cert, or the node's)
   KeyAndCertificate node_;             // the agent's node certificate (calls to the coordinator)
+  CertificateInfo node_info_;          // node_'s serial, CN and validity (agent)
 };
 
 // Parses "K1-<fingerprint>-<secret>". INVALID_ARGUMENT saying what a join token looks like.
