@@ -30,6 +30,16 @@ if ! awk -v s="$score" -v max="$kMaxExposure" 'BEGIN { exit !(s <= max) }'; then
   grep '✗' <<<"$output" | sort -t' ' -k1 >&2 || true
   exit 1
 fi
+# The capabilities the agent needs stay in the bounding set: CAP_SYS_PTRACE above all, without
+# which a root agent cannot see its workers' /proc entries (ProtectProc=invisible) and refuses to
+# start (daemon/agent/agent_capabilities.h).
+bounding="$(sed -n 's/^CapabilityBoundingSet=//p' "$unit")"
+for capability in CAP_SETUID CAP_SETGID CAP_KILL CAP_CHOWN CAP_SYS_PTRACE; do
+  if ! grep -qw "$capability" <<<"$bounding"; then
+    echo "FAIL: CapabilityBoundingSet in deploy/cohortd.service lacks $capability (it has: $bounding)" >&2
+    exit 1
+  fi
+done
 # The settings GPUs and UCX do not survive stay out (deploy/README.md says why).
 for setting in MemoryDenyWriteExecute=yes PrivateDevices=yes PrivateUsers=yes DynamicUser=yes; do
   if grep -q "^$setting" "$unit"; then

@@ -16,6 +16,7 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <spdlog/spdlog.h>
 
+#include "daemon/agent/agent_capabilities.h"
 #include "daemon/agent/free_port.h"
 #include "daemon/agent/leftover_tasks.h"
 #include "daemon/metrics/coordinator_collector.h"
@@ -94,6 +95,9 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
       return invalid_argument_error("worker_command must start with an absolute path, e.g. {}",
                                     kDefaultWorkerPath);
     }
+    // A root agent that cannot read its workers' /proc entries (no CAP_SYS_PTRACE) would find no
+    // stopped rank and no worker left behind, silently: it refuses to start (agent_capabilities.h).
+    COHORT_RETURN_IF_ERROR(agent::check_root_agent_capabilities());
   }
   COHORT_ASSIGN_OR_RETURN(std::string host, listen_host(options.listen));
 
