@@ -250,6 +250,10 @@ class PosixProcessHandle final : public ProcessHandle {
   pid_t pgid() const override { return pid_; }
 
   Status signal_group(int sig) override {
+    // Under mu_, so poll_exit cannot reap between the check and the kill: a reaped leader's id may
+    // already name another process group, which root would otherwise signal.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (exit_.has_value()) return ok_status();
     if (::kill(-pid_, sig) != 0 && errno != ESRCH) {
       return errno_status(fmt::format("kill(-{}, {})", pid_, sig), errno);
     }

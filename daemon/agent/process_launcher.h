@@ -93,7 +93,10 @@ class ProcessHandle {
   virtual pid_t pgid() const = 0;
 
   // Sends `sig` to every process of the group. A group that no longer exists is not an error
-  // (the processes are gone, which is what a stop wants). Non-blocking.
+  // (the processes are gone, which is what a stop wants). Once poll_exit has returned the exit
+  // (the leader is reaped) it sends nothing: the pid, and with it the group id, may already belong
+  // to an unrelated process, and poll_exit killed what was left of the group before the reap.
+  // Non-blocking; thread-safe with poll_exit.
   virtual Status signal_group(int sig) = 0;
 
   // Reaps the process if it has exited; its exit status then and on every later call, nullopt

@@ -1,12 +1,18 @@
 #include "daemon/agent/process_launcher.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -127,6 +133,81 @@ TEST(PosixProcessLauncherTest, SignalGroupKillsChildAndGrandchild) {
   EXPECT_TRUE(wait_until([&] { return testing::live_processes_in_group(pgid).empty(); }));
   // The group is gone; signalling it again is not an error.
   EXPECT_TRUE((*process)->signal_group(SIGTERM).ok());
+}
+
+#ifdef SYS_clone3
+// clone3's arguments up to cgroup (CLONE_ARGS_SIZE_VER2), spelled out: <linux/sched.h> clashes
+// with glibc's <sched.h>.
+struct CloneArgs {
+  uint64_t flags = 0;
+  uint64_t pidfd = 0;
+  uint64_t child_tid = 0;
+  uint64_t parent_tid = 0;
+  uint64_t exit_signal = 0;
+  uint64_t stack = 0;
+  uint64_t stack_size = 0;
+  uint64_t tls = 0;
+  uint64_t set_tid = 0;
+  uint64_t set_tid_size = 0;
+  uint64_t cgroup = 0;
+};
+#endif
+
+// Once the leader is reaped its id may be reused, by an unrelated process and its group: then
+// signal_group must send nothing (the agent is root, so it could signal anyone). clone3's set_tid
+// reuses the id on purpose, at once, instead of waiting for the pids to wrap.
+TEST(PosixProcessLauncherTest, SignalGroupSendsNothingOnceTheExitIsCollected) {
+#ifndef SYS_clone3
+  GTEST_SKIP() << "no clone3 on this system";
+#else
+  if (::geteuid() != 0) GTEST_SKIP() << "choosing a pid (clone3 set_tid) needs CAP_SYS_ADMIN";
+  LaunchOptions options;
+  options.argv = {"/bin/true"};
+  PosixProcessLauncher launcher;
+  auto process = launcher.launch(options);
+  ASSERT_TRUE(process.ok()) << process.status().to_string();
+  ASSERT_TRUE(wait_exit(**process).has_value());
+  const pid_t reaped = (*process)->pgid();
+
+  // An unrelated process whose pid and process group id are the reaped leader's.
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  pid_t wanted = reaped;
+  CloneArgs args;
+  args.exit_signal = SIGCHLD;
+  args.set_tid = reinterpret_cast<uint64_t>(&wanted);
+  args.set_tid_size = 1;
+  const long other = ::syscall(SYS_clone3, &args, sizeof(args));
+  if (other == 0) {
+    // Only system calls here: this is a raw clone of a threaded process.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    ::setpgid(0, 0);
+    if (::write(ready[1], "x", 1) != 1) ::_exit(1);
+    for (;;) ::pause();
+  }
+  const int clone_errno = errno;
+  ::close(ready[1]);
+  if (other < 0) {
+    ::close(ready[0]);
+    GTEST_SKIP() << "clone3(set_tid=" << reaped << ") failed: " << std::strerror(clone_errno)
+                 << " (the id was taken again, or the kernel is older than 5.5)";
+  }
+  char byte = 0;
+  ASSERT_EQ(::read(ready[0], &byte, 1), 1);
+  ::close(ready[0]);
+  ASSERT_EQ(other, reaped);
+  ASSERT_EQ(::getpgid(static_cast<pid_t>(other)), reaped);
+
+  EXPECT_TRUE((*process)->signal_group(SIGKILL).ok());
+  EXPECT_TRUE((*process)->signal_group(SIGTERM).ok());
+  // A signal sent would have ended it (SIGKILL is acted on at once; 200 ms covers the scheduler).
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  int status = 0;
+  EXPECT_EQ(::waitpid(static_cast<pid_t>(other), &status, WNOHANG), 0)
+      << "the unrelated group " << reaped << " was signalled after its id's previous owner was reaped";
+  ::kill(static_cast<pid_t>(other), SIGKILL);
+  ::waitpid(static_cast<pid_t>(other), &status, 0);
+#endif
 }
 
 // A rank that exits (or is killed alone, as SIGKILL of its pid does) while a child it started still
