@@ -88,6 +88,8 @@ const std::map<std::string, Access>& method_policy() {
       {"/cohort.v1.Coordinator/CreateJoinToken", Access::kAdmin},
       {"/cohort.v1.Coordinator/JoinCluster", Access::kJoinToken},
       {"/cohort.v1.Coordinator/RevokeNode", Access::kAdmin},
+      // Signed for the node id of the caller's certificate (require_node), never the CSR's subject.
+      {"/cohort.v1.Coordinator/RenewNodeCertificate", Access::kNode},
       // cohort.v1.Rendezvous: a job's ranks only, each call checked against its attempt.
       {"/cohort.v1.Rendezvous/Join", Access::kJobSecret},
       {"/cohort.v1.Rendezvous/Set", Access::kJobSecret},

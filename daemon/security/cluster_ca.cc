@@ -352,6 +352,14 @@ StatusOr<CertificateInfo> certificate_info(const std::string& certificate_pem) {
   return info;
 }
 
+bool certificate_matches_key(const std::string& certificate_pem, const std::string& key_pem) {
+  StatusOr<X509Ptr> cert = parse_cert(certificate_pem);
+  StatusOr<PkeyPtr> key = parse_key(key_pem);
+  const bool matches = cert.ok() && key.ok() && X509_check_private_key(cert->get(), key->get()) == 1;
+  ERR_clear_error();
+  return matches;
+}
+
 std::string format_utc(int64_t unix_seconds) {
   const std::time_t seconds = static_cast<std::time_t>(unix_seconds);
   std::tm when{};

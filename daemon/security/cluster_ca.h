@@ -109,6 +109,8 @@ struct CertificateInfo {
   int64_t renew_after_unix() const { return not_after_unix - (not_after_unix - not_before_unix) / kRenewalWindowDivisor; }
 };
 StatusOr<CertificateInfo> certificate_info(const std::string& certificate_pem);
+// Whether `certificate_pem` certifies the public key of the private key `key_pem`.
+bool certificate_matches_key(const std::string& certificate_pem, const std::string& key_pem);
 // "2027-11-24 07:52:43 UTC": a certificate's dates in messages.
 std::string format_utc(int64_t unix_seconds);
 

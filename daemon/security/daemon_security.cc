@@ -87,6 +87,25 @@ int64_t unix_seconds(std::chrono::system_clock::time_point when) {
   return std::chrono::duration_cast<std::chrono::seconds>(when.time_since_epoch()).count();
 }
 
+// A renewal writes node.key.new and node.crt.new in full, then renames them over node.key and
+// node.crt, key first. A crash in between leaves a state this finishes at the next start: both
+// .new files (rename both), only node.crt.new (its key is node.key already: rename it), or only
+// node.key.new (its certificate never arrived: the old pair is intact, drop it).
+Status finish_interrupted_renewal(const std::string& key_path, const std::string& cert_path) {
+  const std::string new_key = key_path + ".new", new_cert = cert_path + ".new";
+  const bool has_key = file_exists(new_key), has_cert = file_exists(new_cert);
+  if (has_key && !has_cert) {
+    ::unlink(new_key.c_str());
+    return ok_status();
+  }
+  if (has_key && ::rename(new_key.c_str(), key_path.c_str()) != 0)
+    return internal_error("cannot rename {} to {}: {}", new_key, key_path, std::strerror(errno));
+  if (has_cert && ::rename(new_cert.c_str(), cert_path.c_str()) != 0)
+    return internal_error("cannot rename {} to {}: {}", new_cert, cert_path, std::strerror(errno));
+  if (has_cert) spdlog::info("finished writing the renewed node certificate {} (interrupted earlier)", cert_path);
+  return ok_status();
+}
+
 // A coordinator listening on every interface is reached by its host name, not 0.0.0.0.
 std::string dialable_address(const std::string& address) {
   for (const char* wildcard : {"0.0.0.0:", "[::]:"}) {
@@ -217,6 +236,7 @@ Status DaemonSecurity::open_agent() {
     spdlog::info("node {} joined the cluster at {}; its certificate is in {}", options_.node_id,
                  options_.coordinator_address, dir);
   }
+  COHORT_RETURN_IF_ERROR(finish_interrupted_renewal(key_path, cert_path));
   COHORT_ASSIGN_OR_RETURN(node_.key_pem, read_file(key_path));
   COHORT_ASSIGN_OR_RETURN(node_.certificate_pem, read_file(cert_path));
   COHORT_ASSIGN_OR_RETURN(ca_pem_, read_file(ca_path));
@@ -238,12 +258,105 @@ Status DaemonSecurity::open_agent() {
         "with --join-token TOKEN",
         cert_path, format_utc(info.not_after_unix), options_.node_id, dir);
   }
+  on_disk_info_ = info;
   if (now_unix >= info.renew_after_unix()) {
-    spdlog::warn("the node certificate {} expires at {} (notAfter), in {} days; it is due for renewal", cert_path,
+    spdlog::warn("the node certificate {} expires at {} (notAfter), in {} days; renewing it", cert_path,
                  format_utc(info.not_after_unix), (info.not_after_unix - now_unix) / 86400);
+    StatusOr<bool> renewed = renew_node_certificate_if_due();
+    if (renewed.ok() && *renewed) {
+      // Before the port opens: the renewed certificate is the one this start serves and calls with.
+      COHORT_ASSIGN_OR_RETURN(node_.key_pem, read_file(key_path));
+      COHORT_ASSIGN_OR_RETURN(node_.certificate_pem, read_file(cert_path));
+      COHORT_ASSIGN_OR_RETURN(node_info_, certificate_info(node_.certificate_pem));
+    } else if (!renewed.ok()) {
+      // Still valid: the agent runs, and the hourly check tries again.
+      spdlog::warn("renewing the node certificate {} failed: {}; it stays valid until {}, retrying every {} s",
+                   cert_path, renewed.status().to_string(), format_utc(info.not_after_unix),
+                   options_.renewal_check_interval.count());
+    }
   }
   own_ = node_;
+  if (options_.renewal_check_interval.count() > 0) renewal_thread_ = std::thread([this] { renewal_loop(); });
   return ok_status();
+}
+
+DaemonSecurity::~DaemonSecurity() {
+  {
+    std::lock_guard<std::mutex> lock(thread_mu_);
+    stopping_ = true;
+  }
+  thread_cv_.notify_all();
+  if (renewal_thread_.joinable()) renewal_thread_.join();
+}
+
+void DaemonSecurity::renewal_loop() {
+  std::unique_lock<std::mutex> lock(thread_mu_);
+  while (!thread_cv_.wait_for(lock, options_.renewal_check_interval, [this] { return stopping_; })) {
+    lock.unlock();
+    const std::string cert_path = options_.data_dir + "/node/node.crt";
+    StatusOr<bool> renewed = renew_node_certificate_if_due();
+    const int64_t now_unix = unix_seconds(now());
+    if (!renewed.ok()) {
+      spdlog::error("renewing the node certificate {} failed: {}; the certificate this agent uses expires at {} "
+                    "(in {} days), after which it can no longer reach its coordinator",
+                    cert_path, renewed.status().to_string(), format_utc(node_info_.not_after_unix),
+                    (node_info_.not_after_unix - now_unix) / 86400);
+    }
+    bool restart_due = false;
+    {
+      std::lock_guard<std::mutex> renew(renew_mu_);
+      restart_due = on_disk_info_.serial != node_info_.serial;
+    }
+    if (restart_due) {
+      // gRPC's server and channel credentials were built from the old certificate at the start.
+      spdlog::warn("the node certificate was renewed in {}, but this agent still serves and calls with the old one "
+                   "(serial {}), which expires at {} (in {} days): restart cohortd before then to use the new one",
+                   cert_path, node_info_.serial, format_utc(node_info_.not_after_unix),
+                   (node_info_.not_after_unix - now_unix) / 86400);
+    }
+    lock.lock();
+  }
+}
+
+StatusOr<bool> DaemonSecurity::renew_node_certificate_if_due() {
+  if (options_.insecure || ca_ != nullptr || !options_.agent) return false;
+  std::lock_guard<std::mutex> lock(renew_mu_);
+  if (unix_seconds(now()) < on_disk_info_.renew_after_unix()) return false;
+  const std::string dir = options_.data_dir + "/node";
+  const std::string key_path = dir + "/node.key", cert_path = dir + "/node.crt";
+  // The certificate on disk authenticates the call: the startup's, or one renewed since.
+  tls::ChannelSecurity security = to_coordinator();
+  COHORT_ASSIGN_OR_RETURN(security.key_pem, read_file(key_path));
+  COHORT_ASSIGN_OR_RETURN(security.certificate_pem, read_file(cert_path));
+  // A new key: a key that leaked stops working when its certificate expires.
+  COHORT_ASSIGN_OR_RETURN(KeyAndCsr request, make_key_and_csr(options_.node_id));
+  COHORT_ASSIGN_OR_RETURN(std::vector<std::string> addresses, tls::parse_address_list(options_.coordinator_address));
+  tls::LeaderChannel leader(addresses, security);
+  cohort::v1::RenewNodeCertificateRequest call;
+  call.set_node_id(options_.node_id);
+  call.set_csr_pem(request.csr_pem);
+  cohort::v1::RenewNodeCertificateResponse response;
+  grpc::Status status = leader.unary<cohort::v1::Coordinator>(std::chrono::system_clock::now() + kJoinTimeout,
+                                                              &cohort::v1::Coordinator::Stub::RenewNodeCertificate,
+                                                              call, &response);
+  if (!status.ok()) {
+    return Status(static_cast<StatusCode>(status.error_code()),
+                  fmt::format("RenewNodeCertificate at {} failed: {}", options_.coordinator_address,
+                              status.error_message()));
+  }
+  COHORT_ASSIGN_OR_RETURN(CertificateInfo info, certificate_info(response.certificate_pem()));
+  if (info.common_name != options_.node_id || !certificate_matches_key(response.certificate_pem(), request.key_pem)) {
+    return internal_error("the coordinator at {} answered RenewNodeCertificate with a certificate for {:?} that is "
+                          "not for this node's new key; {} is unchanged",
+                          options_.coordinator_address, info.common_name, cert_path);
+  }
+  COHORT_RETURN_IF_ERROR(write_private_file(key_path + ".new", request.key_pem, 0600));
+  COHORT_RETURN_IF_ERROR(write_private_file(cert_path + ".new", response.certificate_pem(), 0644));
+  COHORT_RETURN_IF_ERROR(finish_interrupted_renewal(key_path, cert_path));
+  spdlog::info("renewed the node certificate {}: serial {}, valid until {} (the old one until {})", cert_path,
+               info.serial, format_utc(info.not_after_unix), format_utc(on_disk_info_.not_after_unix));
+  on_disk_info_ = info;
+  return true;
 }
 
 std::shared_ptr<grpc::ServerCredentials> DaemonSecurity::server_credentials() const {
@@ -347,6 +460,24 @@ Status DaemonSecurity::record_node_certificate(const std::string& node_id, const
   // With its notAfter, so an expired certificate stops holding the node id (node_has_valid_certificate).
   COHORT_ASSIGN_OR_RETURN(CertificateInfo info, certificate_info(issued.certificate_pem));
   return identities_->add_node_certificate(issued.serial, node_id, info.not_after_unix * 1000);
+}
+
+StatusOr<std::string> DaemonSecurity::renew_node(const std::string& node_id, const std::string& csr_pem) {
+  if (ca_ == nullptr) return failed_precondition_error("this daemon is not a coordinator; it cannot sign nodes");
+  COHORT_RETURN_IF_ERROR(coordinator::validate_node_id(node_id));
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now().time_since_epoch()).count();
+  // The Authenticator admitted the caller's certificate; a revocation since then must not be undone.
+  if (!identities_->node_has_valid_certificate(node_id, now_ms)) {
+    return failed_precondition_error(
+        "node {} holds no valid certificate any more (revoked); it must join again with a new join token", node_id);
+  }
+  COHORT_ASSIGN_OR_RETURN(IssuedCertificate issued, ca_->sign_csr(csr_pem, node_id, {node_tls_name(node_id)}, {},
+                                                                  options_.node_certificate_validity));
+  COHORT_RETURN_IF_ERROR(record_node_certificate(node_id, issued));
+  COHORT_ASSIGN_OR_RETURN(CertificateInfo info, certificate_info(issued.certificate_pem));
+  spdlog::info("node {} renewed its certificate: serial {}, valid until {}", node_id, info.serial,
+               format_utc(info.not_after_unix));
+  return issued.certificate_pem;
 }
 
 StatusOr<std::vector<std::string>> fetch_server_chain(const std::string& address, std::chrono::milliseconds timeout) {

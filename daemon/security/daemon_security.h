@@ -15,13 +15,21 @@
 // <data_dir>/node (0700); later starts load them. It serves with that certificate, requires the
 // coordinator's certificate from callers, and calls the coordinator with it (mutual TLS). A node
 // certificate that has expired fails the start with a message naming its notAfter and how to join
-// again; one in its renewal window (the last third of its validity) is logged as a warning.
+// again; one in its renewal window (the last third of its validity) is renewed over mutual TLS with
+// it (RenewNodeCertificate: a new key, a certificate for the same node id) before the port opens,
+// and a thread checks hourly afterwards. A renewal by that thread is written to <data_dir>/node at
+// once, but the running agent keeps serving and calling with the certificate it started with
+// until cohortd restarts (gRPC's credentials are built once, from memory): it warns, at every
+// check, that a restart is due before the old certificate's notAfter.
 // Role all: the coordinator issues its own node's certificate directly.
 // insecure: plaintext everywhere, refused unless the listen address is loopback.
 
+#include <condition_variable>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include <grpcpp/grpcpp.h>
 
@@ -57,11 +65,15 @@ struct DaemonSecurityOptions {
   std::function<std::chrono::system_clock::time_point()> clock;
   // Coordinator: how long the node certificates it signs are valid (tests shorten it).
   std::chrono::seconds node_certificate_validity = kLeafValidity;
+  // Agent: how often a thread checks whether the node certificate is due for renewal (0: never;
+  // the check at the start still runs).
+  std::chrono::seconds renewal_check_interval{3600};
 };
 
 class DaemonSecurity {
  public:
   static StatusOr<std::unique_ptr<DaemonSecurity>> open(const DaemonSecurityOptions& options);
+  ~DaemonSecurity();
 
   bool insecure() const { return options_.insecure; }
   // What the listening port serves with: TLS with this daemon's certificate and the Authenticator.
@@ -98,11 +110,25 @@ class DaemonSecurity {
                                   const std::string& join_token_secret);
   // A key and a recorded certificate for `node_id`, made here (the node of role all, tests).
   StatusOr<KeyAndCertificate> issue_node_certificate(const std::string& node_id);
+  // RenewNodeCertificate: signs `csr_pem` for `node_id`, the CN of the caller's verified node
+  // certificate (never the CSR's subject), and records it. The old certificate stays valid until
+  // it expires (the agent still serves with it until it restarts). FAILED_PRECONDITION when the
+  // node holds no valid certificate any more (revoked meanwhile).
+  StatusOr<std::string> renew_node(const std::string& node_id, const std::string& csr_pem);
+
+  // Agent: renews the node certificate if it is in its renewal window (the last third of its
+  // validity): a new key and CSR, RenewNodeCertificate over mutual TLS with the current
+  // certificate, then node.key and node.crt replaced (each written in full under a temporary name,
+  // then renamed; owner-only key). True when it renewed; false when not due (or not an agent-only,
+  // TLS daemon). The certificate the daemon serves and calls with changes only at the next start.
+  StatusOr<bool> renew_node_certificate_if_due();
 
  private:
   explicit DaemonSecurity(DaemonSecurityOptions options) : options_(std::move(options)) {}
   Status open_coordinator();
   Status open_agent();
+  // The renewal check's thread (agent-only, TLS daemons).
+  void renewal_loop();
   // Records a certificate this coordinator signed for `node_id`, with its notAfter.
   Status record_node_certificate(const std::string& node_id, const IssuedCertificate& issued);
   std::chrono::system_clock::time_point now() const {
@@ -119,6 +145,14 @@ class DaemonSecurity {
   KeyAndCertificate own_;              // what this daemon serves with (coordinator cert, or the node's)
   KeyAndCertificate node_;             // the agent's node certificate (calls to the coordinator)
   CertificateInfo node_info_;          // node_'s serial, CN and validity (agent)
+
+  // Renewal (agent): what is on disk may be newer than node_ once the thread renewed it.
+  std::mutex renew_mu_;                // one renewal at a time; guards on_disk_info_
+  CertificateInfo on_disk_info_;       // the certificate in <data_dir>/node/node.crt
+  std::mutex thread_mu_;
+  std::condition_variable thread_cv_;
+  bool stopping_ = false;              // guarded by thread_mu_
+  std::thread renewal_thread_;
 };
 
 // Parses "K1-<fingerprint>-<secret>". INVALID_ARGUMENT saying what a join token looks like.

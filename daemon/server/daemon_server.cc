@@ -148,6 +148,9 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
     return internal_error("cannot create the data directory {}: {}", server->options_.data_dir, created.message());
   }
   COHORT_ASSIGN_OR_RETURN(server->security_, security::DaemonSecurity::open(security_options));
+  // An alert on this gauge catches a node certificate nobody renewed (security::kRenewalWindowDivisor).
+  if (server->has_agent() && !server->security_->insecure())
+    server->metrics_->set_node_certificate_expiry(server->security_->node_certificate_info().not_after_unix);
   // A standby that cannot verify a caller (credentials made after it was seeded) answers UNAVAILABLE,
   // so the client tries the next coordinator (issue 16, AuthenticatorOptions::standby_refusal).
   if (server->has_coordinator())

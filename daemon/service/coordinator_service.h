@@ -91,6 +91,8 @@ class CoordinatorService final : public cohort::v1::Coordinator::Service {
                            cohort::v1::JoinClusterResponse* response) override;
   grpc::Status RevokeNode(grpc::ServerContext* context, const cohort::v1::RevokeNodeRequest* request,
                           cohort::v1::RevokeNodeResponse* response) override;
+  grpc::Status RenewNodeCertificate(grpc::ServerContext* context, const cohort::v1::RenewNodeCertificateRequest* request,
+                                    cohort::v1::RenewNodeCertificateResponse* response) override;
 
  private:
   void dispatch(coordinator::AgentOrders orders) const;

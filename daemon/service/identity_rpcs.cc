@@ -1,6 +1,7 @@
 // CoordinatorService's user and node methods: AddUser, ListUsers, RevokeUser, CreateJoinToken,
-// JoinCluster, RevokeNode. Who may call them (admins; JoinCluster a join token) is
-// security::method_policy()'s, checked before these run.
+// JoinCluster, RevokeNode, RenewNodeCertificate. Who may call them (admins; JoinCluster a join
+// token; RenewNodeCertificate a node's certificate) is security::method_policy()'s, checked before
+// these run.
 
 #include <spdlog/spdlog.h>
 
@@ -93,6 +94,20 @@ grpc::Status CoordinatorService::RevokeNode(grpc::ServerContext* context, const 
   // Untrusted from now on: dropped from the registry at once (its attempts fail over), not when its
   // lease would have run out.
   dispatch(coordinator_->remove_node(request->node_id(), "its certificate was revoked"));
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::RenewNodeCertificate(grpc::ServerContext* context,
+                                                      const cohort::v1::RenewNodeCertificateRequest* request,
+                                                      cohort::v1::RenewNodeCertificateResponse* response) {
+  // The node id is the one in the caller's verified certificate; the request's must match it.
+  StatusOr<security::Caller> caller = security::caller_of(*context);
+  if (!caller.ok()) return to_grpc_status(caller.status());
+  if (Status same = security::require_node(*caller, request->node_id()); !same.ok()) return to_grpc_status(same);
+  StatusOr<std::string> certificate = security_->renew_node(caller->name, request->csr_pem());
+  if (!certificate.ok()) return to_grpc_status(certificate.status());
+  response->set_certificate_pem(*certificate);
+  response->set_ca_certificate_pem(security_->ca_pem());
   return grpc::Status::OK;
 }
 

@@ -93,6 +93,7 @@ class GatedCoordinatorService final : public cohort::v1::Coordinator::Service {
   COHORT_GATED_UNARY(CreateJoinToken)
   COHORT_GATED_UNARY(JoinCluster)
   COHORT_GATED_UNARY(RevokeNode)
+  COHORT_GATED_UNARY(RenewNodeCertificate)
 #undef COHORT_GATED_UNARY
 
   grpc::Status WatchJob(grpc::ServerContext* context, const cohort::v1::WatchJobRequest* request,

@@ -207,7 +207,7 @@ TEST_F(AccessControlTest, EveryMethodWithoutCredentialsIsUnauthenticated) {
       ++checked;
     }
   }
-  EXPECT_GE(checked, 34);  // 18 Coordinator, 11 Rendezvous, 4 Agent, 1 Info methods
+  EXPECT_GE(checked, 35);  // 19 Coordinator, 11 Rendezvous, 4 Agent, 1 Info methods
 }
 
 TEST_F(AccessControlTest, PlaintextAgainstATlsPortFails) {
@@ -307,7 +307,7 @@ TEST_F(AccessControlTest, ANodeCertificateClaimingAnotherNodeIsPermissionDenied)
         << denied.error_message();
     ++checked;
   }
-  EXPECT_EQ(checked, 4);  // RegisterNode, Heartbeat, ReportTaskExit, ReportTasksStarted
+  EXPECT_EQ(checked, 5);  // RegisterNode, Heartbeat, ReportTaskExit, ReportTasksStarted, RenewNodeCertificate
 }
 
 TEST_F(AccessControlTest, CredentialsOfTheWrongKindArePermissionDenied) {
