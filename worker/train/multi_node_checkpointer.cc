@@ -10,6 +10,7 @@
 #include <exception>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <set>
 #include <sstream>
 #include <utility>
@@ -164,6 +165,78 @@ std::vector<int64_t> split(const std::string& text) {
   return out;
 }
 
+bool all_digits(const std::string& text) {
+  return !text.empty() && text.size() <= 18 && std::all_of(text.begin(), text.end(), ::isdigit);
+}
+
+// <name>.iter<iteration>.rank<rank>of<size>.pt, parsed; nullopt for any other file.
+std::optional<CheckpointFile> parse_file_name(const std::string& file, const std::string& name) {
+  const std::string prefix = name + ".iter", suffix = ".pt";
+  if (file.size() <= prefix.size() + suffix.size() || file.compare(0, prefix.size(), prefix) != 0 ||
+      file.compare(file.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return std::nullopt;
+  }
+  const std::string middle = file.substr(prefix.size(), file.size() - prefix.size() - suffix.size());
+  const size_t rank_at = middle.find(".rank");
+  const size_t of_at = rank_at == std::string::npos ? std::string::npos : middle.find("of", rank_at);
+  if (of_at == std::string::npos) return std::nullopt;
+  const std::string iteration = middle.substr(0, rank_at);
+  const std::string rank = middle.substr(rank_at + 5, of_at - rank_at - 5);
+  const std::string size = middle.substr(of_at + 2);
+  if (!all_digits(iteration) || !all_digits(rank) || !all_digits(size) || size.size() > 9)
+    return std::nullopt;
+  CheckpointFile out{std::stoll(iteration), static_cast<int>(std::stoll(rank)),
+                     static_cast<int>(std::stoll(size))};
+  if (out.rank >= out.size) return std::nullopt;
+  return out;
+}
+
+// The checkpoints of world sizes other than `size` among `files`, for resume()'s allgather:
+// "<iteration>:<size>" for a set this rank sees whole (a shared directory), else
+// "<iteration>:<size>:<rank>.<rank>..." with the ranks whose files it sees (node-local
+// directories: the ranks' reports together may make the set whole), ";"-separated.
+std::string describe_other_sizes(const std::vector<CheckpointFile>& files, int size) {
+  std::map<std::pair<int64_t, int>, std::set<int>> sets;
+  for (const CheckpointFile& f : files) {
+    if (f.size != size) sets[{f.iteration, f.size}].insert(f.rank);
+  }
+  std::string out;
+  for (const auto& [key, ranks] : sets) {
+    out += fmt::format("{}{}:{}", out.empty() ? "" : ";", key.first, key.second);
+    if (static_cast<int>(ranks.size()) == key.second) continue;
+    std::string listed;
+    for (int r : ranks) listed += (listed.empty() ? "" : ".") + std::to_string(r);
+    out += ":" + listed;
+  }
+  return out;
+}
+
+// The other sizes' sets that are whole over all ranks' reports (describe_other_sizes), newest
+// iteration first.
+std::vector<std::pair<int64_t, int>> whole_other_size_sets(const std::vector<std::string>& reports) {
+  std::map<std::pair<int64_t, int>, std::set<int>> seen;
+  std::set<std::pair<int64_t, int>> whole;
+  for (const std::string& report : reports) {
+    std::stringstream in(report);
+    std::string item;
+    while (std::getline(in, item, ';')) {
+      std::vector<std::string> parts;
+      std::stringstream fields(item);
+      for (std::string part; std::getline(fields, part, ':');) parts.push_back(part);
+      if (parts.size() < 2) continue;
+      std::pair<int64_t, int> key{std::stoll(parts[0]), static_cast<int>(std::stoll(parts[1]))};
+      if (parts.size() == 2) {
+        whole.insert(key);
+        continue;
+      }
+      std::stringstream ranks(parts[2]);
+      for (std::string r; std::getline(ranks, r, '.');) seen[key].insert(static_cast<int>(std::stoll(r)));
+      if (static_cast<int>(seen[key].size()) == key.second) whole.insert(key);
+    }
+  }
+  return std::vector<std::pair<int64_t, int>>(whole.rbegin(), whole.rend());
+}
+
 }  // namespace
 
 MultiNodeCheckpointer::MultiNodeCheckpointer(std::string name, comm::Communicator& comm,
@@ -194,9 +267,9 @@ Status MultiNodeCheckpointer::lock_directory() {
     std::string who = n > 0 ? std::string(holder, static_cast<size_t>(n)) : std::string("another process");
     while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
     return failed_precondition_error(
-        "checkpointer {}: checkpoint directory {} is in use: {} holds {} (another attempt of this job, or another "
-        "job, still writes it). Two writers would corrupt its checkpoints; stop the other one, or give this run "
-        "its own checkpoint.dir",
+        "checkpointer {}: checkpoint directory {} is in use: {} holds {} (another attempt of this job, or "
+        "another job, still writes it). Two writers would corrupt its checkpoints; stop the other one, or "
+        "give this run its own checkpoint.dir",
         name_, directory_, who, path);
   }
   // Who holds it, for the error the next one gets.
@@ -330,39 +403,68 @@ Status MultiNodeCheckpointer::save(int64_t iteration) {
     if (error)
       return unavailable_error("checkpointer {}: cannot create {}: {}", name_, directory_, error.message());
     COHORT_RETURN_IF_ERROR(lock_directory());
+    COHORT_RETURN_IF_ERROR(check_no_newer_run(iteration));
     COHORT_ASSIGN_OR_RETURN(std::string data, serialize(iteration));
     return write_atomically(path_for(iteration), data);
   }();
   COHORT_RETURN_IF_ERROR(agree(local, "save"));
-  return collect_garbage();
+  directory_checked_ = true;
+  return collect_garbage(iteration);
+}
+
+Status MultiNodeCheckpointer::check_no_newer_run(int64_t iteration) const {
+  if (directory_checked_) return ok_status();
+  COHORT_ASSIGN_OR_RETURN(std::vector<int64_t> iterations, local_iterations());
+  std::vector<int64_t> newer;
+  for (int64_t i : iterations) {
+    if (i > iteration) newer.push_back(i);
+  }
+  if (newer.empty()) return ok_status();
+  return failed_precondition_error(
+      "checkpointer {}: rank {} of {}: {} already holds this checkpoint's iterations {}, newer than the "
+      "iteration {} being saved, and resume() was not called: they are another run's. Saving here would mix "
+      "the runs (a later resume would load iteration {} of the other run). Call resume() first to continue "
+      "that run, or move {}.iter*.pt out of the directory (or use another directory) to start a new one",
+      name_, comm_.rank(), comm_.size(), directory_, join(newer), iteration, newer.back(), name_);
+}
+
+StatusOr<std::vector<CheckpointFile>> MultiNodeCheckpointer::list_files() const {
+  std::vector<CheckpointFile> out;
+  std::error_code error;
+  if (!fs::exists(directory_, error)) return out;
+  for (fs::directory_iterator it(directory_, error), end; !error && it != end; it.increment(error)) {
+    if (auto file = parse_file_name(it->path().filename().string(), name_)) out.push_back(*file);
+  }
+  if (error) return unavailable_error("checkpointer {}: listing {}: {}", name_, directory_, error.message());
+  return out;
 }
 
 StatusOr<std::vector<int64_t>> MultiNodeCheckpointer::local_iterations() const {
+  COHORT_ASSIGN_OR_RETURN(std::vector<CheckpointFile> files, list_files());
+  return own_iterations(files);
+}
+
+std::vector<int64_t> MultiNodeCheckpointer::own_iterations(const std::vector<CheckpointFile>& files) const {
   std::vector<int64_t> out;
-  std::error_code error;
-  if (!fs::exists(directory_, error)) return out;
-  std::string prefix = name_ + ".iter";
-  std::string suffix = fmt::format(".rank{}of{}.pt", comm_.rank(), comm_.size());
-  for (fs::directory_iterator it(directory_, error), end; !error && it != end; it.increment(error)) {
-    std::string file = it->path().filename().string();
-    if (file.size() <= prefix.size() + suffix.size() || file.compare(0, prefix.size(), prefix) != 0 ||
-        file.compare(file.size() - suffix.size(), suffix.size(), suffix) != 0) {
-      continue;
-    }
-    std::string digits = file.substr(prefix.size(), file.size() - prefix.size() - suffix.size());
-    if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit)) continue;
-    out.push_back(std::stoll(digits));
+  for (const CheckpointFile& f : files) {
+    if (f.rank == comm_.rank() && f.size == comm_.size()) out.push_back(f.iteration);
   }
-  if (error) return unavailable_error("checkpointer {}: listing {}: {}", name_, directory_, error.message());
   std::sort(out.begin(), out.end());
   return out;
 }
 
-Status MultiNodeCheckpointer::collect_garbage() {
+Status MultiNodeCheckpointer::collect_garbage(int64_t saved) {
   COHORT_ASSIGN_OR_RETURN(std::vector<int64_t> iterations, local_iterations());
-  int64_t excess = static_cast<int64_t>(iterations.size()) - options_.keep_generations;
+  // Only generations older than the one just saved: it is kept with the newest
+  // keep_generations - 1 below it. Newer files (a set that resume() found incomplete on some
+  // rank) are left alone; the oldest `size - keep` of the listing could be the file just written.
+  std::vector<int64_t> older;
+  for (int64_t i : iterations) {
+    if (i < saved) older.push_back(i);
+  }
+  int64_t excess = static_cast<int64_t>(older.size()) - (options_.keep_generations - 1);
   for (int64_t i = 0; i < excess; ++i) {
-    std::string path = path_for(iterations[i]);
+    std::string path = path_for(older[i]);
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) return errno_status("unlink(" + path + ")", errno);
   }
   return ok_status();
@@ -396,23 +498,48 @@ StatusOr<std::optional<int64_t>> MultiNodeCheckpointer::resume() {
   std::error_code exists_error;
   Status locked = fs::exists(directory_, exists_error) ? lock_directory() : ok_status();
   COHORT_RETURN_IF_ERROR(agree(locked, "locking the checkpoint directory"));
-  StatusOr<std::vector<int64_t>> mine = local_iterations();
-  // A rank that cannot list its files contributes "none" so the collective still completes.
-  COHORT_ASSIGN_OR_RETURN(std::vector<std::string> all,
-                          comm_.allgather_obj(mine.ok() ? join(mine.value()) : std::string("-")));
-  COHORT_RETURN_IF_ERROR(agree(mine.status(), "listing checkpoints"));
-  std::set<int64_t> common(mine.value().begin(), mine.value().end());
-  for (const auto& list : all) {
-    std::vector<int64_t> theirs = split(list);
+  StatusOr<std::vector<CheckpointFile>> files = list_files();
+  // Each rank's iterations, then "|" and the other world sizes' checkpoints it sees. A rank that
+  // cannot list its files contributes "-" so the collective still completes.
+  std::vector<int64_t> mine = files.ok() ? own_iterations(files.value()) : std::vector<int64_t>();
+  COHORT_ASSIGN_OR_RETURN(
+      std::vector<std::string> all,
+      comm_.allgather_obj(files.ok() ? join(mine) + "|" + describe_other_sizes(files.value(), comm_.size())
+                                     : std::string("-")));
+  COHORT_RETURN_IF_ERROR(agree(files.status(), "listing checkpoints"));
+  std::set<int64_t> common(mine.begin(), mine.end());
+  std::vector<std::string> other_sizes;
+  for (const auto& report : all) {
+    const size_t bar = report.find('|');
+    std::vector<int64_t> theirs = split(report.substr(0, bar));
+    other_sizes.push_back(bar == std::string::npos ? std::string() : report.substr(bar + 1));
     std::set<int64_t> next;
     for (int64_t i : theirs) {
       if (common.count(i) != 0) next.insert(i);
     }
     common = std::move(next);
   }
-  if (common.empty()) return std::optional<int64_t>();
+  if (common.empty()) {
+    // Every rank decides from the same allgathered reports, so all fail (or go on) alike. A
+    // checkpoint is per rank (its shard's iterator position, its generators): one saved by
+    // another number of ranks cannot be loaded, and starting from scratch beside it would
+    // silently drop the run's progress.
+    std::vector<std::pair<int64_t, int>> other = whole_other_size_sets(other_sizes);
+    if (!other.empty()) {
+      return failed_precondition_error(
+          "checkpointer {}: {} holds a complete checkpoint of iteration {} saved by {} ranks, but this run "
+          "has {} ranks and there is none for {} ranks there; a checkpoint holds each rank's own state and "
+          "loads only into as many ranks as saved it. Resume with {} ranks, or, to start from scratch with "
+          "{}, move {}.iter*.rank*of{}.pt out of the directory (or use another checkpoint directory)",
+          name_, directory_, other[0].first, other[0].second, comm_.size(), comm_.size(), other[0].second,
+          comm_.size(), name_, other[0].second);
+    }
+    directory_checked_ = true;
+    return std::optional<int64_t>();
+  }
   int64_t iteration = *common.rbegin();
   COHORT_RETURN_IF_ERROR(agree(load_file(iteration), "resume"));
+  directory_checked_ = true;
   return std::optional<int64_t>(iteration);
 }
 

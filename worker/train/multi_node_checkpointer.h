@@ -18,9 +18,13 @@
 // Files: <directory>/<name>.iter<iteration, 12 digits>.rank<rank>of<size>.pt, each a libtorch
 // archive. A save writes <file>.tmp, fsyncs it, renames it into place and fsyncs the directory,
 // so a crash leaves either the old set of files or the new one, never a torn file under a final
-// name. Garbage collection deletes this rank's generations beyond the newest keep_generations —
-// only after every rank has reported its save complete, so the generation that resume() would
-// pick is never lost.
+// name. Garbage collection deletes this rank's generations older than the one just saved beyond
+// the newest keep_generations — only after every rank has reported its save complete, so the
+// generation that resume() would pick is never lost.
+//
+// Files of another run are never mixed in silently: resume() fails when the directory holds a
+// checkpoint of another world size and none of this one, and a save() without a resume() before
+// it fails when the directory holds newer iterations (both FAILED_PRECONDITION, naming them).
 //
 // Devices: module parameters and buffers, and registered tensors, on a CUDA device are written as
 // host copies (the file loads into a CPU or a GPU model) and loaded back onto the device of the
@@ -54,6 +58,13 @@ namespace cohort::train {
 // Generations kept per rank: the newest, plus one in case the newest is incomplete on some rank.
 inline constexpr int kDefaultKeepGenerations = 2;
 
+// One checkpoint file's identity, from its name.
+struct CheckpointFile {
+  int64_t iteration = 0;
+  int rank = 0;
+  int size = 0;  // the world size that saved it
+};
+
 struct CheckpointerOptions {
   int keep_generations = kDefaultKeepGenerations;  // this rank's newest files kept after a save (>= 1)
 };
@@ -78,13 +89,20 @@ class MultiNodeCheckpointer {
   // Saves the position and the shuffle seed; resume() fails when the seed differs.
   void add_iterator(const std::string& key, BatchIterator& iterator);
 
-  // Saves this rank's state as `iteration` (atomically), then garbage-collects. Collective and
-  // blocking: after writing, ranks agree (one allreduce) whether every rank saved; on failure
-  // anywhere every rank returns an error and deletes nothing.
+  // Saves this rank's state as `iteration` (atomically), then garbage-collects this rank's
+  // generations older than `iteration` beyond keep_generations (never `iteration` itself, nor
+  // newer ones). Collective and blocking: after writing, ranks agree (one allreduce) whether
+  // every rank saved; on failure anywhere every rank returns an error and deletes nothing.
+  // The first save() of a checkpointer on which resume() was not called refuses (FAILED_PRECONDITION,
+  // writing nothing) when the directory already holds newer iterations of this name and size:
+  // another run's, which a later resume() would load instead of this run's.
   Status save(int64_t iteration);
 
   // Loads the newest iteration present for every rank (the ranks' lists of iterations are
   // allgathered and intersected), or returns nullopt — loading nothing — when there is none.
+  // When there is none for this world size but the directory holds a complete checkpoint saved
+  // by another number of ranks, FAILED_PRECONDITION on every rank (naming the iteration and both
+  // sizes) instead of nullopt: starting from scratch would silently drop that run's progress.
   // Collective and blocking; a load failure on any rank is an error on every rank.
   StatusOr<std::optional<int64_t>> resume();
 
@@ -99,7 +117,14 @@ class MultiNodeCheckpointer {
   struct Entry;
   StatusOr<std::string> serialize(int64_t iteration) const;
   Status load_file(int64_t iteration);
-  Status collect_garbage();
+  Status collect_garbage(int64_t saved);
+  // Every checkpoint file of this name in the directory, any rank and world size (local).
+  StatusOr<std::vector<CheckpointFile>> list_files() const;
+  // This rank's iterations among `files`, ascending.
+  std::vector<int64_t> own_iterations(const std::vector<CheckpointFile>& files) const;
+  // OK once resume() or a save() has run; else FAILED_PRECONDITION when this rank's files hold
+  // iterations newer than `iteration` (see save()).
+  Status check_no_newer_run(int64_t iteration) const;
   // Takes this rank's lock on the directory (once; the directory must exist). FAILED_PRECONDITION
   // when another process holds it.
   Status lock_directory();
@@ -112,6 +137,9 @@ class MultiNodeCheckpointer {
   CheckpointerOptions options_;
   std::vector<std::shared_ptr<Entry>> entries_;
   int lock_fd_ = -1;  // the held lock file, or -1
+  // True once resume() has looked at the directory or a save() has succeeded: newer files are
+  // then this run's business (an incomplete set resume() skipped, or its own saves).
+  bool directory_checked_ = false;
 };
 
 // ChainerMN's name for the constructor.

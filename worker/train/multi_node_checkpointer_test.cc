@@ -233,6 +233,111 @@ TEST(MultiNodeCheckpointerTest, TwoAttemptsNeverWriteOneDirectoryAtOnce) {
   EXPECT_EQ(failures, "");
 }
 
+// A checkpoint saved by 2 ranks, resumed by 3 or by 1: every rank fails with FAILED_PRECONDITION
+// naming the directory, the iteration and both sizes — not nullopt, which a job takes as "no
+// checkpoint" and trains from step 0 beside the old run's files.
+TEST(MultiNodeCheckpointerTest, ResumeAtAnotherWorldSizeFailsOnEveryRank) {
+  std::string dir = fresh_dir("resize");
+  ASSERT_EQ(run_on_ranks(2,
+                         [&](int rank, comm::Communicator& comm) -> Status {
+                           at::Tensor value = at::full({2}, double(rank));
+                           auto checkpointer = create_multi_node_checkpointer("resize", comm, dir);
+                           checkpointer->add_tensors("value", {value});
+                           COHORT_RETURN_IF_ERROR(checkpointer->save(40));
+                           return checkpointer->save(50);
+                         }),
+            "");
+  for (int size : {3, 1}) {
+    std::string failures = run_on_ranks(size, [&](int rank, comm::Communicator& comm) -> Status {
+      at::Tensor value = at::zeros({2});
+      auto checkpointer = create_multi_node_checkpointer("resize", comm, dir);
+      checkpointer->add_tensors("value", {value});
+      auto resumed = checkpointer->resume();
+      const std::string expected = fmt::format(
+          "{} holds a complete checkpoint of iteration 50 saved by 2 ranks, "
+          "but this run has {} ranks",
+          dir, size);
+      if (resumed.ok() || resumed.status().code() != StatusCode::kFailedPrecondition ||
+          resumed.status().message().find(expected) == std::string::npos) {
+        return internal_error("rank {} of {}: expected FAILED_PRECONDITION with \"{}\", got {}", rank, size,
+                              expected, resumed.ok() ? "a resume" : resumed.status().to_string());
+      }
+      return ok_status();
+    });
+    EXPECT_EQ(failures, "") << "size " << size;
+  }
+  // The 2-rank run itself still resumes.
+  EXPECT_EQ(run_on_ranks(2,
+                         [&](int rank, comm::Communicator& comm) -> Status {
+                           at::Tensor value = at::zeros({2});
+                           auto checkpointer = create_multi_node_checkpointer("resize", comm, dir);
+                           checkpointer->add_tensors("value", {value});
+                           COHORT_ASSIGN_OR_RETURN(auto at, checkpointer->resume());
+                           if (at != std::optional<int64_t>(50) || value[0].item<float>() != rank)
+                             return internal_error("rank {}: resumed at {}", rank, at.value_or(-1));
+                           return ok_status();
+                         }),
+            "");
+}
+
+// The directory holds iterations 50 and 60 of an older run. A new run that did not resume() is
+// refused its save(10), naming them (garbage collection used to delete the file just written —
+// the oldest of 10, 50, 60 — and a later resume() loaded the old run's 60). After a resume() that
+// found them incomplete (rank 1 lost its files), save(10) keeps 10 and collects nothing newer.
+TEST(MultiNodeCheckpointerTest, SaveNeverCollectsTheIterationJustSaved) {
+  std::string dir = fresh_dir("older_run");
+  ASSERT_EQ(run_on_ranks(kRanks,
+                         [&](int rank, comm::Communicator& comm) -> Status {
+                           at::Tensor value = at::zeros({2});
+                           auto old_run = create_multi_node_checkpointer("job", comm, dir);
+                           old_run->add_tensors("value", {value});
+                           COHORT_RETURN_IF_ERROR(old_run->save(50));
+                           return old_run->save(60);
+                         }),
+            "");
+  std::string failures = run_on_ranks(kRanks, [&](int rank, comm::Communicator& comm) -> Status {
+    at::Tensor value = at::zeros({2});
+    auto checkpointer = create_multi_node_checkpointer("job", comm, dir);
+    checkpointer->add_tensors("value", {value});
+    Status refused = checkpointer->save(10);
+    if (refused.code() != StatusCode::kFailedPrecondition ||
+        refused.message().find("iterations 50,60, newer than the iteration 10") == std::string::npos) {
+      return internal_error("rank {}: save(10) beside iterations 50 and 60 was not refused: {}", rank,
+                            refused.to_string());
+    }
+    COHORT_ASSIGN_OR_RETURN(auto kept, checkpointer->local_iterations());
+    if (kept != std::vector<int64_t>{50, 60})
+      return internal_error("rank {}: {} files after the refusal", rank, kept.size());
+    return ok_status();
+  });
+  EXPECT_EQ(failures, "");
+
+  failures = run_on_ranks(kRanks, [&](int rank, comm::Communicator& comm) -> Status {
+    at::Tensor value = at::zeros({2});
+    auto checkpointer = create_multi_node_checkpointer("job", comm, dir);
+    checkpointer->add_tensors("value", {value});
+    if (rank == 1) {
+      fs::remove(checkpointer->path_for(50));
+      fs::remove(checkpointer->path_for(60));
+    }
+    COHORT_RETURN_IF_ERROR(comm.barrier(comm::CallOptions{std::nullopt, true})->wait());
+    COHORT_ASSIGN_OR_RETURN(auto at, checkpointer->resume());
+    if (at.has_value()) return internal_error("rank {}: resumed at {}", rank, *at);
+    COHORT_RETURN_IF_ERROR(checkpointer->save(10));
+    if (!fs::exists(checkpointer->path_for(10)))
+      return internal_error("rank {}: save(10) deleted its own file", rank);
+    COHORT_ASSIGN_OR_RETURN(auto kept, checkpointer->local_iterations());
+    std::vector<int64_t> expected = rank == 0 ? std::vector<int64_t>{10, 50, 60} : std::vector<int64_t>{10};
+    if (kept != expected) return internal_error("rank {}: kept {} files", rank, kept.size());
+    value.fill_(-1);
+    COHORT_ASSIGN_OR_RETURN(at, checkpointer->resume());
+    if (at != std::optional<int64_t>(10))
+      return internal_error("rank {}: resumed at {}", rank, at.value_or(-1));
+    return ok_status();
+  });
+  EXPECT_EQ(failures, "");
+}
+
 // An iterator restored under another shuffle seed would continue with other samples: refused on
 // every rank.
 TEST(MultiNodeCheckpointerTest, IteratorSeedMismatchFailsEveryRank) {
