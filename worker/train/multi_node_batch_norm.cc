@@ -48,9 +48,21 @@ at::Tensor MultiNodeBatchNormImpl::normalize_with_batch_statistics(const at::Ten
   channel_shape[1] = x.size(1);
   for (int64_t d = 2; d < x.dim(); ++d) reduce_dims.push_back(d);
 
+  // f16 / bf16 input: statistics accumulated in double over the input widened to float, and the
+  // normalization in float. In the input's dtype the squares overflow f16 (300² > 65504), and
+  // bf16's 8 significant bits cancel E[x²] - E[x]² to noise, or below zero, once |mean| is a few
+  // times the std; summed in float, a 65536-sample channel at mean 300 still loses ~1 %
+  // of a unit variance. x² of an 8- or 11-bit value is exact in float, so the double sums are
+  // exact but for their own rounding. Widening is differentiable; the output is cast back.
+  const at::ScalarType input_type = x.scalar_type();
+  const bool reduced = input_type == at::kHalf || input_type == at::kBFloat16;
+  const at::Tensor xs = reduced ? x.to(at::kFloat) : x;
+  const at::ScalarType stats_type = reduced ? at::kDouble : input_type;
+
   // Protocol: one differentiable SUM allreduce of [sum; sum of squares] per channel, then the
   // sample count (not differentiable) in the same order on every rank.
-  at::Tensor local = at::stack({x.sum(reduce_dims), x.mul(x).sum(reduce_dims)});
+  at::Tensor local = at::stack({xs.sum(reduce_dims, /*keepdim=*/false, stats_type),
+                                xs.mul(xs).sum(reduce_dims, /*keepdim=*/false, stats_type)});
   at::Tensor global = autograd::allreduce(comm_, local, comm::ReduceOp::kSum);
   const double local_count = x.size(1) == 0 ? 0.0 : static_cast<double>(x.numel() / x.size(1));
   auto count_or = comm_.allreduce_obj(local_count, comm::ReduceOp::kSum);
@@ -60,8 +72,10 @@ at::Tensor MultiNodeBatchNormImpl::normalize_with_batch_statistics(const at::Ten
 
   at::Tensor mean = global[0].div(n);
   at::Tensor var = global[1].div(n).sub(mean.mul(mean));
-  at::Tensor y = x.sub(mean.view(channel_shape)).mul(var.add(options_.eps()).rsqrt().view(channel_shape));
+  at::Tensor y = xs.sub(mean.to(xs.scalar_type()).view(channel_shape))
+                     .mul(var.add(options_.eps()).rsqrt().to(xs.scalar_type()).view(channel_shape));
   if (options_.affine()) y = y.mul(weight.view(channel_shape)).add(bias.view(channel_shape));
+  if (y.scalar_type() != input_type) y = y.to(input_type);
 
   if (is_training() && options_.track_running_stats()) {
     torch::NoGradGuard no_grad;

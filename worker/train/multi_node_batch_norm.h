@@ -16,7 +16,8 @@
 // running_var, num_batches_tracked), so state dicts load into either.
 //
 // The variance is E[x^2] - E[x]^2 (one allreduce instead of two, as ChainerMN): less accurate
-// than a two-pass variance in float when |mean| >> std.
+// than a two-pass variance in float when |mean| >> std. f16 and bf16 inputs are normalized in
+// float with statistics summed (and allreduced) in double; the output is in the input's dtype.
 //
 // create_mnbn_model (ChainerMN's) turns the BatchNorm layers of an existing Sequential model into
 // MultiNodeBatchNorm. Only Sequential models can be rewritten generically: other libtorch modules

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/nn/modules/activation.h>
@@ -103,6 +104,44 @@ TEST(MultiNodeBatchNormTest, MatchesBatchNorm1dOnTheGlobalBatch) {
 
 TEST(MultiNodeBatchNormTest, OneRankIsPlainBatchNorm) {
   check_matches_global_batch_norm(1, {kChannels, 2, 2});
+}
+
+// Reduced-precision input far from zero (300 + N(0, 1), [64, 4, 32, 32] per rank) on 2 ranks
+// versus float at::batch_norm on the concatenated batch of the same (rounded) values. The
+// statistics used to be computed in the input's dtype: in bf16 E[x²] - E[x]² of a 65536-sample
+// channel cancelled to noise (outputs off by 3 to 5) and the output came back in float; in f16
+// the squares overflow (on the CPU it threw first: libtorch 1.13 has no f16 rsqrt). The output
+// is in the input's dtype, so compared within its rounding.
+void check_reduced_precision_matches_float(at::ScalarType dtype) {
+  SCOPED_TRACE(::testing::Message() << "dtype " << dtype);
+  constexpr int kRanks = 2;
+  at::Generator gen = at::detail::createCPUGenerator(5);
+  Tensors xs;
+  for (int r = 0; r < kRanks; ++r) xs.push_back(at::randn({64, 4, 32, 32}, gen).add(300).to(dtype));
+  at::Tensor running_mean = at::zeros({4});
+  at::Tensor running_var = at::ones({4});
+  at::Tensor want = at::batch_norm(at::cat(xs).to(at::kFloat), {}, {}, running_mean, running_var,
+                                   /*training=*/true, 0.1, 1e-5, false);
+  Tensors want_ys = want.split(64);
+  std::string failures = run_autograd_ranks(kRanks, [&](int rank, comm::Communicator& comm) {
+    MultiNodeBatchNorm bn(comm, torch::nn::BatchNormOptions(4));
+    at::Tensor y = bn->forward(xs[rank]);
+    EXPECT_EQ(y.scalar_type(), dtype) << "rank " << rank;
+    at::Tensor error = y.to(at::kFloat).sub(want_ys[rank]).abs().max();
+    // bf16 keeps 8 significant bits (|y| < 8: within 2^-5 after rounding), f16 11.
+    EXPECT_LT(error.item<float>(), dtype == at::kBFloat16 ? 0.04 : 0.01) << "rank " << rank;
+    EXPECT_TRUE(at::allclose(bn->running_mean, running_mean, 1e-4, 1e-3)) << "rank " << rank;
+    EXPECT_TRUE(at::allclose(bn->running_var, running_var, 1e-3, 1e-3)) << "rank " << rank;
+  });
+  ASSERT_EQ(failures, "");
+}
+
+TEST(MultiNodeBatchNormTest, BFloat16InputFarFromZeroMatchesFloat) {
+  check_reduced_precision_matches_float(at::kBFloat16);
+}
+
+TEST(MultiNodeBatchNormTest, HalfInputFarFromZeroMatchesFloat) {
+  check_reduced_precision_matches_float(at::kHalf);
 }
 
 // A Sequential with BatchNorm layers, seeded so every rank builds the same one.
