@@ -575,7 +575,7 @@ Status DaemonServer::register_node() {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + options_.peer_rpc_timeout);
   // The call first: the error then names the coordinator that answered (the leader moves).
-  const grpc::Status registered = coordinator_leader_->unary<cohort::v1::Coordinator>(
+  const grpc::Status registered = coordinator_leader_->idempotent_unary<cohort::v1::Coordinator>(
       std::chrono::system_clock::now() + options_.peer_rpc_timeout, &cohort::v1::Coordinator::Stub::RegisterNode,
       request, &response);
   COHORT_RETURN_IF_ERROR(
@@ -609,7 +609,10 @@ Status DaemonServer::heartbeat() {
   request.set_node_id(node_id_);
   request.set_unschedulable(draining_);
   cohort::v1::HeartbeatResponse response;
-  const grpc::Status beat = coordinator_leader_->unary<cohort::v1::Coordinator>(
+  // Safe to send twice, so a leader that holds it without answering (stopped, cut off) costs only
+  // its share of the deadline and the channel moves on to the coordinator that took over; waiting
+  // out the whole deadline there would run down the lease and fence every task here.
+  const grpc::Status beat = coordinator_leader_->idempotent_unary<cohort::v1::Coordinator>(
       std::chrono::system_clock::now() + options_.peer_rpc_timeout, &cohort::v1::Coordinator::Stub::Heartbeat, request,
       &response);
   return from_grpc_status(beat, "Coordinator.Heartbeat", coordinator_leader_->leader_address());
@@ -631,7 +634,7 @@ Status DaemonServer::report_exit(const agent::TaskExit& exit) {
                                    node_id_, lease_.count()));
   }
   cohort::v1::ReportTaskExitResponse response;
-  const grpc::Status reported = coordinator_leader_->unary<cohort::v1::Coordinator>(
+  const grpc::Status reported = coordinator_leader_->idempotent_unary<cohort::v1::Coordinator>(
       std::chrono::system_clock::now() + options_.peer_rpc_timeout, &cohort::v1::Coordinator::Stub::ReportTaskExit,
       request, &response);
   return from_grpc_status(reported, "Coordinator.ReportTaskExit", coordinator_leader_->leader_address());
