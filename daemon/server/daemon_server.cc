@@ -766,6 +766,11 @@ Status DaemonServer::start_election() {
   };
   election.on_lost = [this](const Status& why) {
     spdlog::warn("cohortd at {}: leadership lost: {}", advertised_address(), why.to_string());
+    // After a become_leader() under way (on the campaign thread, loading the store): seen before it,
+    // the loss would find nothing to step down and the gate would open after it, a leader whose
+    // store writes fail (the fence is gone) taking heartbeats. become_leader() checks the election
+    // before it leads; this steps down one that led.
+    std::lock_guard<std::mutex> leadership(leadership_mu_);
     follow_leader("");
   };
   election.on_leader_changed = [this](const std::string& leader) {
@@ -854,6 +859,20 @@ Status DaemonServer::become_leader() {
   COHORT_RETURN_IF_ERROR(open_coordinator());
   coordinator_service_->set_address(advertised_address());
   COHORT_RETURN_IF_ERROR(follow_identities());
+  if (options_.before_leading) options_.before_leading();
+  // The election may have been lost while the store loaded (on_lost waits for leadership_mu_, so a
+  // loss from here on steps this leader down): leading on a lost key would take heartbeats and
+  // placements with every store write failing on its dead fence, and nothing would step it down.
+  if (election_ != nullptr) {
+    const std::optional<etcd::LeaderKey> now = election_->leadership();
+    if (!now.has_value() || !leader_key_.has_value() || now->key != leader_key_->key ||
+        now->rev != leader_key_->rev) {
+      return unavailable_error(
+          "cohortd at {} lost the election {} (key {}) while loading the store; it does not lead (restart it to "
+          "stand for election again)",
+          advertised_address(), options_.election_name, leader_key_.has_value() ? leader_key_->key : "none");
+    }
+  }
   start_leading_threads();
   spdlog::info("cohortd at {} leads the cluster now (store loaded in {} ms)", advertised_address(),
                std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started)

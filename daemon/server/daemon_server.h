@@ -182,6 +182,9 @@ struct DaemonServerOptions {
   // Called (on the election's thread) when a leading coordinator loses its leadership; cohortd's
   // main then exits with status 1 so its supervisor restarts it as a standby.
   std::function<void()> on_leadership_lost;
+  // Tests: runs in become_leader() once the store is loaded, before the coordinator leads (the
+  // election's thread, under the leadership lock), so a test can lose the election in between.
+  std::function<void()> before_leading;
   // Security (see daemon/security/): plaintext only with insecure (loopback listen only).
   bool insecure = false;
   std::string join_token;        // agent role: joins the cluster with it on first start
