@@ -241,11 +241,13 @@ std::string EtcdClient::prefix_end(const std::string& prefix) {
   return std::string(1, '\0');  // every key
 }
 
-StatusOr<RangeResult> EtcdClient::range(const std::string& key, const std::string& range_end, int64_t limit) {
+StatusOr<RangeResult> EtcdClient::range(const std::string& key, const std::string& range_end, int64_t limit,
+                                        int64_t revision) {
   etcdserverpb::RangeRequest request;
   request.set_key(key);
   request.set_range_end(range_end);
   request.set_limit(limit);
+  request.set_revision(revision);
   etcdserverpb::RangeResponse response;
   COHORT_RETURN_IF_ERROR(call("Range", [&](Member& m, grpc::ClientContext& context) {
     return m.kv->Range(&context, request, &response);
@@ -286,6 +288,21 @@ StatusOr<int64_t> EtcdClient::put(const std::string& key, const std::string& val
     return m.kv->Put(&context, request, &response);
   }));
   return response.header().revision();
+}
+
+Status EtcdClient::compact(int64_t revision) {
+  etcdserverpb::CompactionRequest request;
+  request.set_revision(revision);
+  etcdserverpb::CompactionResponse response;
+  // Safe to send again on another member: a compaction that landed makes the repeat OUT_OF_RANGE.
+  return call("Compact", [&](Member& m, grpc::ClientContext& context) {
+    return m.kv->Compact(&context, request, &response);
+  });
+}
+
+bool EtcdClient::is_compacted_error(const Status& status) {
+  return status.code() == StatusCode::kOutOfRange &&
+         status.message().find("required revision has been compacted") != std::string::npos;
 }
 
 StatusOr<int64_t> EtcdClient::delete_range(const std::string& key, const std::string& range_end) {

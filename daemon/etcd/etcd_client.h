@@ -130,8 +130,11 @@ class EtcdClient {
   ~EtcdClient();
 
   // ---- KV
-  // Keys in [key, range_end); range_end empty: the one key. limit 0: no limit. Blocks one call.
-  StatusOr<RangeResult> range(const std::string& key, const std::string& range_end = "", int64_t limit = 0);
+  // Keys in [key, range_end); range_end empty: the one key. limit 0: no limit. revision 0: now,
+  // else as of that store revision (OUT_OF_RANGE "required revision has been compacted" once
+  // compact() dropped it). Blocks one call.
+  StatusOr<RangeResult> range(const std::string& key, const std::string& range_end = "", int64_t limit = 0,
+                              int64_t revision = 0);
   // Every key starting with `prefix`, in key order.
   StatusOr<RangeResult> range_prefix(const std::string& prefix, int64_t limit = 0);
   // Every key starting with `prefix`, in key order, read in Ranges of `page_size` keys (a page
@@ -149,6 +152,14 @@ class EtcdClient {
   // `expected_mod_revision` (0: only if the key does not exist). Returns whether it wrote.
   StatusOr<bool> compare_and_swap(const std::string& key, int64_t expected_mod_revision,
                                   const std::string& value);
+  // Drops the history before `revision` (every key's superseded versions and deleted keys older
+  // than it), so etcd's database does not grow until its space quota stops every write (etcd keeps
+  // all history unless compacted). OUT_OF_RANGE when the history was compacted at or past
+  // `revision` already (is_compacted_error).
+  Status compact(int64_t revision);
+  // Whether `status` is etcd's "required revision has been compacted" (a read or compaction of
+  // history that is gone).
+  static bool is_compacted_error(const Status& status);
 
   // ---- Lease
   // Grants a lease of `ttl` (rounded up to whole seconds; etcd's minimum applies). Returns its id.
@@ -206,7 +217,7 @@ class EtcdClient {
   static bool has_prefix(const std::string& key, const std::string& prefix) { return key.rfind(prefix, 0) == 0; }
 
   // ---- Accounting
-  // RPCs sent, by kind ("Range", "Put", "DeleteRange", "Txn", "LeaseGrant", "LeaseKeepAlive",
+  // RPCs sent, by kind ("Range", "Put", "DeleteRange", "Txn", "Compact", "LeaseGrant", "LeaseKeepAlive",
   // "LeaseRevoke", "Campaign", "Proclaim", "Leader", "Observe", "Resign"); every attempt counts.
   std::map<std::string, int64_t> request_counts() const;
   int64_t total_requests() const;

@@ -149,6 +149,10 @@ const std::vector<DaemonSetting>& daemon_settings() {
       {"leader_lease_ms", "--leader-lease-ms", "MS",
        "coordinator, with election: the leader's etcd lease; a dead leader is replaced within about this "
        "long (default 5000, at least 2000)"},
+      {"etcd_compaction_ms", "--etcd-compaction-ms", "MS",
+       "coordinator, with job_store etcd://: the leader compacts etcd's history this often, keeping one to two "
+       "intervals of it, so etcd's database stays below its space quota (default 300000; 0: never, when etcd "
+       "runs with --auto-compaction-retention)"},
       {"advertise", "--advertise", "HOST:PORT",
        "coordinator: the address clients and agents reach this daemon at, published to the election and "
        "named by standbys (default: the listen address with its bound port)"},
@@ -291,6 +295,8 @@ Status DaemonConfig::set(const std::string& key, const std::string& value, const
   } else if (key == "leader_lease_ms") {
     COHORT_ASSIGN_OR_RETURN(long long ms, parse_integer(value, 2000, kMaxMs, where, key));
     options_.leader_lease_ttl = std::chrono::seconds((ms + 999) / 1000);
+  } else if (key == "etcd_compaction_ms") {
+    return set_milliseconds(0, options_.etcd_compaction_interval);
   } else if (key == "advertise") {
     options_.advertise_address = value;
   } else if (key == "insecure") {

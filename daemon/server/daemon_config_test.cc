@@ -2,6 +2,7 @@
 
 #include "daemon/server/daemon_config.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -54,6 +55,19 @@ max_log_bytes_per_job: 4096
   EXPECT_EQ(options->peer_rpc_timeout.count(), 4000);
   EXPECT_EQ(config.log_level(), "debug");
   EXPECT_EQ(options->max_log_bytes_per_job, 4096u);
+}
+
+TEST(DaemonConfigTest, EtcdCompactionIntervalDefaultsToFiveMinutesAndZeroTurnsItOff) {
+  DaemonConfig config;
+  ASSERT_TRUE(config.apply_yaml("role: coordinator\ndata_dir: /d\n", "c.yaml").ok());
+  EXPECT_EQ(config.options()->etcd_compaction_interval, std::chrono::minutes(5));
+  ASSERT_TRUE(config.apply_yaml("etcd_compaction_ms: 60000\n", "c.yaml").ok());
+  EXPECT_EQ(config.options()->etcd_compaction_interval.count(), 60000);
+  ASSERT_TRUE(config.apply_flag("--etcd-compaction-ms", "0").ok());
+  EXPECT_EQ(config.options()->etcd_compaction_interval.count(), 0);
+  Status bad = config.apply_yaml("etcd_compaction_ms: soon\n", "c.yaml");
+  EXPECT_NE(bad.message().find("c.yaml:1: etcd_compaction_ms: 'soon' is not a whole number"), std::string::npos)
+      << bad.to_string();
 }
 
 TEST(DaemonConfigTest, EveryProblemIsReportedWithFileAndLine) {

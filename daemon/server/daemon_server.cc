@@ -650,9 +650,16 @@ void DaemonServer::tick_loop() {
     if (gate_->leading()) {
       dispatch(coordinator_->tick());
       publish_store_health();
+      compact_etcd();
     }
     lock.lock();
   }
+}
+
+void DaemonServer::compact_etcd() {
+  if (compactor_ == nullptr) return;
+  Status compacted = compactor_->tick(std::chrono::steady_clock::now());
+  if (!compacted.ok()) spdlog::warn("cohortd at {}: {}", advertised_address(), compacted.to_string());
 }
 
 void DaemonServer::publish_store_health() {
@@ -859,6 +866,9 @@ Status DaemonServer::become_leader() {
   COHORT_RETURN_IF_ERROR(open_coordinator());
   coordinator_service_->set_address(advertised_address());
   COHORT_RETURN_IF_ERROR(follow_identities());
+  if (store_etcd_ != nullptr && options_.etcd_compaction_interval.count() > 0) {
+    compactor_ = std::make_unique<etcd::EtcdCompactor>(store_etcd_.get(), options_.etcd_compaction_interval);
+  }
   if (options_.before_leading) options_.before_leading();
   // The election may have been lost while the store loaded (on_lost waits for leadership_mu_, so a
   // loss from here on steps this leader down): leading on a lost key would take heartbeats and

@@ -63,6 +63,7 @@
 #include "daemon/coordinator/clock.h"
 #include "daemon/coordinator/coordinator.h"
 #include "daemon/etcd/etcd_client.h"
+#include "daemon/etcd/etcd_compactor.h"
 #include "daemon/etcd/etcd_identity_journal.h"
 #include "daemon/etcd/etcd_job_store.h"
 #include "daemon/etcd/leader_election.h"
@@ -175,6 +176,9 @@ struct DaemonServerOptions {
   std::string etcd_cert_file;
   std::string etcd_key_file;
   std::string election_name = etcd::kDefaultElectionName;                 // the election's key prefix
+  // With an etcd job store, the leader compacts etcd's history this often, keeping one to two
+  // intervals of it (etcd_compactor.h); 0: never (etcd compacts itself: --auto-compaction-retention).
+  std::chrono::milliseconds etcd_compaction_interval = etcd::kDefaultCompactionInterval;
   std::chrono::seconds leader_lease_ttl = etcd::kDefaultLeaderLeaseTtl;  // a dead leader is replaced within
   bool standby = false;
   std::string standby_leader;     // the leader a standby names at first; empty: not known
@@ -276,6 +280,8 @@ class DaemonServer {
   // kCoordinatorService's health follows the job store (issue 16): NOT_SERVING while its writes
   // fail, SERVING once a retried write succeeds; only changes are published. Tick thread only.
   void publish_store_health();
+  // The leader's periodic compaction of etcd's history (compactor_); tick thread.
+  void compact_etcd();
   // Connects to options_.election and campaigns; the callbacks call become_leader / follow_leader.
   Status start_election();
   // The client of an etcd cluster ("etcd://...") with the etcd_* TLS files.
@@ -325,6 +331,9 @@ class DaemonServer {
   std::unique_ptr<etcd::EtcdClient> etcd_;         // options_.election's cluster
   std::unique_ptr<etcd::EtcdClient> store_etcd_;   // options_.job_store's cluster (opened when leading)
   std::unique_ptr<etcd::LeaderElection> election_;  // stopped first in shutdown (a leader resigns)
+  // The leader's compaction of etcd's history (an etcd job store only); made by become_leader,
+  // then tick thread only.
+  std::unique_ptr<etcd::EtcdCompactor> compactor_;
   std::optional<etcd::LeaderKey> leader_key_;       // guarded by leadership_mu_; the election won
   std::mutex leadership_mu_;                   // become_leader against shutdown
   std::atomic<bool> leading_threads_{false};  // the tick and dispatch threads run

@@ -3,7 +3,9 @@
 // `job_store: etcd://...`, issue 16):
 //   - a leadership lost while the coordinator loads its store (become_leader, on the election's
 //     campaign thread) is not led: the coordinator never opens its gate, and reports the loss
-//     (on_leadership_lost: cohortd exits and comes back a standby).
+//     (on_leadership_lost: cohortd exits and comes back a standby);
+//   - the leader compacts etcd's history every etcd_compaction_interval (a Range at a revision from
+//     before the last compaction fails "required revision has been compacted").
 
 #include <atomic>
 #include <chrono>
@@ -114,6 +116,35 @@ TEST_F(ElectedCoordinatorTest, LeadershipLostWhileLoadingTheStoreIsNotLed) {
   EXPECT_FALSE(server->leading());
   std::this_thread::sleep_for(kLeaderLeaseTtl);
   EXPECT_FALSE(server->leading()) << "a coordinator whose leadership was lost while it loaded the store leads";
+  server->shutdown();
+}
+
+TEST_F(ElectedCoordinatorTest, TheLeaderCompactsEtcdsHistory) {
+  DaemonServerOptions options = this->options("/cohort-test/election-compacts");
+  options.etcd_compaction_interval = milliseconds(300);
+  auto started = DaemonServer::start(options);
+  ASSERT_TRUE(started.ok()) << started.status().to_string();
+  std::unique_ptr<DaemonServer> server = std::move(*started);
+  ASSERT_TRUE(eventually([&] { return server->leading(); }, milliseconds(30000))) << "the coordinator never led";
+
+  const std::string key = "/cohort-test/compaction/key";
+  StatusOr<int64_t> old = client_->put(key, "old");
+  ASSERT_TRUE(old.ok()) << old.status().to_string();
+  ASSERT_TRUE(client_->put(key, "new").ok());
+  // The leader's next rounds compact at a revision read after both writes: `old` is then history.
+  StatusOr<etcd::RangeResult> read = client_->range(key, "", 0, *old);
+  EXPECT_TRUE(eventually(
+      [&] {
+        read = client_->range(key, "", 0, *old);
+        return !read.ok();
+      },
+      milliseconds(10000)))
+      << "revision " << *old << " still reads after 10 s of compaction every 300 ms";
+  EXPECT_TRUE(etcd::EtcdClient::is_compacted_error(read.status())) << read.status().to_string();
+  StatusOr<etcd::RangeResult> now = client_->range(key);
+  ASSERT_TRUE(now.ok()) << now.status().to_string();
+  ASSERT_EQ(now->kvs.size(), 1u);
+  EXPECT_EQ(now->kvs.front().value, "new");
   server->shutdown();
 }
 
