@@ -443,6 +443,39 @@ TEST_F(AutogradProcessTest, Mpi4torchRingWithJoinDummiesHandleAndShapelessRecv) 
   }
 }
 
+// Over UCX: a tensor sent without grad gets no gradient back, so the receiver's backward does not
+// wait for a receive its sender never posts (it finishes well within the 10 s op timeout), and
+// the gradient of the next send on the tag, which does require grad, arrives unchanged.
+TEST_F(AutogradProcessTest, TensorSentWithoutGradGetsNoGradientBack) {
+  EXPECT_EQ(run_ranks(
+                2,
+                [](Communicator& comm) -> Status {
+                  const int64_t n = 4096;
+                  const at::Tensor up = data(1, {n});
+                  if (comm.rank() == 0) {
+                    send(comm, at::ones({n}, at::kDouble), 1, 4);
+                    at::Tensor x = data(0, {n}).set_requires_grad(true);
+                    send(comm, x, 1, 4).backward();
+                    return expect_close(x.grad(), up, "grad of the second send");
+                  }
+                  at::Tensor w = data(2, {n}).set_requires_grad(true);
+                  at::Tensor y = recv(comm, 0, 4);
+                  if (y.requires_grad()) return internal_error("a tensor sent without grad requires grad");
+                  auto start = comm::Clock::now();
+                  w.mul(y).sum().backward();
+                  auto took = comm::Clock::now() - start;
+                  if (took > seconds(2)) {
+                    return internal_error("backward took {} ms",
+                                          std::chrono::duration_cast<std::chrono::milliseconds>(took).count());
+                  }
+                  COHORT_RETURN_IF_ERROR(expect_close(w.grad(), at::ones({n}, at::kDouble), "w grad"));
+                  recv(comm, 0, 4).mul(up).sum().backward();
+                  return ok_status();
+                },
+                seconds(10)),
+            "");
+}
+
 // mpi4torch's COMM_WORLD: each process gets torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR,
 // MASTER_PORT) and nothing else; autograd::comm_world() builds the communicator from them, and
 // the differentiable allreduce runs over it (mpi4torch's first example: res = comm.Allreduce(x,

@@ -18,8 +18,10 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 struct SendFunction : torch::autograd::Function<SendFunction> {
+  // `requires_grad`: this node is recorded (x requires grad, grad mode on), so its backward will
+  // receive the gradient; the header tells the receiver whether to send one.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Communicator* comm, int64_t peer,
-                            int64_t tag) {
+                            int64_t tag, bool requires_grad) {
     save_communicator(ctx, comm);
     ctx->saved_data["peer"] = peer;
     ctx->saved_data["tag"] = tag;
@@ -27,7 +29,7 @@ struct SendFunction : torch::autograd::Function<SendFunction> {
     at::Tensor xc = contiguous_for_comm(x, "send");
     comm::DataType dtype = to_data_type(xc.scalar_type());  // refuses what cannot travel, before the header
     const std::string what = fmt::format("send to rank {} (tag {})", peer, tag);
-    StatusOr<TensorHeader> header = make_tensor_header(xc.scalar_type(), xc.sizes());
+    StatusOr<TensorHeader> header = make_tensor_header(xc.scalar_type(), xc.sizes(), requires_grad);
     throw_if_error(header.status(), what);
     // The receiver takes the header first, then the data: two blocking sends in that order.
     throw_if_error(comm->send(header->data(), kHeaderWords, comm::DataType::kInt64, static_cast<int>(peer),
@@ -50,16 +52,21 @@ struct SendFunction : torch::autograd::Function<SendFunction> {
     throw_if_error(comm.recv(grad.data_ptr(), static_cast<size_t>(grad.numel()), to_data_type(grad.scalar_type()),
                              static_cast<int>(peer), tag | kGradientTagBit),
                    fmt::format("send backward: receiving the gradient from rank {} (tag {})", peer, tag));
-    return {grad, at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 struct RecvFunction : torch::autograd::Function<RecvFunction> {
+  // `send_gradient`: the sender's header said its tensor requires grad, so its backward waits for
+  // dL/dy. Otherwise backward sends nothing (no receive would ever take it) and only passes the
+  // zero gradient to the delegate.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& anchor, Communicator* comm, int64_t peer,
-                            int64_t tag, std::vector<int64_t> shape, at::ScalarType type, at::Device device) {
+                            int64_t tag, std::vector<int64_t> shape, at::ScalarType type, at::Device device,
+                            bool send_gradient) {
     save_communicator(ctx, comm);
     ctx->saved_data["peer"] = peer;
     ctx->saved_data["tag"] = tag;
+    ctx->saved_data["send_gradient"] = send_gradient;
     if (anchor.defined()) ctx->save_for_backward({anchor});
     at::Tensor y = at::empty(shape, at::TensorOptions(type).device(device));
     sync_before_comm(y);
@@ -70,17 +77,21 @@ struct RecvFunction : torch::autograd::Function<RecvFunction> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    Communicator& comm = load_communicator(ctx);
-    auto peer = ctx->saved_data["peer"].toInt();
-    auto tag = static_cast<uint32_t>(ctx->saved_data["tag"].toInt());
-    at::Tensor grad = contiguous_for_comm(grad_outputs[0], "recv backward");
-    sync_before_comm(grad);
-    throw_if_error(comm.send(grad.data_ptr(), static_cast<size_t>(grad.numel()), to_data_type(grad.scalar_type()),
-                             static_cast<int>(peer), tag | kGradientTagBit),
-                   fmt::format("recv backward: sending the gradient to rank {} (tag {})", peer, tag));
+    if (ctx->saved_data["send_gradient"].toBool()) {
+      Communicator& comm = load_communicator(ctx);
+      auto peer = ctx->saved_data["peer"].toInt();
+      auto tag = static_cast<uint32_t>(ctx->saved_data["tag"].toInt());
+      at::Tensor grad = contiguous_for_comm(grad_outputs[0], "recv backward");
+      sync_before_comm(grad);
+      throw_if_error(comm.send(grad.data_ptr(), static_cast<size_t>(grad.numel()),
+                               to_data_type(grad.scalar_type()), static_cast<int>(peer), tag | kGradientTagBit),
+                     fmt::format("recv backward: sending the gradient to rank {} (tag {})", peer, tag));
+    }
     auto saved = ctx->get_saved_variables();
     at::Tensor anchor_grad = saved.empty() ? at::Tensor() : at::zeros_like(saved[0]);
-    return {anchor_grad, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    variable_list grads(8);  // one per forward argument; only the anchor is a variable
+    grads[0] = anchor_grad;
+    return grads;
   }
 };
 
@@ -105,7 +116,9 @@ struct JoinFunction : torch::autograd::Function<JoinFunction> {
 at::Tensor send(Communicator& comm, const at::Tensor& x, int peer, uint32_t tag) {
   check_peer(comm, peer, tag, "send");
   check_gradient_dtype(x, "send");
-  return SendFunction::apply(x, &comm, static_cast<int64_t>(peer), static_cast<int64_t>(tag));
+  // What autograd's apply records a node for: only then does this rank's backward take a gradient.
+  const bool requires_grad = c10::GradMode::is_enabled() && x.defined() && x.requires_grad();
+  return SendFunction::apply(x, &comm, static_cast<int64_t>(peer), static_cast<int64_t>(tag), requires_grad);
 }
 
 at::Tensor recv(Communicator& comm, int peer, uint32_t tag, const at::Tensor& delegate,
@@ -122,7 +135,8 @@ at::Tensor recv(Communicator& comm, int peer, uint32_t tag, const at::Tensor& de
                  what + ": header");
   at::ScalarType sent_type;
   std::vector<int64_t> sent_shape;
-  throw_if_error(parse_tensor_header(header, &sent_type, &sent_shape), what);
+  bool sent_requires_grad = false;
+  throw_if_error(parse_tensor_header(header, &sent_type, &sent_shape, &sent_requires_grad), what);
   const at::ScalarType type = dtype.value_or(sent_type);
   const std::vector<int64_t> out_shape = shape.value_or(sent_shape);
   // The sender's data follows its header whatever happens here: a receive that cannot take it
@@ -147,8 +161,14 @@ at::Tensor recv(Communicator& comm, int peer, uint32_t tag, const at::Tensor& de
       drain_and_throw(e.what());
     }
   }
+  // The sender's tensor does not require grad (a frozen stage, a target), so no gradient goes
+  // back: its backward posts no receive, and one sent anyway would wait out the timeout or stay
+  // on the gradient tag for a later backward to take. Without a delegate the result then does
+  // not require grad either (as in torch); a delegate still orders the backward through it.
+  const bool has_delegate = delegate.defined() && delegate.requires_grad();  // recv_anchor's test
+  if (!sent_requires_grad && !has_delegate) anchor = make_inert_anchor(device);
   return RecvFunction::apply(anchor, &comm, static_cast<int64_t>(peer), static_cast<int64_t>(tag), out_shape, type,
-                             device);
+                             device, sent_requires_grad);
 }
 
 std::vector<at::Tensor> pseudo_connect(const at::Tensor& delegate, at::TensorList actuals) {

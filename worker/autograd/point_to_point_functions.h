@@ -34,9 +34,11 @@
 
 namespace cohort::autograd {
 
-// Sends x's header (dtype and shape), then x (CPU or CUDA), to `peer`; returns the delegate, on
-// x's device. Backward: receives dL/dx from `peer`. Sending to oneself is an error, and so is a
-// tensor of more than kMaxHeaderDims dimensions.
+// Sends x's header (dtype, shape, and whether x requires grad), then x (CPU or CUDA), to `peer`;
+// returns the delegate, on x's device. Backward: receives dL/dx from `peer`. When x does not
+// require grad (or grad mode is off) there is no backward: the delegate does not require grad,
+// and the receiver sends no gradient. Sending to oneself is an error, and so is a tensor of more
+// than kMaxHeaderDims dimensions.
 at::Tensor send(comm::Communicator& comm, const at::Tensor& x, int peer, uint32_t tag = 0);
 
 // Receives the tensor `peer` sent into a new tensor on `device` (the sender's device may
@@ -44,8 +46,11 @@ at::Tensor send(comm::Communicator& comm, const at::Tensor& x, int peer, uint32_
 // header; given, the dtype must equal the sender's and the shape hold as many elements (the
 // result takes the given shape), else the data is received and dropped and the call throws
 // naming both. `delegate` (may be undefined, on any device) is an earlier delegate / dummy this
-// recv must follow in backward; without one, a fresh anchor on `device` keeps the backward
-// alive. Backward: sends dL/dy to `peer`, zero to the delegate.
+// recv must follow in backward; without one (or with one that does not require grad, which has
+// no backward to follow), a fresh anchor on `device` keeps the backward alive. Backward: sends
+// dL/dy to `peer`, zero to the delegate. When the sender's tensor did not require grad no
+// gradient goes back (as in torch): the result requires grad only through a delegate, and its
+// backward just passes the delegate its zero.
 at::Tensor recv(comm::Communicator& comm, int peer, uint32_t tag = 0, const at::Tensor& delegate = {},
                 const std::optional<std::vector<int64_t>>& shape = std::nullopt,
                 std::optional<at::ScalarType> dtype = std::nullopt, at::Device device = at::kCPU);

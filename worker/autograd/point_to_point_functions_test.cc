@@ -1,5 +1,6 @@
 #include "worker/autograd/point_to_point_functions.h"
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -108,7 +109,8 @@ TEST(PointToPointFunctionsTest, MisuseIsAClearError) {
 }
 
 // ChainerMN's recv(comm, peer) without shape or dtype: they travel with the data. Tensors of 0 to
-// 4 dims and several dtypes arrive as sent, and the gradient of a floating one still flows back.
+// 4 dims and several dtypes arrive as sent, and the gradient of one that required grad on the
+// sender still flows back (the others arrive without grad: nothing would receive theirs).
 TEST(PointToPointFunctionsTest, RecvWithoutShapeOrDtypeTakesTheSenders) {
   const std::vector<at::Tensor> sent = {
       at::full({}, 2.5, at::kDouble), values(0.4, 6).to(at::kFloat), values(0.7, 24).reshape({2, 3, 4}),
@@ -132,7 +134,7 @@ TEST(PointToPointFunctionsTest, RecvWithoutShapeOrDtypeTakesTheSenders) {
         EXPECT_EQ(y.sizes(), sent[i].sizes()) << "tensor " << i;
         at::Tensor want = i == 1 ? sent[1].mul(3) : sent[i];
         EXPECT_TRUE(at::equal(y, want)) << "tensor " << i;
-        EXPECT_EQ(y.requires_grad(), at::isFloatingType(y.scalar_type())) << "tensor " << i;
+        EXPECT_EQ(y.requires_grad(), i == 1) << "tensor " << i;
         if (i == 1) y.mul(up).sum().backward();
       }
     }
@@ -159,6 +161,68 @@ TEST(PointToPointFunctionsTest, RecvWhoseShapeOrDtypeDisagreesNamesBothAndDrains
     at::Tensor reshaped = recv(comm, 0, 2, {}, std::vector<int64_t>{2, 3});
     EXPECT_TRUE(at::equal(reshaped, values(0.2, 6).reshape({2, 3})));
     EXPECT_TRUE(at::equal(recv(comm, 0, 2), values(0.3, 6)));
+  });
+  EXPECT_EQ(failures, "");
+}
+
+// A float tensor sent without grad (a frozen first stage, a target): the sender has no backward
+// and posts no gradient receive, so the receiver sends no gradient. Its result does not require
+// grad; its loss's backward finishes at once (not after the 10 s op timeout) and gives the
+// parameters on its side their gradients. A stray gradient left on the tag's gradient channel
+// would be taken by the next send's backward on that tag: the tensor that does require grad,
+// sent after, gets exactly its own gradient.
+TEST(PointToPointFunctionsTest, TensorSentWithoutGradGetsNoGradientBack) {
+  const int64_t n = 4096;
+  at::Tensor w = values(0.6, n).add(2), up = values(0.9, n).sub(3);
+  std::string failures = run_autograd_ranks(2, [&](int rank, comm::Communicator& comm) {
+    if (rank == 0) {
+      at::Tensor frozen = send(comm, at::ones({n}, at::kFloat), 1, 4);
+      EXPECT_FALSE(frozen.requires_grad());
+      at::Tensor x = values(0.2, n).set_requires_grad(true);
+      send(comm, x, 1, 4).backward();  // receives dL/dx from rank 1
+      EXPECT_TRUE(at::allclose(x.grad(), up)) << x.grad();
+      return;
+    }
+    at::Tensor p = w.to(at::kFloat).set_requires_grad(true);
+    at::Tensor y = recv(comm, 0, 4);
+    EXPECT_FALSE(y.requires_grad());
+    auto start = std::chrono::steady_clock::now();
+    p.mul(y).sum().backward();
+    auto took = std::chrono::steady_clock::now() - start;
+    EXPECT_LT(took, std::chrono::seconds(2)) << "backward took "
+                                             << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                                             << " ms";
+    EXPECT_TRUE(at::allclose(p.grad(), at::ones({n}, at::kFloat)));
+    at::Tensor h = recv(comm, 0, 4);
+    EXPECT_TRUE(h.requires_grad());
+    h.mul(up).sum().backward();
+  });
+  EXPECT_EQ(failures, "");
+}
+
+// With a delegate (ChainerMN's pipeline: rank 1 sent first, then receives what a frozen part of
+// rank 0 computed), the result requires grad through the delegate only: backward sends nothing
+// for the frozen tensor and still reaches the delegate, whose send receives its gradient.
+TEST(PointToPointFunctionsTest, TensorSentWithoutGradStillRunsTheDelegatesBackward) {
+  const int64_t n = 5;
+  at::Tensor w = values(0.7, n).add(1), up = values(0.9, n).add(3), target = values(1.7, n);
+  std::string failures = run_autograd_ranks(2, [&](int rank, comm::Communicator& comm) {
+    if (rank == 0) {
+      at::Tensor h = recv(comm, 1, 0);
+      EXPECT_TRUE(h.requires_grad());
+      send(comm, target, 1, 1);
+      h.mul(up).sum().backward();  // sends dL/dh to rank 1
+      return;
+    }
+    at::Tensor p = w.clone().set_requires_grad(true);
+    at::Tensor phi = send(comm, p.mul(2), 0, 0);
+    at::Tensor t = recv(comm, 0, 1, phi);
+    EXPECT_TRUE(at::equal(t, target));
+    EXPECT_TRUE(t.requires_grad());  // through phi
+    auto start = std::chrono::steady_clock::now();
+    t.sum().backward();
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+    EXPECT_TRUE(at::allclose(p.grad(), up.mul(2))) << p.grad();
   });
   EXPECT_EQ(failures, "");
 }
@@ -217,6 +281,39 @@ TEST(WaitHandleTest, RingWithoutJoinDummiesFailsWithANamedTimeout) {
         EXPECT_NE(error.find("DEADLINE_EXCEEDED"), std::string::npos) << error;
       },
       std::chrono::seconds(1));
+  EXPECT_EQ(failures, "");
+}
+
+// isend of a tensor without grad, irecv on the other side: the graph of the irecv is built before
+// the header arrives, but wait() learns from it that the sender takes no gradient, so the Wait's
+// backward sends none and the irecv's completes at once. The receiver's parameter gets its
+// gradient; a following transfer on the same tag carries its gradient unchanged.
+TEST(WaitHandleTest, IrecvOfATensorSentWithoutGradSendsNoGradient) {
+  const int64_t n = 4096;
+  at::Tensor w = values(0.6, n).add(2), up = values(0.9, n).sub(3);
+  std::string failures = run_autograd_ranks(2, [&](int rank, comm::Communicator& comm) {
+    if (rank == 0) {
+      at::Tensor sent = wait(isend(comm, at::ones({n}, at::kDouble), 1, 6));
+      EXPECT_FALSE(sent.requires_grad());
+      at::Tensor x = values(0.2, n).set_requires_grad(true);
+      WaitHandle handle = isend(comm, x, 1, 6);
+      join_dummies(at::zeros({}, at::kDouble), {wait(handle)}).backward();
+      EXPECT_TRUE(at::allclose(x.grad(), up)) << x.grad();
+      return;
+    }
+    at::Tensor p = w.clone().set_requires_grad(true);
+    at::Tensor y = wait(irecv(comm, 0, 6, {}, std::vector<int64_t>{n}, at::kDouble));
+    EXPECT_TRUE(at::equal(y, at::ones({n}, at::kDouble)));
+    auto start = std::chrono::steady_clock::now();
+    p.mul(y).sum().backward();
+    auto took = std::chrono::steady_clock::now() - start;
+    EXPECT_LT(took, std::chrono::seconds(2)) << "backward took "
+                                             << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                                             << " ms";
+    EXPECT_TRUE(at::allclose(p.grad(), at::ones({n}, at::kDouble)));
+    at::Tensor h = wait(irecv(comm, 0, 6, {}, std::vector<int64_t>{n}, at::kDouble));
+    h.mul(up).sum().backward();
+  });
   EXPECT_EQ(failures, "");
 }
 

@@ -134,7 +134,10 @@ at::Tensor recv_anchor(const at::Tensor& delegate, at::ScalarType dtype, at::Dev
     }
     return make_inert_anchor(device);
   }
-  if (delegate.defined()) return delegate;
+  // A delegate without grad (the send of a tensor that did not require grad, a frozen stage's)
+  // has no backward to order; taken as the input it would leave this receive out of the graph,
+  // and the sender of a tensor that does require grad would wait for its gradient in vain.
+  if (delegate.defined() && delegate.requires_grad()) return delegate;
   if (!c10::GradMode::is_enabled()) return make_inert_anchor(device);
   return make_anchor(at::TensorOptions(dtype).device(device));
 }

@@ -72,8 +72,8 @@ comm::Communicator& load_communicator(torch::autograd::AutogradContext* ctx);
 // forever for a matching receive), tag at most kMaxUserTag.
 void check_peer(const comm::Communicator& comm, int peer, uint32_t tag, const char* op);
 
-// The input of a recv/irecv node: `delegate` when defined, else a fresh anchor (when grad mode
-// is on and `dtype` is floating), else an inert anchor; anchors on `device`, the received
+// The input of a recv/irecv node: `delegate` when it requires grad, else a fresh anchor (when
+// grad mode is on and `dtype` is floating), else an inert anchor; anchors on `device`, the received
 // tensor's. Throws when an integer receive is given a delegate (no gradient could flow back
 // through it).
 at::Tensor recv_anchor(const at::Tensor& delegate, at::ScalarType dtype, at::Device device, int peer,

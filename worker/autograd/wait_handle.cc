@@ -4,6 +4,7 @@
 #include <string>
 
 #include <ATen/core/ivalue.h>
+#include <c10/core/GradMode.h>
 #include <c10/util/accumulate.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -35,8 +36,9 @@ at::Tensor make_dummy(const TransferState& state) {
       {}, at::TensorOptions(is_differentiable(state.type) ? state.type : at::kFloat).device(state.device));
 }
 
-// Completes the reverse transfer that the Wait's backward posted.
+// Completes the reverse transfer that the Wait's backward posted (none when it does not happen).
 void finish_reverse(const TransferState& state) {
+  if (!state.reverse) return;
   if (!state.grad_work) {
     throw std::runtime_error(fmt::format(
         "cohort autograd: backward of {}: the wait() of this handle is not part of the backward graph, so the "
@@ -59,7 +61,10 @@ void finish_header(TransferState& state) {
   } else if (!state.is_send) {
     at::ScalarType sent_type;
     std::vector<int64_t> sent_shape;
-    Status parsed = parse_tensor_header(*state.header, &sent_type, &sent_shape);
+    bool sent_requires_grad = false;
+    Status parsed = parse_tensor_header(*state.header, &sent_type, &sent_shape, &sent_requires_grad);
+    // A sender whose tensor did not require grad posts no receive for its gradient.
+    state.reverse = sent_requires_grad;
     if (!parsed.ok()) {
       problem = parsed.to_string();
     } else if (sent_type != state.type ||
@@ -81,7 +86,7 @@ struct IsendFunction : torch::autograd::Function<IsendFunction> {
     save_state(ctx, state);
     state->buffer = contiguous_for_comm(x, "isend").clone();
     to_data_type(state->type);  // refuses what cannot travel, before the header
-    StatusOr<TensorHeader> header = make_tensor_header(state->type, state->buffer.sizes());
+    StatusOr<TensorHeader> header = make_tensor_header(state->type, state->buffer.sizes(), state->reverse);
     throw_if_error(header.status(), state->describe());
     state->header = std::make_shared<TensorHeader>(*header);
     state->header_work = state->comm->isend(state->header->data(), kHeaderWords, comm::DataType::kInt64,
@@ -147,7 +152,9 @@ struct WaitFunction : torch::autograd::Function<WaitFunction> {
     auto state = load_state(ctx);
     Communicator& comm = *state->comm;
     uint32_t grad_tag = state->tag | kGradientTagBit;
-    if (state->is_send) {
+    if (!state->reverse) {
+      // irecv of a tensor that did not require grad on its sender: no gradient goes back.
+    } else if (state->is_send) {
       // The gradient of what we sent comes back from the peer: post the receive now, complete it
       // in the isend node's backward.
       state->wait_output_grad = grad_outputs[0];
@@ -189,6 +196,9 @@ WaitHandle isend(Communicator& comm, const at::Tensor& x, int peer, uint32_t tag
   check_gradient_dtype(x, "isend");
   if (!x.defined()) throw std::runtime_error("cohort autograd: isend: the tensor is undefined");
   auto state = make_state(comm, /*is_send=*/true, peer, tag, x.sizes().vec(), x.scalar_type(), x.device());
+  // What autograd's apply records a node for: only then does this rank's backward receive a
+  // gradient, and the header tells the receiver whether to send one.
+  state->reverse = c10::GradMode::is_enabled() && x.requires_grad();
   at::Tensor dummy = IsendFunction::apply(x, state);
   return WaitHandle(dummy, state);
 }

@@ -50,6 +50,10 @@ struct TransferState : torch::CustomClassHolder {
   std::shared_ptr<TensorHeader> header;    // the forward transfer's header (sent, or being received)
   std::shared_ptr<comm::Work> header_work; // its transfer, completed in wait()
   bool waited = false;
+  // Whether the reverse transfer happens. isend: x requires grad with grad mode on (the header
+  // says so); irecv: the sender's header said its tensor requires grad (known once wait() read
+  // it). Without it no gradient is sent (the sender would never receive it) or received.
+  bool reverse = true;
   at::Tensor grad_buffer;                  // the reverse transfer's data
   std::shared_ptr<comm::Work> grad_work;   // the reverse transfer, posted by the Wait's backward
   at::Tensor wait_output_grad;             // isend: dL/d(wait output), added to dL/dx
@@ -82,7 +86,9 @@ WaitHandle isend(comm::Communicator& comm, const at::Tensor& x, int peer, uint32
 // posted before the sender's header arrives) into a new tensor on `device` (the dummy goes there
 // too); wait() checks them against the header (the dtype must match, the shape hold as many
 // elements). `delegate` as for recv(). Backward of the Wait posts the send of dL/dy; this node's
-// backward completes it.
+// backward completes it. When the sender's tensor did not require grad (its header says so) no
+// gradient is sent: the wait() output still requires grad when the anchor does (the graph is
+// built before the header arrives), but its backward only passes zeros.
 WaitHandle irecv(comm::Communicator& comm, int peer, uint32_t tag, const at::Tensor& delegate,
                  const std::optional<std::vector<int64_t>>& shape, at::ScalarType dtype = at::kFloat,
                  at::Device device = at::kCPU);

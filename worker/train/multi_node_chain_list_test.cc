@@ -143,6 +143,47 @@ TEST(MultiNodeChainListTest, LossBackOnTheFirstRank) {
   EXPECT_EQ(failures, "");
 }
 
+// A frozen first stage (its parameters and the input require no grad) sends a tensor without
+// grad: rank 1 sends no gradient back for it (rank 0 would never receive it), and rank 0's later
+// receive, whose delegate is that frozen send's, still joins the graph, so rank 1 gets the
+// gradient of its output. Both backwards finish at once rather than at the 10 s op timeout, and
+// the trainable stages get the gradients of the one-process reference.
+TEST(MultiNodeChainListTest, FrozenFirstStageSendsNoGradientAndTheRestTrains) {
+  Reference ref = make_reference();
+  at::Tensor unused_x_grad;
+  reference_loss(ref, /*branch=*/false, &unused_x_grad);
+
+  std::string failures = run_autograd_ranks(2, [&](int rank, comm::Communicator& comm) {
+    MultiNodeChainList chain(comm);
+    std::vector<torch::nn::Linear> mine;
+    if (rank == 0) {
+      mine = {copy_of(ref.stages[0]), copy_of(ref.stages[2])};
+      for (auto& p : mine[0]->parameters()) p.set_requires_grad(false);
+      chain.add_link(mine[0].ptr(), tanh_of(mine[0]), kNone, 1);
+      chain.add_link(mine[1], 1, kNone);
+    } else {
+      mine = {copy_of(ref.stages[1])};
+      chain.add_link(mine[0].ptr(), tanh_of(mine[0]), 0, 0);
+    }
+    at::Tensor y = chain.forward(rank == 0 ? ref.x : at::Tensor());
+    auto start = std::chrono::steady_clock::now();
+    if (rank == 0) {
+      y.mul(ref.upstream).sum().backward();
+      EXPECT_FALSE(mine[0]->weight.grad().defined());
+      expect_same_gradients(mine[1], ref.stages[2], "stage 2");
+    } else {
+      ASSERT_TRUE(y.requires_grad());
+      y.backward();
+      expect_same_gradients(mine[0], ref.stages[1], "stage 1");
+    }
+    auto took = std::chrono::steady_clock::now() - start;
+    EXPECT_LT(took, std::chrono::seconds(2))
+        << "rank " << rank << ": backward took "
+        << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
+  });
+  EXPECT_EQ(failures, "");
+}
+
 // Rank 0 sends to a list of ranks and receives from a list: h goes to ranks 1 and 2, whose
 // outputs come back and are added before the last stage.
 TEST(MultiNodeChainListTest, FanOutAndFanInThroughRankLists) {
