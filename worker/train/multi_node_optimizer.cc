@@ -61,6 +61,13 @@ struct MultiNodeOptimizer::State {
     std::vector<Bucket>& buckets = filling();
     while (next_launch < buckets.size() && buckets[next_launch].pending == 0) {
       Bucket& b = buckets[next_launch++];
+      // f16 / bf16 gradients are divided by the world size before a SUM (as fp16_compress_hook):
+      // kAvg sums first, and partial sums of f16 overflow to inf past 65504 (4 ranks' 20000s)
+      // although the average is representable. Before the sync: the division runs on torch's
+      // stream.
+      const bool divide_first =
+          !options.comm_hook && (b.dtype == comm::DataType::kFloat16 || b.dtype == comm::DataType::kBFloat16);
+      if (divide_first) b.flat.div_(comm->size());
       // The gradients were copied in on torch's streams (CUDA); see sync_before_comm.
       autograd::sync_before_comm(b.flat);
       if (options.comm_hook) {
@@ -68,7 +75,7 @@ struct MultiNodeOptimizer::State {
         continue;
       }
       b.work = comm->allreduce(b.flat.data_ptr(), b.flat.data_ptr(), static_cast<size_t>(b.flat.numel()),
-                               b.dtype, comm::ReduceOp::kAvg, call());
+                               b.dtype, divide_first ? comm::ReduceOp::kSum : comm::ReduceOp::kAvg, call());
     }
   }
 

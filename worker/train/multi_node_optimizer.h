@@ -32,8 +32,9 @@
 // Gradient accumulation over several backward passes per step needs overlap=false (a hook firing
 // twice for a parameter before step() is reported as an error). With options.grad_dtype, floating
 // gradients travel (and are summed, per the communicator's kernels) in that type and are cast
-// back to the parameter's type; parameters are always broadcast in their own type. Module
-// buffers (BatchNorm statistics) are not broadcast: only the optimizer's parameters are (see
+// back to the parameter's type; f16 and bf16 buckets are divided by the world size before the
+// sum (as fp16_compress_hook), so partial sums do not overflow f16; parameters are always broadcast in their
+// own type. Module buffers (BatchNorm statistics) are not broadcast: only the optimizer's parameters are (see
 // AllreducePersistent).
 //
 // Double buffering (options.double_buffering, ChainerMN's double_buffering=True): the buckets

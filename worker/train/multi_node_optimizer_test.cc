@@ -354,6 +354,38 @@ TEST(MultiNodeOptimizerTest, UnusedParameterIsZeroFilled) {
   }
 }
 
+// f16 gradients of 20000 on 4 ranks average to 20000. The bucket used to be allreduced with AVG,
+// which sums first: the sum, 80000, is past f16's 65504 and came back inf.
+TEST(MultiNodeOptimizerTest, HalfGradientsWhoseSumOverflowsAverageExactly) {
+  constexpr int kSize = 4;
+  for (bool overlap : {true, false}) {
+    auto worlds = comm::testing::loopback_worlds(kSize);
+    std::vector<at::Tensor> grads(kSize);
+    auto statuses = comm::testing::run_ranks(kSize, [&](int rank) -> Status {
+      try {
+        auto comm = make_comm("flat", worlds[rank]);
+        std::vector<at::Tensor> params = {at::ones({5}).requires_grad_(true)};
+        torch::optim::SGD sgd(params, torch::optim::SGDOptions(0.0));
+        MultiNodeOptimizerOptions options;
+        options.overlap = overlap;
+        options.grad_dtype = at::kHalf;
+        auto optimizer = create_multi_node_optimizer(sgd, *comm, options);
+        params[0].mul(20000.0).sum().backward();
+        optimizer->step();
+        grads[rank] = params[0].grad().clone();
+      } catch (const std::exception& e) {
+        return internal_error("rank {} threw: {}", rank, e.what());
+      }
+      return ok_status();
+    });
+    ASSERT_EQ(comm::testing::failures(statuses), "");
+    for (int r = 0; r < kSize; ++r) {
+      EXPECT_TRUE(grads[r].equal(at::full({5}, 20000.0f)))
+          << "rank " << r << " overlap " << overlap << ": " << grads[r];
+    }
+  }
+}
+
 // step() broadcasts rank 0's parameters on the first step (lr 0: nothing else changes them).
 TEST(MultiNodeOptimizerTest, FirstStepBroadcastsRankZerosParameters) {
   constexpr int kSize = 3;
