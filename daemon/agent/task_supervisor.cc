@@ -452,7 +452,7 @@ StatusOr<std::vector<TaskInfo>> TaskSupervisor::tasks(const std::string& job_id)
   if (job == jobs_.end()) return not_found_error("tasks: no job {} on node {}", job_id, options_.node_id);
   std::vector<TaskInfo> result;
   for (const auto& [rank, task] : job->second) {
-    result.push_back(TaskInfo{rank, task->process->pid(), task->exit, task->log->path()});
+    result.push_back(TaskInfo{rank, task->process->pid(), task->exit, task->log->path(), task->hang_detail});
   }
   return result;
 }
@@ -464,6 +464,13 @@ int TaskSupervisor::running_tasks() const {
     for (const auto& [rank, task] : job) running += task->exit.has_value() ? 0 : 1;
   }
   return running;
+}
+
+std::vector<std::string> TaskSupervisor::jobs() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> ids;
+  for (const auto& item : jobs_) ids.push_back(item.first);
+  return ids;
 }
 
 std::vector<std::string> TaskSupervisor::running_jobs() const {

@@ -162,6 +162,7 @@ struct TaskInfo {
   pid_t pid = 0;
   std::optional<ExitStatus> exit;  // nullopt while running
   std::string log_path;
+  std::string detail{};  // why the supervisor killed it (a hang, as TaskExit::detail); empty otherwise
 };
 
 // Thread-safe.
@@ -204,6 +205,9 @@ class TaskSupervisor {
 
   // Ids of the jobs with at least one task still running, ascending. Non-blocking.
   std::vector<std::string> running_jobs() const;
+
+  // Ids of every job it holds, running or ended (until forget()), ascending. Non-blocking.
+  std::vector<std::string> jobs() const;
 
   // Drops an ended job's records and logs from memory (the log files stay). FAILED_PRECONDITION
   // while any of its ranks runs.

@@ -186,12 +186,14 @@ StatusOr<AgentOrders> Coordinator::register_node(NodeInfo info, const std::vecto
   const std::string address = info.address;
   // A node only restored from the store's records registers for the first time with this coordinator.
   const bool was_alive = nodes_.registered(id);
-  // What the agent runs that is still ours: placed on this node, with ranks there not yet counted
-  // as exited. The rest is stopped (a fenced or partitioned agent may return with tasks of an
-  // attempt that has since failed and been relaunched elsewhere).
-  std::set<AttemptKey> kept;
+  // What the agent runs that is not ours (not placed on this node, or its ranks there already
+  // counted as exited) is stopped: a fenced or partitioned agent may return with tasks of an
+  // attempt that has since failed and been relaunched elsewhere. Attempts whose tasks there all
+  // ended need nothing; what it reports of ours is accounted for below.
+  std::map<AttemptKey, const RunningAttempt*> reported;
   for (const RunningAttempt& attempt : running) {
     const AttemptKey key{attempt.job_id, attempt.attempt};
+    reported[key] = &attempt;
     auto it = attempts_.find(key);
     const NodeAssignment* node = it != attempts_.end() ? it->second.placement.find_node(id) : nullptr;
     bool live_here = false;
@@ -199,10 +201,7 @@ StatusOr<AgentOrders> Coordinator::register_node(NodeInfo info, const std::vecto
          ++rank) {
       live_here = live_here || it->second.live_ranks.count(rank) != 0;
     }
-    if (live_here) {
-      kept.insert(key);
-      continue;
-    }
+    if (live_here || attempt.ranks.empty()) continue;
     spdlog::warn("coordinator: node {} still runs job {} attempt {}, which the coordinator no longer runs there; "
                  "stopping it",
                  id, attempt.job_id, attempt.attempt);
@@ -211,34 +210,80 @@ StatusOr<AgentOrders> Coordinator::register_node(NodeInfo info, const std::vecto
                                                  "placed there (fencing)",
                                                  id, attempt.job_id, attempt.attempt)});
   }
-  // Attempts placed here that the agent no longer runs lost their tasks here. Their ranks count as
-  // exited without releasing slots: the node's registration below starts from a clean record.
-  std::vector<AttemptKey> lost;
+  // Every rank this coordinator counts as live here is accounted for: still running (kept), exited
+  // as the agent saw it (the exit may have happened while this coordinator restarted or took over,
+  // with no report it heard of: taken now, code and all, so a failure is never lost and a finished
+  // node is never taken for a lost one), or else lost with the tasks the agent no longer knows (it
+  // restarted or forgot them). The exits and losses count without releasing slots: the node's
+  // registration below starts from a clean record.
+  std::vector<AttemptKey> placed_here;
   for (const auto& item : attempts_) {
-    if (item.second.placement.find_node(id) != nullptr && kept.count(item.first) == 0) lost.push_back(item.first);
+    if (item.second.placement.find_node(id) != nullptr) placed_here.push_back(item.first);
   }
-  for (const AttemptKey& key : lost) {
+  std::set<AttemptKey> kept;
+  for (const AttemptKey& key : placed_here) {
     const NodeAssignment node = *attempts_.at(key).placement.find_node(id);
-    bool had_live_rank = false;
-    for (int rank = node.first_rank; rank < node.first_rank + node.num_ranks; ++rank) {
-      had_live_rank = had_live_rank || attempts_.at(key).live_ranks.count(rank) != 0;
+    auto found = reported.find(key);
+    const RunningAttempt* report = found != reported.end() ? found->second : nullptr;
+    auto runs = [&](int rank) {
+      return report != nullptr && std::find(report->ranks.begin(), report->ranks.end(), rank) != report->ranks.end();
+    };
+    for (const TaskExit& seen : report != nullptr ? report->exited : std::vector<TaskExit>()) {
+      if (!node.holds_rank(seen.rank) || runs(seen.rank)) continue;
+      auto it = attempts_.find(key);
+      if (it == attempts_.end()) break;  // every rank accounted for
+      if (it->second.live_ranks.count(seen.rank) == 0) continue;
+      TaskExit exit = seen;
+      exit.node_id = id;
+      exit.job_id = key.first;
+      exit.attempt = key.second;
+      spdlog::info("coordinator: node {} registered with job {} attempt {}'s exit it had not heard of: {}", id,
+                   key.first, key.second, describe_exit(exit));
+      // Stored first: when the write fails, nothing here changed and the agent registers again.
+      COHORT_RETURN_IF_ERROR(take_exit_locked(key, exit, /*node_is_gone=*/true, orders));
     }
-    const bool fails = had_live_rank && is_active_locked(key);
-    const std::string ranks = fmt::format("{}..{}", node.first_rank, node.first_rank + node.num_ranks - 1);
-    const std::string reason =
-        was_alive ? fmt::format("node {} re-registered without job {} attempt {}'s ranks {}: its agent restarted "
-                                "or stopped them",
-                                id, key.first, key.second, ranks)
-                  : fmt::format("the coordinator restarted and node {} registered without job {} attempt {}'s "
-                                "ranks {}: they no longer run there",
-                                id, key.first, key.second, ranks);
-    // Stored first: when the write fails, nothing here changed and the agent registers again.
-    if (fails) COHORT_RETURN_IF_ERROR(record_attempt_failure_locked(jobs_.at(key.first), reason));
+    auto it = attempts_.find(key);
+    if (it == attempts_.end()) continue;
+    std::vector<int> lost_ranks;
+    bool runs_here = false;
     for (int rank = node.first_rank; rank < node.first_rank + node.num_ranks; ++rank) {
-      rank_exited_locked(key, rank, /*node_is_gone=*/true);
+      if (it->second.live_ranks.count(rank) == 0) continue;
+      if (runs(rank)) {
+        runs_here = true;
+      } else {
+        lost_ranks.push_back(rank);
+      }
     }
-    if (fails) attempt_failed_locked(jobs_.at(key.first), key.second, reason, orders);
-    forget_if_drained_locked(key);
+    if (!lost_ranks.empty()) {
+      const bool fails = is_active_locked(key);
+      const std::string reason =
+          was_alive ? fmt::format("node {} re-registered without job {} attempt {}'s rank(s) {}: its agent restarted "
+                                  "or stopped them",
+                                  id, key.first, key.second, fmt::join(lost_ranks, ", "))
+                    : fmt::format("the coordinator restarted and node {} registered without job {} attempt {}'s "
+                                  "rank(s) {}: they no longer run there",
+                                  id, key.first, key.second, fmt::join(lost_ranks, ", "));
+      // Stored first: when the write fails, nothing here changed and the agent registers again.
+      if (fails) COHORT_RETURN_IF_ERROR(record_attempt_failure_locked(jobs_.at(key.first), reason));
+      for (int rank : lost_ranks) rank_exited_locked(key, rank, /*node_is_gone=*/true);
+      if (fails) attempt_failed_locked(jobs_.at(key.first), key.second, reason, orders);
+    }
+    // Nothing of it here is unknown any more: after a restart the node counts as reconciled, whether
+    // its ranks still run or ended.
+    LiveAttempt& live = attempts_.at(key);
+    if (live.reconcile_deadline.has_value()) {
+      live.adopted_nodes.insert(id);
+      if (live.adopted_nodes.size() == live.placement.nodes.size()) {
+        live.reconcile_deadline.reset();
+        spdlog::info("coordinator: job {} attempt {} re-adopted from its {} node(s) after a restart", key.first,
+                     key.second, live.placement.nodes.size());
+      }
+    }
+    if (runs_here) {
+      kept.insert(key);
+    } else {
+      forget_if_drained_locked(key);
+    }
   }
   COHORT_RETURN_IF_ERROR(nodes_.register_node(std::move(info), clock_->now()));
   sync_node_records_locked();
@@ -252,19 +297,30 @@ StatusOr<AgentOrders> Coordinator::register_node(NodeInfo info, const std::vecto
                     key.second, reserved.to_string());
     }
     live.started_nodes.insert(id);
-    if (live.reconcile_deadline.has_value()) {
-      live.adopted_nodes.insert(id);
-      if (live.adopted_nodes.size() == live.placement.nodes.size()) {
-        live.reconcile_deadline.reset();
-        spdlog::info("coordinator: job {} attempt {} re-adopted from its {} node(s) after a restart", key.first,
-                     key.second, live.placement.nodes.size());
-      }
-    }
     // A failed write leaves it PLACED; tick() retries once the store takes writes again.
     maybe_running_locked(key).ignore_error();
+    if (is_active_locked(key)) continue;
+    // Over (cancelled, failed, superseded by a restart) while its tasks here still run: the stop
+    // sent when it ended may never have arrived, and nothing else would stop them. Its slots stay
+    // held until their exits are reported.
+    auto to_here = [&](const StopOrder& stop) {
+      return stop.node_id == id && stop.job_id == key.first && stop.attempt == key.second;
+    };
+    if (std::any_of(orders.stops.begin(), orders.stops.end(), to_here)) continue;
+    const Job& job = jobs_.at(key.first);
+    const std::string why =
+        job.attempt() != key.second
+            ? fmt::format("job {} is at attempt {} now", key.first, job.attempt())
+            : fmt::format("the job is {}: {}", job_state_name(job.state()), job.machine.reason());
+    spdlog::warn("coordinator: node {} still runs job {} attempt {}, which is over ({}); stopping it", id, key.first,
+                 key.second, why);
+    orders.stops.push_back(StopOrder{
+        id, address, key.first, key.second,
+        fmt::format("node {} registered still running job {} attempt {}, which is over ({})", id, key.first,
+                    key.second, why)});
   }
-  spdlog::info("coordinator: node {} {} ({} running attempt(s) kept, {} stopped)", id,
-               was_alive ? "registered again" : "registered", kept.size(), running.size() - kept.size());
+  spdlog::info("coordinator: node {} {} ({} running attempt(s) kept, {} stop order(s))", id,
+               was_alive ? "registered again" : "registered", kept.size(), orders.stops.size());
   return orders;
 }
 
@@ -298,6 +354,63 @@ void Coordinator::expire_unreconciled_locked(AgentOrders& orders) {
         rank_exited_locked(key, rank, /*node_is_gone=*/true);
     }
     if (fails) attempt_failed_locked(jobs_.at(key.first), key.second, reason, orders);
+    forget_if_drained_locked(key);
+  }
+}
+
+void Coordinator::expire_unstarted_locked(AgentOrders& orders) {
+  const TimePoint now = clock_->now();
+  std::vector<AttemptKey> expired;
+  for (auto& item : attempts_) {
+    LiveAttempt& live = item.second;
+    if (!live.start_deadline.has_value()) continue;
+    if (live.started_nodes.size() == live.placement.nodes.size()) {
+      live.start_deadline.reset();  // every node started it
+    } else if (now >= *live.start_deadline) {
+      expired.push_back(item.first);
+    }
+  }
+  for (const AttemptKey& key : expired) {
+    LiveAttempt& live = attempts_.at(key);
+    std::vector<NodeAssignment> missing;
+    std::vector<std::string> missing_ids;
+    for (const NodeAssignment& node : live.placement.nodes) {
+      bool has_live_rank = false;
+      for (int rank = node.first_rank; rank < node.first_rank + node.num_ranks; ++rank)
+        has_live_rank = has_live_rank || live.live_ranks.count(rank) != 0;
+      // A node whose ranks all exited (its launch failed, or was skipped) has nothing to report.
+      if (live.started_nodes.count(node.node_id) != 0 || !has_live_rank) continue;
+      missing.push_back(node);
+      missing_ids.push_back(node.node_id);
+    }
+    live.start_deadline.reset();
+    if (missing.empty()) continue;
+    const bool fails = is_active_locked(key);
+    const std::string reason = fmt::format(
+        "node(s) {} did not report attempt {}'s tasks started within {} of its placement (the launch or its "
+        "report was lost; see the coordinator's log for that node)",
+        fmt::join(missing_ids, ", "), key.second, format_duration(options_.start_timeout));
+    spdlog::warn("coordinator: job {}: {}", key.first, reason);
+    // Stored first: when the write fails, nothing changed; the deadline is set again so that the
+    // next tick once the store writes tries again.
+    if (fails && !record_attempt_failure_locked(jobs_.at(key.first), reason).ok()) {
+      live.start_deadline = now;
+      continue;
+    }
+    // Stops to every node with live ranks, the missing ones included: their tasks may have started
+    // after all, with only the report lost.
+    if (fails) {
+      attempt_failed_locked(jobs_.at(key.first), key.second, reason, orders);
+    } else {
+      for (const NodeAssignment& node : missing)
+        orders.stops.push_back(StopOrder{node.node_id, node.address, key.first, key.second, reason});
+    }
+    // Their ranks count as exited, so their slots are free again (no exit report would ever come
+    // for tasks that never started).
+    for (const NodeAssignment& node : missing) {
+      for (int rank = node.first_rank; rank < node.first_rank + node.num_ranks; ++rank)
+        rank_exited_locked(key, rank, /*node_is_gone=*/false);
+    }
     forget_if_drained_locked(key);
   }
 }
@@ -490,6 +603,7 @@ AgentOrders Coordinator::tick() {
         orders);
   }
   expire_unreconciled_locked(orders);
+  expire_unstarted_locked(orders);
   sync_node_records_locked();
   delete_expired_jobs_locked();
   place_locked(orders);
@@ -590,8 +704,16 @@ StatusOr<AgentOrders> Coordinator::report_task_exit(const TaskExit& exit) {
         exit.attempt, exit.rank, exit.node_id,
         owner != nullptr ? "it runs on node " + owner->node_id : "no such rank");
   }
-  if (live.live_ranks.count(exit.rank) == 0) return orders;  // a repeated report
+  // A repeated report (or one the node's registration already carried) finds the rank exited.
+  COHORT_RETURN_IF_ERROR(take_exit_locked(key, exit, /*node_is_gone=*/false, orders));
+  return orders;
+}
 
+Status Coordinator::take_exit_locked(const AttemptKey& key, const TaskExit& exit, bool node_is_gone,
+                                     AgentOrders& orders) {
+  LiveAttempt& live = attempts_.at(key);
+  if (live.live_ranks.count(exit.rank) == 0) return ok_status();
+  Job& job = jobs_.at(key.first);
   // A task that exited had started, even if the agent's start report has not arrived yet.
   live.started_nodes.insert(exit.node_id);
   COHORT_RETURN_IF_ERROR(maybe_running_locked(key));
@@ -600,16 +722,16 @@ StatusOr<AgentOrders> Coordinator::report_task_exit(const TaskExit& exit) {
   const bool active = is_active_locked(key);
   const bool fails = active && !exited_cleanly(exit);
   if (fails) {
-    COHORT_RETURN_IF_ERROR(record_attempt_failure_locked(*job, describe_exit(exit)));
+    COHORT_RETURN_IF_ERROR(record_attempt_failure_locked(job, describe_exit(exit)));
   } else if (active && live.live_ranks.size() == 1) {
     COHORT_RETURN_IF_ERROR(
-        transition_locked(*job, JobState::kSucceeded,
+        transition_locked(job, JobState::kSucceeded,
                           fmt::format("all {} rank(s) exited with code 0", live.placement.world_size())));
   }
-  rank_exited_locked(key, exit.rank, /*node_is_gone=*/false);
-  if (fails) attempt_failed_locked(*job, exit.attempt, describe_exit(exit), orders);
+  rank_exited_locked(key, exit.rank, node_is_gone);
+  if (fails) attempt_failed_locked(job, key.second, describe_exit(exit), orders);
   forget_if_drained_locked(key);
-  return orders;
+  return ok_status();
 }
 
 StatusOr<AgentOrders> Coordinator::report_launch_failure(const std::string& node_id,
@@ -942,6 +1064,7 @@ void Coordinator::place_locked(AgentOrders& orders) {
     }
     live.rendezvous = std::make_shared<Rendezvous>(job.id, job.attempt(), live.placement,
                                                    store_->rendezvous_journal(job.id, job.attempt()));
+    live.start_deadline = clock_->now() + options_.start_timeout;
     for (const NodeAssignment& node : live.placement.nodes) {
       LaunchOrder launch;
       launch.job_id = job.id;

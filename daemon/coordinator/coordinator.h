@@ -72,6 +72,12 @@ inline constexpr size_t kMaxJobsPageSize = 1000;
 // tries a write again; it accepts no job changes until one succeeds (see store_status()).
 inline constexpr Duration kDefaultStoreRetryInterval = std::chrono::seconds(1);
 
+// How long a placed attempt waits for every node to report its tasks started (or its launch
+// failed) before tick() gives up on the nodes that did not: their launch or its report was lost
+// (a launch failure report refused while the store failed). Generous, because orders are carried
+// out one at a time and a stop ahead of a launch may wait out a task's stop grace period.
+inline constexpr Duration kDefaultStartTimeout = std::chrono::minutes(5);
+
 // No rank may need more memory than this, whatever the cluster: a model this large is a mistake in
 // the spec (a 2-billion-unit linear layer), not a job to queue until a big enough node joins.
 inline constexpr int64_t kMaxEstimatedBytesPerRank = int64_t{1} << 40;  // 1 TiB
@@ -107,17 +113,13 @@ struct CoordinatorOptions {
   Duration job_retention = kDefaultJobRetention;
   // While job store writes fail, how often tick() tries a write again (issue 16).
   Duration store_retry_interval = kDefaultStoreRetryInterval;
+  // How long after its placement an attempt's nodes must have reported its tasks started (or their
+  // launch failed); see kDefaultStartTimeout.
+  Duration start_timeout = kDefaultStartTimeout;
   // Opens the job store. Empty: the embedded default, SQLite in data_dir (JobStore::open). A highly
   // available coordinator passes one that opens its EtcdJobStore (daemon/etcd), fenced on its
   // election key.
   std::function<StatusOr<std::unique_ptr<JobStore>>()> open_store;
-};
-
-// An attempt whose tasks an agent still runs on its node, as RegisterNode reports it.
-struct RunningAttempt {
-  std::string job_id;
-  int attempt = 0;
-  std::vector<int> ranks{};  // global ranks still running there
 };
 
 // Start these tasks of an attempt on one node (Agent.LaunchTasks).
@@ -171,6 +173,17 @@ struct TaskExit {
   std::string detail{};
 };
 
+// An attempt an agent holds tasks of, as RegisterNode reports it.
+struct RunningAttempt {
+  std::string job_id;
+  int attempt = 0;
+  std::vector<int> ranks{};  // global ranks still running there
+  // Its ranks there that exited, as the agent saw them (it keeps them until it forgets the job),
+  // reported or not: after a restart or takeover they tell how ranks ended during the outage.
+  // Their node_id, job_id and attempt are taken from the registration.
+  std::vector<TaskExit> exited{};
+};
+
 class Coordinator {
  public:
   // Opens the job store in options.data_dir, reloads every job and event, and recovers: queued
@@ -189,14 +202,20 @@ class Coordinator {
 
   // ---- nodes ----
 
-  // Registers a node (or re-registers it) with what its agent still runs (reconciliation, issue 16):
+  // Registers a node (or re-registers it) with what its agent still runs and the exits it saw
+  // (reconciliation, issue 16):
   //  - a running attempt this coordinator still places there keeps running: its slots are reserved
   //    again, and an attempt recovered after a restart is re-adopted (RUNNING once all its nodes
   //    reported it, instead of failing and relaunching while its old workers still run);
-  //  - a running attempt it no longer owns (over, superseded, unknown, not placed there, or its
-  //    ranks there already counted as lost) gets a stop order to this node;
-  //  - an attempt placed there that the agent does not report lost its tasks (the agent restarted
-  //    or fenced them): it fails as on a lost node, and the orders stop its other tasks.
+  //  - reported exits of ranks it still counts as live (they ended while it restarted or took
+  //    over) are taken as report_task_exit takes them: a failure fails the attempt, the last clean
+  //    exit makes the job SUCCEEDED;
+  //  - a running attempt it no longer owns (unknown, not placed there, or its ranks there already
+  //    counted as lost) gets a stop order to this node, and so does one it still holds slots for
+  //    that is over (cancelled, failed or superseded: an earlier stop may not have arrived);
+  //  - ranks placed there that the agent neither runs nor reports exited are lost (the agent
+  //    restarted or forgot them): the attempt fails as on a lost node, and the orders stop its
+  //    other tasks.
   // INVALID_ARGUMENT for malformed info.
   StatusOr<AgentOrders> register_node(NodeInfo info, const std::vector<RunningAttempt>& running = {});
   // Renews a node's lease. NOT_FOUND: the node must register again.
@@ -236,8 +255,11 @@ class Coordinator {
   // NOT_FOUND for an unknown id; FAILED_PRECONDITION for a finished job.
   StatusOr<AgentOrders> cancel(const std::string& job_id, const std::string& reason);
 
-  // The periodic step: expires nodes whose lease ran out (failing or restarting their jobs) and
-  // places queued jobs in FIFO order. Returns the launches and stops for agents.
+  // The periodic step: expires nodes whose lease ran out (failing or restarting their jobs), gives
+  // up on nodes that did not report a placed attempt's tasks started within
+  // options.start_timeout (the attempt fails naming them; they get stop orders in case the tasks
+  // did start, and their slots are free again), and places queued jobs in FIFO order. Returns the
+  // launches and stops for agents.
   AgentOrders tick();
 
   // Every task of an attempt on `node_id` started. When all of the attempt's nodes have reported,
@@ -327,6 +349,9 @@ class Coordinator {
     // Recovered after a restart and not yet reported by every node: the time it fails by.
     std::optional<TimePoint> reconcile_deadline;
     std::set<std::string> adopted_nodes;  // nodes that reported it since the restart
+    // Placed by this coordinator: the time by which every node must have reported its tasks
+    // started (options_.start_timeout); reset once all did or tick() gave up on the rest.
+    std::optional<TimePoint> start_deadline;
   };
 
   Coordinator(CoordinatorOptions options, const Clock* clock, std::unique_ptr<JobStore> store);
@@ -375,6 +400,12 @@ class Coordinator {
   // A node is gone: its ranks count as exited and the active attempts with ranks there fail. When
   // the store fails on the way, the loss is kept in lost_nodes_ and finished once it writes again.
   void node_lost_locked(const std::string& node_id, const std::string& reason, AgentOrders& orders);
+  // A rank of the attempt `key` (held in attempts_, `exit.rank` placed on `exit.node_id`) exited as
+  // `exit` says; nothing for a rank already counted as exited. A failure fails the active attempt,
+  // the last clean exit makes the job SUCCEEDED; the transition is stored before the rank counts
+  // as exited, so on a store failure nothing changes and its error is returned. May forget the
+  // attempt (forget_if_drained_locked). `node_is_gone`: as rank_exited_locked.
+  Status take_exit_locked(const AttemptKey& key, const TaskExit& exit, bool node_is_gone, AgentOrders& orders);
   // A rank of `key` exited; when it was its node's last live rank, the node's reservation is
   // released (unless the node itself is gone, taking its capacity with it).
   void rank_exited_locked(const AttemptKey& key, int rank, bool node_is_gone);
@@ -386,6 +417,10 @@ class Coordinator {
   // Recovered attempts whose reconcile deadline passed with nodes missing: those nodes' ranks count
   // as lost and the attempt fails through its restart policy.
   void expire_unreconciled_locked(AgentOrders& orders);
+  // Placed attempts past their start deadline with nodes that never reported their tasks started:
+  // an active one fails naming those nodes; those nodes get stop orders and their ranks count as
+  // exited, freeing their slots.
+  void expire_unstarted_locked(AgentOrders& orders);
   // Brings the store's node records in step with the registry: writes the record of each
   // registered node whose info differs from the stored one (a registration, never a heartbeat) and
   // deletes the records of nodes that are gone (lost or removed). A failed write is logged and

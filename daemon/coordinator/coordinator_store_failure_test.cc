@@ -5,7 +5,8 @@
 //
 // Checked: every refused change leaves memory as it was (and as stored: a reopened coordinator
 // sees the same); refused task exits are taken once the store writes again; a node lost while the
-// store fails is acted on after it recovers; store_status() and the retry interval.
+// store fails is acted on after it recovers; an attempt whose launch failure report was refused
+// fails at its start deadline; store_status() and the retry interval.
 //
 // Needs root to mount; skipped (saying why) where mount(2) is refused.
 
@@ -248,6 +249,39 @@ TEST_F(StoreFailureTest, ARefusedTaskExitIsTakenWhenTheAgentReportsItAgainAfterR
   EXPECT_EQ(taken->stops[0].node_id, "node-b");
   open();
   EXPECT_EQ(state(id), JobState::kFailed);
+}
+
+TEST_F(StoreFailureTest, ALaunchFailureRefusedWhileTheStoreFailsEndsTheAttemptAtItsStartDeadline) {
+  add_node("node-a", 1);
+  cohort::v1::JobSpec spec = valid_spec();
+  spec.set_nodes(1);
+  spec.set_procs_per_node(1);
+  auto id = coordinator_->submit(spec);
+  ASSERT_TRUE(id.ok()) << id.status().to_string();
+  ASSERT_EQ(coordinator_->tick().launches.size(), 1u);
+  fill();
+  // The launch failed; its report is refused, and the server does not send it again.
+  expect_refused(coordinator_->report_launch_failure("node-a", *id, 1, "cannot exec /bin/nope").status(),
+                 "launch failure on a full disk");
+  recover();
+  EXPECT_EQ(state(*id), JobState::kPlaced);
+  // Until the start deadline it may still start; the nodes heartbeat meanwhile.
+  for (Duration passed(0); passed + seconds(5) < kDefaultStartTimeout; passed += seconds(5)) {
+    clock_.advance(seconds(5));
+    ASSERT_TRUE(coordinator_->heartbeat("node-a").ok());
+    coordinator_->tick();
+  }
+  EXPECT_EQ(state(*id), JobState::kPlaced);
+  clock_.advance(seconds(5));
+  AgentOrders orders = coordinator_->tick();
+  EXPECT_EQ(state(*id), JobState::kFailed);
+  auto job = coordinator_->get_job(*id);
+  EXPECT_TRUE(contains(job->machine.reason(), "node(s) node-a did not report attempt 1's tasks started"))
+      << job->machine.reason();
+  ASSERT_EQ(orders.stops.size(), 1u);  // in case it started after all
+  EXPECT_EQ(orders.stops[0].node_id, "node-a");
+  ASSERT_EQ(coordinator_->list_nodes().size(), 1u);
+  EXPECT_EQ(coordinator_->list_nodes()[0].free_slots, 1) << "its slot is free again";
 }
 
 TEST_F(StoreFailureTest, ANodeLostWhileTheStoreFailsFailsItsAttemptOnceTheStoreWrites) {

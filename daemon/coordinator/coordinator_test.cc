@@ -657,6 +657,163 @@ TEST_F(CoordinatorTest, ARestartedCoordinatorReadoptsTheAttemptsItsNodesStillRun
   EXPECT_EQ(free_slots("node-b"), 2);
 }
 
+// What a node's agent saw exit (RegisterNode's exits) for a rank of `attempt`.
+TaskExit seen_exit(int rank, int code, int signal = 0) { return TaskExit{"", "", 0, rank, code, signal}; }
+
+TEST_F(CoordinatorTest, ARestartedCoordinatorCountsTheRanksThatExitedBeforeItsRestartAndTheJobSucceeds) {
+  add_node("node-a", 2);
+  const std::string id = submit(valid_spec("outlived", 1, 2));
+  tick_and_start();
+  ASSERT_EQ(job(id).state(), JobState::kRunning);
+  exit_task("node-a", id, 1, 1, 0);  // taken by the coordinator that then restarts
+  coordinator_.reset();
+  open();
+  // The agent runs rank 0 still; rank 1 it holds as exited with code 0.
+  auto orders = coordinator_->register_node(node_info("node-a", 2), {RunningAttempt{id, 1, {0}, {seen_exit(1, 0)}}});
+  ASSERT_TRUE(orders.ok()) << orders.status().to_string();
+  EXPECT_TRUE(orders->empty());
+  EXPECT_EQ(job(id).state(), JobState::kRunning);
+  EXPECT_EQ(free_slots("node-a"), 0);
+  // Without the registration's exit, rank 1 would stay live here and this would not be the last rank.
+  exit_task("node-a", id, 1, 0, 0);
+  EXPECT_EQ(job(id).state(), JobState::kSucceeded) << job(id).machine.reason();
+  EXPECT_EQ(free_slots("node-a"), 2);
+}
+
+TEST_F(CoordinatorTest, ARankThatFailedWhileTheCoordinatorWasDownFailsTheAttemptWhenItsNodeRegisters) {
+  add_node("node-a", 2);
+  const std::string id = submit(valid_spec("failed-unheard", 1, 2));
+  tick_and_start();
+  coordinator_.reset();
+  open();
+  // Rank 1 exited with code 3 while no coordinator ran; its exit report comes after the registration.
+  auto orders = coordinator_->register_node(node_info("node-a", 2), {RunningAttempt{id, 1, {0}, {seen_exit(1, 3)}}});
+  ASSERT_TRUE(orders.ok()) << orders.status().to_string();
+  EXPECT_EQ(stopped_nodes(*orders), (std::vector<std::string>{"node-a"}));
+  EXPECT_EQ(job(id).state(), JobState::kFailed);
+  EXPECT_TRUE(contains(job(id).machine.reason(), "rank 1 on node node-a exited with code 3")) << job(id).machine.reason();
+  // The queued report is a repeat; rank 0 exiting (stopped) frees the node.
+  EXPECT_TRUE(exit_task("node-a", id, 1, 1, 3).empty());
+  exit_task("node-a", id, 1, 0, 0, 15);
+  EXPECT_EQ(job(id).state(), JobState::kFailed);
+  EXPECT_EQ(free_slots("node-a"), 2);
+}
+
+TEST_F(CoordinatorTest, ANodeWhoseRanksAllFinishedBeforeACoordinatorRestartIsNotTakenForALostOne) {
+  add_node("node-a", 2);
+  add_node("node-b", 2);
+  const std::string id = submit(valid_spec("half-done", 2, 2));
+  tick_and_start();
+  exit_task("node-b", id, 1, 2, 0);
+  exit_task("node-b", id, 1, 3, 0);
+  coordinator_.reset();
+  open();
+  // node-b runs nothing of it any more; it holds both exits.
+  auto b = coordinator_->register_node(node_info("node-b", 2), {RunningAttempt{id, 1, {}, {seen_exit(2, 0), seen_exit(3, 0)}}});
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  EXPECT_TRUE(b->empty());
+  EXPECT_EQ(job(id).state(), JobState::kRunning) << job(id).machine.reason();
+  EXPECT_EQ(free_slots("node-b"), 2);
+  auto a = coordinator_->register_node(node_info("node-a", 2), {RunningAttempt{id, 1, {0, 1}}});
+  ASSERT_TRUE(a.ok());
+  EXPECT_TRUE(a->empty());
+  clock_.advance(kLease / 2);
+  ASSERT_TRUE(coordinator_->heartbeat("node-a").ok());
+  ASSERT_TRUE(coordinator_->heartbeat("node-b").ok());
+  clock_.advance(kLease / 2 + seconds(1));  // past the reconcile window: both nodes accounted for
+  EXPECT_TRUE(coordinator_->tick().empty());
+  EXPECT_EQ(job(id).state(), JobState::kRunning) << job(id).machine.reason();
+  exit_task("node-a", id, 1, 0, 0);
+  exit_task("node-a", id, 1, 1, 0);
+  EXPECT_EQ(job(id).state(), JobState::kSucceeded) << job(id).machine.reason();
+  EXPECT_EQ(free_slots("node-a"), 2);
+}
+
+TEST_F(CoordinatorTest, ARankANodeNeitherRunsNorSawExitIsLost) {
+  add_node("node-a", 2);
+  const std::string id = submit(valid_spec("forgotten", 1, 2));
+  tick_and_start();
+  coordinator_.reset();
+  open();
+  auto orders = coordinator_->register_node(node_info("node-a", 2), {RunningAttempt{id, 1, {0}}});
+  ASSERT_TRUE(orders.ok());
+  EXPECT_EQ(stopped_nodes(*orders), (std::vector<std::string>{"node-a"}));
+  EXPECT_EQ(job(id).state(), JobState::kFailed);
+  EXPECT_TRUE(contains(job(id).machine.reason(), "registered without job " + id + " attempt 1's rank(s) 1:"))
+      << job(id).machine.reason();
+}
+
+TEST_F(CoordinatorTest, ANodeRegisteringWithTheTasksOfACancelledJobIsToldAgainToStopThem) {
+  add_node("node-a", 1);
+  const std::string id = submit(valid_spec("cancelled", 1, 1));
+  tick_and_start();
+  auto cancelled = coordinator_->cancel(id, "");
+  ASSERT_TRUE(cancelled.ok());
+  ASSERT_EQ(stopped_nodes(*cancelled), (std::vector<std::string>{"node-a"}));
+  // That stop never arrived; the node re-registers still running the task.
+  auto orders = coordinator_->register_node(node_info("node-a", 1), {RunningAttempt{id, 1, {0}}});
+  ASSERT_TRUE(orders.ok()) << orders.status().to_string();
+  ASSERT_EQ(orders->stops.size(), 1u);
+  EXPECT_EQ(orders->stops[0].node_id, "node-a");
+  EXPECT_EQ(orders->stops[0].job_id, id);
+  EXPECT_EQ(orders->stops[0].attempt, 1);
+  EXPECT_TRUE(contains(orders->stops[0].reason, "CANCELLED")) << orders->stops[0].reason;
+  EXPECT_EQ(free_slots("node-a"), 0) << "its task still runs there";
+  exit_task("node-a", id, 1, 0, 0, 15);
+  EXPECT_EQ(free_slots("node-a"), 1);
+  EXPECT_EQ(job(id).state(), JobState::kCancelled);
+}
+
+TEST_F(CoordinatorTest, ANodeRegisteringWithASupersededAttemptIsToldToStopIt) {
+  add_node("node-a", 1);
+  add_node("node-b", 1);
+  cohort::v1::JobSpec spec = valid_spec("superseded", 2, 1);
+  spec.mutable_restart_policy()->set_max_restarts(1);
+  const std::string id = submit(spec);
+  tick_and_start();
+  // Rank 1 fails: attempt 1 is over, its rank 0 on node-a is told to stop (that stop is lost).
+  AgentOrders failed = exit_task("node-b", id, 1, 1, 1);
+  ASSERT_EQ(stopped_nodes(failed), (std::vector<std::string>{"node-a"}));
+  ASSERT_EQ(job(id).attempt(), 2);
+  auto orders = coordinator_->register_node(node_info("node-a", 1), {RunningAttempt{id, 1, {0}}});
+  ASSERT_TRUE(orders.ok()) << orders.status().to_string();
+  ASSERT_EQ(orders->stops.size(), 1u);
+  EXPECT_EQ(orders->stops[0].attempt, 1);
+  EXPECT_TRUE(contains(orders->stops[0].reason, "at attempt 2")) << orders->stops[0].reason;
+}
+
+TEST_F(CoordinatorTest, AnAttemptWhoseNodeNeverReportsItsTasksStartedFailsAtTheStartDeadline) {
+  add_node("node-a", 1);
+  add_node("node-b", 1);
+  const std::string id = submit(valid_spec("unstarted", 2, 1));
+  AgentOrders placed = coordinator_->tick();
+  ASSERT_EQ(placed.launches.size(), 2u);
+  // node-a started; node-b's launch failed and that report was lost (refused while the store failed).
+  ASSERT_TRUE(coordinator_->report_tasks_started("node-a", id, 1).ok());
+  auto keep_nodes_alive = [&](Duration total) {
+    for (Duration passed(0); passed < total; passed += seconds(5)) {
+      clock_.advance(seconds(5));
+      ASSERT_TRUE(coordinator_->heartbeat("node-a").ok());
+      ASSERT_TRUE(coordinator_->heartbeat("node-b").ok());
+      EXPECT_TRUE(coordinator_->tick().empty());
+    }
+  };
+  keep_nodes_alive(kDefaultStartTimeout - seconds(5));
+  EXPECT_EQ(job(id).state(), JobState::kPlaced);
+  EXPECT_EQ(free_slots("node-b"), 0);
+  clock_.advance(seconds(5));
+  AgentOrders orders = coordinator_->tick();
+  EXPECT_EQ(job(id).state(), JobState::kFailed);
+  EXPECT_TRUE(contains(job(id).machine.reason(), "node(s) node-b did not report attempt 1's tasks started"))
+      << job(id).machine.reason();
+  // node-b is told to stop in case its tasks started after all; its slot is free again.
+  EXPECT_EQ(stopped_nodes(orders), (std::vector<std::string>{"node-a", "node-b"}));
+  EXPECT_EQ(free_slots("node-b"), 1);
+  EXPECT_EQ(free_slots("node-a"), 0);
+  exit_task("node-a", id, 1, 0, 0, 15);
+  EXPECT_EQ(free_slots("node-a"), 1);
+}
+
 TEST_F(CoordinatorTest, ARecoveredAttemptANodeNeverReportsFailsWhenTheReconcileWindowEnds) {
   add_node("node-a", 1);
   add_node("node-b", 1);

@@ -419,11 +419,12 @@ void DaemonServer::send_launch(const coordinator::LaunchOrder& order) {
         order.node.node_id, order.job_id, order.attempt, status.message(),
         unreachable ? coordinator::LaunchFailure::kUnreachable : coordinator::LaunchFailure::kRefused);
     if (!orders.ok()) {
+      // The attempt then fails when its start deadline passes (CoordinatorOptions::start_timeout).
       spdlog::warn("job {} attempt {}: the coordinator refused the launch failure report: {}", order.job_id,
                    order.attempt, orders.status().to_string());
-      return;
+    } else {
+      dispatch(std::move(orders).value());
     }
-    dispatch(std::move(orders).value());
     if (unreachable) {
       // The call may have reached the agent and started tasks before the answer was lost: stop
       // them, or they run unaccounted for (an agent that knows no such attempt answers OK).
@@ -559,8 +560,12 @@ Status DaemonServer::register_node() {
   COHORT_ASSIGN_OR_RETURN(cohort::v1::NodeInfo node, agent_service_->describe_node());
   cohort::v1::RegisterNodeRequest request;
   *request.mutable_node() = std::move(node);
-  // What still runs here: the coordinator keeps what it owns and orders the rest stopped.
-  for (const std::string& job_id : supervisor_->running_jobs()) {
+  // What still runs here, and how the tasks that ended did: the coordinator keeps what it owns
+  // and orders the rest stopped. The exits go with it because a coordinator that restarted (or took
+  // over) since may not have heard of them, and the exit reports still queued here arrive after
+  // this registration: without them it would wait for ranks that are gone, or take a node whose
+  // ranks all finished for one that lost them.
+  for (const std::string& job_id : supervisor_->jobs()) {
     std::optional<int> attempt = agent_service_->attempt_of(job_id);
     StatusOr<std::vector<agent::TaskInfo>> tasks = supervisor_->tasks(job_id);
     if (!attempt.has_value() || !tasks.ok()) continue;
@@ -568,7 +573,18 @@ Status DaemonServer::register_node() {
     running->set_job_id(job_id);
     running->set_attempt(*attempt);
     for (const agent::TaskInfo& task : *tasks) {
-      if (!task.exit.has_value()) running->add_ranks(task.rank);
+      if (!task.exit.has_value()) {
+        running->add_ranks(task.rank);
+        continue;
+      }
+      cohort::v1::ExitedRank* exited = running->add_exited();
+      exited->set_rank(task.rank);
+      exited->set_exit_code(task.exit->exit_code);
+      exited->set_signal(task.exit->signal);
+      // As report_exit words it.
+      exited->set_detail(!task.detail.empty() || fenced_.count({job_id, *attempt}) == 0
+                             ? task.detail
+                             : fenced_detail());
     }
   }
   cohort::v1::RegisterNodeResponse response;
@@ -618,6 +634,11 @@ Status DaemonServer::heartbeat() {
   return from_grpc_status(beat, "Coordinator.Heartbeat", coordinator_leader_->leader_address());
 }
 
+std::string DaemonServer::fenced_detail() const {
+  return fmt::format("stopped by node {}'s agent, which could not renew its lease for {} ms (fencing)", node_id_,
+                     lease_.count());
+}
+
 Status DaemonServer::report_exit(const agent::TaskExit& exit) {
   std::optional<int> attempt = agent_service_->attempt_of(exit.job_id);
   if (!attempt.has_value()) return not_found_error("job {} was never launched here", exit.job_id);
@@ -629,10 +650,7 @@ Status DaemonServer::report_exit(const agent::TaskExit& exit) {
   request.set_exit_code(exit.status.exit_code);
   request.set_signal(exit.status.signal);
   request.set_detail(exit.detail);
-  if (exit.detail.empty() && fenced_.count({exit.job_id, *attempt}) != 0) {
-    request.set_detail(fmt::format("stopped by node {}'s agent, which could not renew its lease for {} ms (fencing)",
-                                   node_id_, lease_.count()));
-  }
+  if (exit.detail.empty() && fenced_.count({exit.job_id, *attempt}) != 0) request.set_detail(fenced_detail());
   cohort::v1::ReportTaskExitResponse response;
   const grpc::Status reported = coordinator_leader_->idempotent_unary<cohort::v1::Coordinator>(
       std::chrono::system_clock::now() + options_.peer_rpc_timeout, &cohort::v1::Coordinator::Stub::ReportTaskExit,

@@ -312,6 +312,8 @@ class DaemonServer {
   Status register_node();
   Status heartbeat();
   Status report_exit(const agent::TaskExit& exit);
+  // What an exit report says of a task this agent stopped because its lease ran out (fencing).
+  std::string fenced_detail() const;
   // Stops every running task of this node (the lease ran out: fencing). Blocks up to the grace period.
   void fence_tasks();
   bool has_coordinator() const { return options_.role != DaemonRole::kAgent; }

@@ -97,8 +97,15 @@ grpc::Status CoordinatorService::RegisterNode(grpc::ServerContext* context,
   std::vector<coordinator::RunningAttempt> running;
   for (const cohort::v1::RunningAttempt& attempt : request->running()) {
     if (Status id = require_job_id(attempt.job_id()); !id.ok()) return to_grpc_status(id);
-    running.push_back(coordinator::RunningAttempt{attempt.job_id(), attempt.attempt(),
-                                                  std::vector<int>(attempt.ranks().begin(), attempt.ranks().end())});
+    coordinator::RunningAttempt held{attempt.job_id(), attempt.attempt(),
+                                     std::vector<int>(attempt.ranks().begin(), attempt.ranks().end())};
+    // The exits it saw: taken by a coordinator that had not heard of them (it restarted since).
+    for (const cohort::v1::ExitedRank& exited : attempt.exited()) {
+      held.exited.push_back(coordinator::TaskExit{request->node().node_id(), attempt.job_id(), attempt.attempt(),
+                                                  exited.rank(), exited.exit_code(), exited.signal(),
+                                                  exited.detail()});
+    }
+    running.push_back(std::move(held));
   }
   StatusOr<AgentOrders> orders = coordinator_->register_node(from_proto(request->node()), running);
   if (!orders.ok()) return to_grpc_status(orders.status());
