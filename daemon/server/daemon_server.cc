@@ -331,21 +331,38 @@ void DaemonServer::dispatch(coordinator::AgentOrders orders) {
 void DaemonServer::dispatch_loop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    orders_changed_.wait(lock, [this] { return stopping_ || !orders_queue_.empty(); });
+    auto woken = [this] { return stopping_ || !orders_queue_.empty(); };
+    if (stop_retries_.empty()) {
+      orders_changed_.wait(lock, woken);
+    } else {
+      auto due = stop_retries_.front().due;
+      for (const PendingStop& pending : stop_retries_) due = std::min(due, pending.due);
+      orders_changed_.wait_until(lock, due, woken);
+    }
     if (stopping_) {
       for (const coordinator::AgentOrders& orders : orders_queue_) log_orders(orders);
       orders_queue_.clear();
       return;
     }
-    coordinator::AgentOrders orders = std::move(orders_queue_.front());
-    orders_queue_.pop_front();
+    coordinator::AgentOrders orders;
+    if (!orders_queue_.empty()) {
+      orders = std::move(orders_queue_.front());
+      orders_queue_.pop_front();
+    }
     lock.unlock();
     if (!gate_->leading()) {
-      // Lost the leadership: the new leader owns the agents now.
+      // Lost the leadership: the new leader owns the agents now (its nodes' registrations tell it
+      // what still runs, and it stops what it does not own).
       log_orders(orders);
+      for (const PendingStop& pending : stop_retries_) {
+        spdlog::info("stop of job {} attempt {} on node {} not sent again: this coordinator no longer leads",
+                     pending.order.job_id, pending.order.attempt, pending.order.node_id);
+      }
+      stop_retries_.clear();
       lock.lock();
       continue;
     }
+    retry_stops();
     // Stops first: a restart's stop and launch may arrive together, and slots free on stop.
     for (const coordinator::StopOrder& stop : orders.stops) send_stop(stop);
     for (const coordinator::LaunchOrder& launch : orders.launches) {
@@ -460,7 +477,7 @@ int DaemonServer::master_port_for(const coordinator::LaunchOrder& order) {
   return chosen;
 }
 
-void DaemonServer::send_stop(const coordinator::StopOrder& order) {
+void DaemonServer::send_stop(const coordinator::StopOrder& order, int failures) {
   cohort::v1::StopTasksRequest request;
   request.set_job_id(order.job_id);
   request.set_attempt(order.attempt);
@@ -472,9 +489,59 @@ void DaemonServer::send_stop(const coordinator::StopOrder& order) {
                        options_.stop_grace_period + agent::kKillWaitTimeout);
   Status status = from_grpc_status(agent_stub(order.address, order.node_id).StopTasks(&context, request, &response),
                                    "Agent.StopTasks", order.address);
-  if (!status.ok()) {
-    spdlog::error("stop of job {} attempt {} on node {} failed: {}", order.job_id, order.attempt,
-                  order.node_id, status.to_string());
+  if (status.ok()) {
+    if (failures > 0) {
+      spdlog::info("stop of job {} attempt {} on node {} taken after {} failed tr{}", order.job_id, order.attempt,
+                   order.node_id, failures, failures == 1 ? "y" : "ies");
+    }
+    return;
+  }
+  // A request the agent can never take (a version without StopTasks, a malformed order) is not
+  // sent again; anything else (no answer, a handshake failing under load, a busy agent) is.
+  if (status.code() == StatusCode::kInvalidArgument || status.code() == StatusCode::kUnimplemented) {
+    spdlog::error("stop of job {} attempt {} on node {} failed and is not sent again: {}", order.job_id,
+                  order.attempt, order.node_id, status.to_string());
+    return;
+  }
+  std::chrono::milliseconds wait = kStopRetryInterval;
+  for (int i = 0; i < failures && wait < kMaxStopRetryInterval; ++i) wait *= 2;
+  wait = std::min(wait, kMaxStopRetryInterval);
+  spdlog::error("stop of job {} attempt {} on node {} failed (try {}): {}; sending it again in {} ms while the "
+                "node is registered",
+                order.job_id, order.attempt, order.node_id, failures + 1, status.to_string(), wait.count());
+  stop_retries_.push_back(PendingStop{order, failures + 1, std::chrono::steady_clock::now() + wait});
+}
+
+void DaemonServer::retry_stops() {
+  if (stop_retries_.empty()) return;
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<PendingStop> due;
+  for (auto it = stop_retries_.begin(); it != stop_retries_.end();) {
+    if (it->due <= now) {
+      due.push_back(std::move(*it));
+      it = stop_retries_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (due.empty()) return;
+  // Only to nodes still registered at the address the order names: a lost node's agent stops its
+  // tasks itself when its lease lapses (fencing), and a node that registered again reported what
+  // it runs, and the registration's orders stop what is over.
+  std::map<std::string, std::string> registered;
+  for (const coordinator::NodeStatus& node : coordinator_->list_nodes()) {
+    if (!node.awaiting_registration) registered[node.info.node_id] = node.info.address;
+  }
+  for (const PendingStop& pending : due) {
+    auto node = registered.find(pending.order.node_id);
+    if (node == registered.end() || node->second != pending.order.address) {
+      spdlog::warn("stop of job {} attempt {} on node {} dropped after {} failed tr{}: the node {}", pending.order.job_id,
+                   pending.order.attempt, pending.order.node_id, pending.failures,
+                   pending.failures == 1 ? "y" : "ies",
+                   node == registered.end() ? "is gone" : "registered again at " + node->second);
+      continue;
+    }
+    send_stop(pending.order, pending.failures);
   }
 }
 

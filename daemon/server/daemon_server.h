@@ -93,6 +93,13 @@ inline constexpr const char* kDefaultListenAddress = "127.0.0.1:7070";
 inline constexpr std::chrono::milliseconds kDefaultPeerRpcTimeout = std::chrono::seconds(10);
 // How long an agent waits before trying RegisterNode (or a failed exit report) again.
 inline constexpr std::chrono::milliseconds kRegisterRetryInterval = std::chrono::seconds(1);
+// A stop order the agent did not take (no answer, a TLS handshake failing under load) is sent
+// again after this, doubling each time up to kMaxStopRetryInterval, until the agent takes it or its
+// node is gone (lost, removed, or registered again at another address: the registration then
+// reconciles what it runs). Without it the tasks of a cancelled or failed attempt run on, holding
+// their slots.
+inline constexpr std::chrono::milliseconds kStopRetryInterval = std::chrono::seconds(1);
+inline constexpr std::chrono::milliseconds kMaxStopRetryInterval = std::chrono::seconds(30);
 // The shortest interval between client keepalive pings the server accepts without data flowing;
 // below the CLI's 30 s keepalive (client/client.h), so its idle streams are not cut.
 inline constexpr std::chrono::milliseconds kMinClientPingInterval = std::chrono::seconds(10);
@@ -303,7 +310,12 @@ class DaemonServer {
   bool attempt_is_active(const std::string& job_id, int attempt) const;
   // The MASTER_PORT of the order's attempt (picked free on this host the first time).
   int master_port_for(const coordinator::LaunchOrder& order);
-  void send_stop(const coordinator::StopOrder& order);
+  // Sends one StopTasks; when the agent does not take it, queues it in stop_retries_ (see
+  // kStopRetryInterval). `failures`: how many times this order failed before.
+  void send_stop(const coordinator::StopOrder& order, int failures = 0);
+  // Sends the stop orders in stop_retries_ that are due, dropping those whose node is gone.
+  // Dispatch thread only.
+  void retry_stops();
   // The Agent stub for the node `node_id` at `address` (mutual TLS with the coordinator's certificate).
   cohort::v1::Agent::Stub& agent_stub(const std::string& address, const std::string& node_id);
   // Agent side: register, heartbeat, report exits.
@@ -369,6 +381,13 @@ class DaemonServer {
   int exits_in_flight_ = 0;                 // guarded by mu_; exits the agent thread is reporting now
   std::condition_variable exits_reported_;  // the agent thread finished a batch of exit reports
   std::map<std::string, std::unique_ptr<cohort::v1::Agent::Stub>> agent_stubs_;  // dispatch thread only
+  // Stop orders an agent did not take, with when to send each again; dispatch thread only.
+  struct PendingStop {
+    coordinator::StopOrder order;
+    int failures = 0;
+    std::chrono::steady_clock::time_point due;
+  };
+  std::vector<PendingStop> stop_retries_;
   // MASTER_PORT of each attempt, chosen once so every node of it gets the same; dispatch thread only.
   std::map<std::pair<std::string, int>, int> master_ports_;
   std::once_flag drain_once_;

@@ -4,8 +4,10 @@
 // coordinator keeps its jobs.
 
 #include <chrono>
+#include <condition_variable>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -14,6 +16,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include "cohort/v1/agent.grpc.pb.h"
 #include "cohort/v1/coordinator.grpc.pb.h"
 #include "cohort/v1/rendezvous.grpc.pb.h"
 #include "daemon/coordinator/temp_dir.h"
@@ -42,6 +45,8 @@ void set_deadline(grpc::ClientContext* context, std::chrono::milliseconds timeou
 class CoordinatorServerTest : public ::testing::Test {
  protected:
   void SetUp() override { start_server(); }
+  // Tests whose nodes have an agent behind them (a fake one) let the daemon send its orders.
+  bool send_orders_ = false;
   void TearDown() override {
     if (server_ != nullptr) server_->shutdown();
   }
@@ -53,7 +58,7 @@ class CoordinatorServerTest : public ::testing::Test {
     options.tick_interval = kTestTickInterval;
     // The nodes these tests register have no agent behind them: drop the launch orders, so a placed
     // attempt stays PLACED for the test's workers instead of failing its launch.
-    options.orders = [](coordinator::AgentOrders) {};
+    if (!send_orders_) options.orders = [](coordinator::AgentOrders) {};
     auto server = DaemonServer::start(options);
     ASSERT_TRUE(server.ok()) << server.status().to_string();
     server_ = std::move(*server);
@@ -514,6 +519,86 @@ TEST_F(CoordinatorServerTest, ShutdownEndsAWatchPromptly) {
   EXPECT_FALSE(status.ok());
   EXPECT_LT(std::chrono::steady_clock::now() - started, kDefaultShutdownGrace)
       << "the coordinator's shutdown wakes watchers instead of waiting out the grace period";
+}
+
+// An agent of node `node_id` that takes every launch and refuses the first `refused_stops` stops
+// with UNAVAILABLE (what a TLS handshake failing under load or a missed deadline looks like), served
+// with the node's certificate from the cluster CA, as a real agent is.
+class FlakyStopAgent final : public cohort::v1::Agent::Service {
+ public:
+  FlakyStopAgent(DaemonServer& coordinator, const std::string& node_id, int refused_stops)
+      : refused_stops_(refused_stops) {
+    const tls::ChannelSecurity node = testing::node_security(coordinator, node_id);
+    grpc::SslServerCredentialsOptions ssl(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    ssl.pem_root_certs = node.ca_pem;
+    ssl.pem_key_cert_pairs.push_back({node.key_pem, node.certificate_pem});
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::SslServerCredentials(ssl), &port_);
+    builder.RegisterService(this);
+    server_ = builder.BuildAndStart();
+  }
+  ~FlakyStopAgent() override { server_->Shutdown(std::chrono::system_clock::now()); }
+
+  int port() const { return port_; }
+
+  grpc::Status LaunchTasks(grpc::ServerContext*, const cohort::v1::LaunchTasksRequest*,
+                           cohort::v1::LaunchTasksResponse*) override {
+    return grpc::Status::OK;
+  }
+  grpc::Status StopTasks(grpc::ServerContext*, const cohort::v1::StopTasksRequest* request,
+                         cohort::v1::StopTasksResponse*) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    stops_.push_back(request->job_id() + "/" + std::to_string(request->attempt()));
+    changed_.notify_all();
+    if (static_cast<int>(stops_.size()) <= refused_stops_)
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "handshake failed (test)");
+    return grpc::Status::OK;
+  }
+
+  // The stops received ("job/attempt"), once there are `count` or `timeout` passed.
+  std::vector<std::string> wait_for_stops(size_t count, std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    changed_.wait_for(lock, timeout, [&] { return stops_.size() >= count; });
+    return stops_;
+  }
+
+ private:
+  const int refused_stops_;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::vector<std::string> stops_;
+};
+
+class CoordinatorDispatchTest : public CoordinatorServerTest {
+ protected:
+  void SetUp() override {
+    send_orders_ = true;
+    start_server();
+  }
+};
+
+TEST_F(CoordinatorDispatchTest, AStopTheAgentDidNotTakeIsSentAgainUntilItDoes) {
+  FlakyStopAgent agent(*server_, "node-a", /*refused_stops=*/2);
+  ASSERT_GT(agent.port(), 0);
+  register_node("node-a", 1, agent.port());
+  std::string job_id;
+  ASSERT_TRUE(submit(valid_spec("cancelled", 1, 1), &job_id).ok());
+  ASSERT_EQ(wait_for_state(job_id, cohort::v1::RUNNING).state(), cohort::v1::RUNNING);
+  cohort::v1::CancelJobRequest cancel;
+  cancel.set_job_id(job_id);
+  cohort::v1::CancelJobResponse response;
+  grpc::ClientContext context;
+  set_deadline(&context);
+  ASSERT_TRUE(coordinator_->CancelJob(&context, cancel, &response).ok());
+  // Refused twice: sent again after 1 s, then after 2 s more (kStopRetryInterval, doubling).
+  const auto cancelled = std::chrono::steady_clock::now();
+  const std::vector<std::string> stops = agent.wait_for_stops(3, kRpcTimeout);
+  EXPECT_EQ(stops, std::vector<std::string>(3, job_id + "/1"));
+  EXPECT_GE(std::chrono::steady_clock::now() - cancelled, kStopRetryInterval * 3 - std::chrono::milliseconds(100));
+  // Taken the third time: no more.
+  EXPECT_EQ(agent.wait_for_stops(4, kStopRetryInterval * 5).size(), 3u);
 }
 
 TEST(DaemonServerTest, AnAddressInUseIsUnavailable) {
