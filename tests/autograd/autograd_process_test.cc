@@ -443,6 +443,29 @@ TEST_F(AutogradProcessTest, Mpi4torchRingWithJoinDummiesHandleAndShapelessRecv) 
   }
 }
 
+// Over UCX: a WaitHandle dropped before wait() cancels its posted receives (UCX takes an
+// unmatched receive back without consuming a message), so the next message on the tag goes to
+// the next receive instead of into the dropped handle's freed buffers.
+TEST_F(AutogradProcessTest, AHandleDroppedBeforeWaitLeavesTheNextMessageToTheNextReceive) {
+  EXPECT_EQ(run_ranks(2,
+                      [](Communicator& comm) -> Status {
+                        const int64_t n = 4096;
+                        const at::Tensor x1 = data(0, {n}), x2 = data(1, {n});
+                        if (comm.rank() == 1) {
+                          WaitHandle dropped = irecv(comm, 0, 5, {}, std::vector<int64_t>{n}, at::kDouble);
+                        }
+                        COHORT_RETURN_IF_ERROR(comm.barrier()->wait());  // rank 0 sends after the drop
+                        if (comm.rank() == 0) {
+                          send(comm, x1, 1, 5);
+                          send(comm, x2, 1, 5);
+                          return ok_status();
+                        }
+                        COHORT_RETURN_IF_ERROR(expect_close(recv(comm, 0, 5), x1, "first recv"));
+                        return expect_close(recv(comm, 0, 5), x2, "second recv");
+                      }),
+            "");
+}
+
 // Over UCX: a tensor sent without grad gets no gradient back, so the receiver's backward does not
 // wait for a receive its sender never posts (it finishes well within the 10 s op timeout), and
 // the gradient of the next send on the tag, which does require grad, arrives unchanged.

@@ -38,6 +38,17 @@ namespace cohort::autograd {
 // Internal to wait_handle.cc; used by one thread at a time: forward on the rank's thread, then
 // backward (on the rank's thread for CPU tensors, on autograd's device thread for CUDA ones).
 struct TransferState : torch::CustomClassHolder {
+  // Dropped with transfers still posted (a handle dropped before wait(), an exception between
+  // irecv and wait, a backward that failed before completing the reverse transfer): each Work is
+  // released before the buffer it reads or writes, and a communicator Work released unfinished
+  // cancels its transfer, so the transport lets go of the buffer before it is freed and a
+  // cancelled receive takes no message from the next receive on its tag.
+  ~TransferState() override {
+    grad_work.reset();
+    header_work.reset();
+    work.reset();
+  }
+
   comm::Communicator* comm = nullptr;
   bool is_send = false;
   int peer = 0;

@@ -155,5 +155,30 @@ TEST(JoinDummiesHandleTest, Mpi4torchRingWithJoinDummiesHandle) {
   }
 }
 
+// A handle dropped before wait() (an exception between irecv and wait) takes its receive with
+// it: the transfers are cancelled before their buffers are freed, so the next message on the tag
+// goes to the next receive (x1 here), not into the dropped handle's freed buffers, which would
+// leave the receive after it x2.
+TEST(WaitHandleTest, AHandleDroppedBeforeWaitLeavesTheNextMessageToTheNextReceive) {
+  const int64_t n = 8;
+  at::Tensor x1 = values(0.4, n), x2 = values(1.9, n);
+  std::string failures = run_autograd_ranks(2, [&](int rank, comm::Communicator& comm) {
+    if (rank == 1) {
+      WaitHandle dropped = irecv(comm, 0, 5, {}, std::vector<int64_t>{n}, at::kDouble);
+      EXPECT_FALSE(dropped.state()->work->is_completed());
+    }
+    // Rank 0 sends only once rank 1's handle is gone.
+    ASSERT_TRUE(comm.barrier()->wait().ok());
+    if (rank == 0) {
+      send(comm, x1, 1, 5);
+      send(comm, x2, 1, 5);
+      return;
+    }
+    EXPECT_TRUE(at::equal(recv(comm, 0, 5), x1));
+    EXPECT_TRUE(at::equal(recv(comm, 0, 5), x2));
+  });
+  EXPECT_EQ(failures, "");
+}
+
 }  // namespace
 }  // namespace cohort::autograd

@@ -192,7 +192,17 @@ class P2PWork final : public Work {
         recorder_(std::move(recorder)),
         record_(record),
         check_(std::move(check)) {}
+  // Dropped unfinished (its owner gave up before waiting, e.g. on an exception between irecv and
+  // wait): the transfer is cancelled, so the transport lets go of the buffer its owner is about
+  // to free (transport.h), and a receive still waiting for its message leaves it to the next
+  // receive on the tag instead of taking it into freed memory. The flight recorder shows it
+  // cancelled rather than in flight.
   ~P2PWork() override {
+    if (!inner_->is_completed()) {
+      const Status dropped = cancelled_error("{} dropped before it completed", what_);
+      inner_->cancel(dropped);
+      finish(dropped).ignore_error();
+    }
     if (!check_) return;
     for (const auto& transfer : {check_->header, check_->reply}) {
       if (!transfer->is_completed()) transfer->cancel(cancelled_error("{} dropped", what_));

@@ -1,6 +1,7 @@
 #include "worker/comm/communicator.h"
 
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <thread>
 
@@ -298,6 +299,36 @@ TEST(CommunicatorTest, DebugModeReportsMismatchedCollectivesWithBothCalls) {
     return ok_status();
   }, nodes_of(2), options);
   EXPECT_EQ(failures(statuses), "");
+}
+
+// A receive whose Work is dropped before it completed (its owner gave up and frees the buffer)
+// is cancelled: the next message on the tag goes to the next receive, not into the dropped one's
+// buffer. With the point-to-point check on too, whose signature transfers go with it.
+TEST(CommunicatorTest, AReceiveDroppedUnfinishedLeavesTheNextMessageToTheNextReceive) {
+  for (bool checked : {false, true}) {
+    CommunicatorOptions options = test_options();
+    options.debug_checks = checked;
+    options.timeout = std::chrono::seconds(5);
+    auto statuses = on_loopback(2, "flat", [](Communicator& comm) -> Status {
+      if (comm.rank() == 1) {
+        auto dropped_buffer = std::make_unique<int32_t>(-1);
+        auto dropped = comm.irecv(dropped_buffer.get(), 1, DataType::kInt32, 0, 3);
+        if (dropped->is_completed()) return internal_error("the receive completed before anything was sent");
+      }
+      // Rank 0 sends only once rank 1 dropped its receive.
+      COHORT_RETURN_IF_ERROR(comm.barrier()->wait());
+      int32_t first = 1, second = 2;
+      if (comm.rank() == 0) {
+        COHORT_RETURN_IF_ERROR(comm.send(&first, 1, DataType::kInt32, 1, 3));
+        return comm.send(&second, 1, DataType::kInt32, 1, 3);
+      }
+      int32_t got[2] = {0, 0};
+      for (int32_t& value : got) COHORT_RETURN_IF_ERROR(comm.recv(&value, 1, DataType::kInt32, 0, 3));
+      if (got[0] != first || got[1] != second) return internal_error("received {} then {}, expected 1 then 2", got[0], got[1]);
+      return ok_status();
+    }, nodes_of(2), options);
+    EXPECT_EQ(failures(statuses), "") << (checked ? "with" : "without") << " the point-to-point check";
+  }
 }
 
 TEST(CommunicatorTest, AsyncOperationsCompleteInIssueOrderAndOverlapTheCaller) {
