@@ -16,12 +16,23 @@
 #include <cstring>
 
 #include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <thread>
 #include <utility>
 
 #include <fmt/format.h>
 
 namespace cohort::agent {
+
+#ifdef COHORT_PROCESS_LAUNCHER_TEST_HOOKS
+namespace testing_hooks {
+std::atomic<bool> child_hangs_before_exec{false};
+}  // namespace testing_hooks
+#endif
+
 namespace {
 
 // The reader thread wakes at least this often to notice that its handle is being destroyed
@@ -151,6 +162,11 @@ struct ChildPlan {
   // process was already re-parented and nothing would ever kill it.
   if (::getppid() != plan.parent) ::_exit(127);
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail_child(plan.error_fd, ChildStage::kNoNewPrivs);
+#ifdef COHORT_PROCESS_LAUNCHER_TEST_HOOKS
+  if (plan.working_dir != nullptr) {
+    while (testing_hooks::child_hangs_before_exec.load()) ::pause();
+  }
+#endif
   // As the job's user: a directory that user cannot reach fails here, with a clear error.
   if (plan.working_dir != nullptr && ::chdir(plan.working_dir) != 0) {
     fail_child(plan.error_fd, ChildStage::kChdir);
@@ -369,21 +385,38 @@ ExitStatus ExitStatus::from_wait_status(int wait_status) {
   return status;
 }
 
-// One launch handed to the fork thread.
-struct PosixProcessLauncher::Request {
-  const LaunchOptions* options = nullptr;
-  std::optional<StatusOr<std::unique_ptr<ProcessHandle>>> result;  // set by the fork thread
-};
-
 namespace {
 
-StatusOr<std::unique_ptr<ProcessHandle>> fork_and_exec(const LaunchOptions& options) {
+// A child forked for a launch, not yet known to have exec'd: the fork thread hands it to the
+// launching thread, which waits for the exec handshake. Owns the parent's pipe ends.
+struct ForkedChild {
+  pid_t pid = -1;
+  int stdout_fd = -1;
+  int stderr_fd = -1;
+  int exec_error_fd = -1;  // read end of the close-on-exec exec-error pipe
+  ForkedChild() = default;
+  ForkedChild(const ForkedChild&) = delete;
+  ForkedChild& operator=(const ForkedChild&) = delete;
+  ~ForkedChild() {
+    close_fd(stdout_fd);
+    close_fd(stderr_fd);
+    close_fd(exec_error_fd);
+  }
+};
+
+// Runs on the fork thread: everything up to and including fork, nothing that can block on the
+// child (the handshake is await_exec's, on the launching thread).
+StatusOr<std::unique_ptr<ForkedChild>> fork_child(const LaunchOptions& options) {
   if (options.argv.empty() || options.argv[0].empty()) {
     return invalid_argument_error("launch: empty argv; give the executable's path as argv[0]");
   }
   if (options.run_as.has_value() && ::geteuid() != 0) {
     return failed_precondition_error("launch {} as user {}: the launcher is not root and cannot switch users",
                                      options.argv[0], options.run_as->name);
+  }
+  if (options.exec_timeout.count() <= 0) {
+    return invalid_argument_error("launch {}: exec_timeout is {} ms; it must be positive", options.argv[0],
+                                  options.exec_timeout.count());
   }
   const std::string& path = options.argv[0];
   // Prepared before fork: the child may only make async-signal-safe calls.
@@ -421,32 +454,76 @@ StatusOr<std::unique_ptr<ProcessHandle>> fork_and_exec(const LaunchOptions& opti
   // child's own setpgid). EACCES means the child already exec'd, which is fine.
   ::setpgid(pid, pid);
   ::close(stdin_fd);
-  close_fd(out.write_end);
-  close_fd(err.write_end);
-  close_fd(exec_error.write_end);
+  auto child = std::make_unique<ForkedChild>();
+  child->pid = pid;
+  std::swap(child->stdout_fd, out.read_end);
+  std::swap(child->stderr_fd, err.read_end);
+  std::swap(child->exec_error_fd, exec_error.read_end);
+  return StatusOr<std::unique_ptr<ForkedChild>>(std::move(child));  // the write ends close with the Pipes: only the child holds them now
+}
 
-  // The exec-error pipe is close-on-exec: end of file means execve succeeded.
+// Runs on the launching thread: waits, up to options.exec_timeout, for the child to exec (end of
+// file on the close-on-exec pipe) or to report why it could not. A child past the deadline is
+// SIGKILLed; if the kernel does not let it go at once (it sleeps uninterruptibly on a dead mount)
+// `abandon` takes its pid to reap later.
+StatusOr<std::unique_ptr<ProcessHandle>> await_exec(std::unique_ptr<ForkedChild> child, const LaunchOptions& options,
+                                                    const std::function<void(pid_t)>& abandon) {
+  const auto deadline = std::chrono::steady_clock::now() + options.exec_timeout;
   ChildError child_error{};
-  ssize_t n;
-  do {
-    n = ::read(exec_error.read_end, &child_error, sizeof(child_error));
-  } while (n < 0 && errno == EINTR);
+  ssize_t n = -1;
+  while (true) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd fd{child->exec_error_fd, POLLIN, 0};
+    const int ready = left.count() > 0 ? ::poll(&fd, 1, static_cast<int>(left.count())) : 0;
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) break;  // the deadline passed: n stays -1
+    // POLLIN or POLLHUP (or an error, which read reports): at most one ChildError, written at once.
+    do {
+      n = ::read(child->exec_error_fd, &child_error, sizeof(child_error));
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) n = 0;  // cannot tell: treated as exec'd, as the handle then reports its exit
+    break;
+  }
+  const std::string user = options.run_as.has_value() ? options.run_as->name : std::string("the agent's user");
+  if (n < 0) {
+    ::kill(-child->pid, SIGKILL);
+    ::kill(child->pid, SIGKILL);
+    int wait_status = 0;
+    if (::waitpid(child->pid, &wait_status, WNOHANG) != child->pid) abandon(child->pid);
+    const std::string where = options.working_dir.empty()
+                                  ? fmt::format("{}", options.argv[0])
+                                  : fmt::format("{} or {}", options.working_dir, options.argv[0]);
+    return deadline_exceeded_error(
+        "launch {} as {}{}: the child (pid {}) did not reach execve within {} ms, so it was killed; is {} on a "
+        "hung mount (an NFS server that does not answer)? Check it on this node (e.g. `stat`), as that user",
+        options.argv[0], user,
+        options.working_dir.empty() ? std::string() : fmt::format(" in {}", options.working_dir), child->pid,
+        options.exec_timeout.count(), where);
+  }
   if (n == static_cast<ssize_t>(sizeof(child_error))) {
     int wait_status = 0;
-    while (::waitpid(pid, &wait_status, 0) < 0 && errno == EINTR) {
+    while (::waitpid(child->pid, &wait_status, 0) < 0 && errno == EINTR) {
     }
     return errno_status(describe_child_failure(child_error.stage, options), child_error.err)
         .with_suffix(child_failure_hint(child_error.stage, options));
   }
-
-  auto handle = std::make_unique<PosixProcessHandle>(pid, out.read_end, err.read_end, options.on_stdout,
-                                                     options.on_stderr);
-  out.read_end = -1;
-  err.read_end = -1;
+  auto handle = std::make_unique<PosixProcessHandle>(child->pid, child->stdout_fd, child->stderr_fd,
+                                                     options.on_stdout, options.on_stderr);
+  child->stdout_fd = -1;
+  child->stderr_fd = -1;
   return std::unique_ptr<ProcessHandle>(std::move(handle));
 }
 
+// How often the fork thread looks whether a child killed at its exec deadline can be reaped.
+constexpr std::chrono::milliseconds kAbandonedReapInterval = std::chrono::seconds(1);
+
 }  // namespace
+
+// One launch handed to the fork thread.
+struct PosixProcessLauncher::Request {
+  const LaunchOptions* options = nullptr;
+  std::optional<StatusOr<std::unique_ptr<ForkedChild>>> result;  // set by the fork thread
+};
 
 PosixProcessLauncher::PosixProcessLauncher() {
   fork_thread_ = std::thread([this] { fork_loop(); });
@@ -461,15 +538,34 @@ PosixProcessLauncher::~PosixProcessLauncher() {
   fork_thread_.join();
 }
 
+void PosixProcessLauncher::reap_abandoned_locked() {
+  std::vector<pid_t> left;
+  for (pid_t pid : abandoned_) {
+    int wait_status = 0;
+    pid_t result = ::waitpid(pid, &wait_status, WNOHANG);
+    if (result == 0 || (result < 0 && errno == EINTR)) left.push_back(pid);
+  }
+  abandoned_ = std::move(left);
+}
+
 void PosixProcessLauncher::fork_loop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    cv_.wait(lock, [this] { return shutdown_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // shutdown_ and nothing left to answer
+    auto ready = [this] { return shutdown_ || !queue_.empty(); };
+    if (abandoned_.empty()) {
+      cv_.wait(lock, [&] { return ready() || !abandoned_.empty(); });
+    } else {
+      cv_.wait_for(lock, kAbandonedReapInterval, ready);
+    }
+    reap_abandoned_locked();
+    if (queue_.empty()) {
+      if (shutdown_) return;  // nothing left to answer
+      continue;
+    }
     Request* request = queue_.front();
     queue_.erase(queue_.begin());
     lock.unlock();
-    StatusOr<std::unique_ptr<ProcessHandle>> result = fork_and_exec(*request->options);
+    StatusOr<std::unique_ptr<ForkedChild>> result = fork_child(*request->options);
     lock.lock();
     request->result.emplace(std::move(result));
     cv_.notify_all();
@@ -479,14 +575,25 @@ void PosixProcessLauncher::fork_loop() {
 StatusOr<std::unique_ptr<ProcessHandle>> PosixProcessLauncher::launch(const LaunchOptions& options) {
   Request request;
   request.options = &options;
-  std::unique_lock<std::mutex> lock(mu_);
-  if (shutdown_) return unavailable_error("launch {}: the process launcher is shutting down", options.argv.empty() ? std::string() : options.argv[0]);
-  queue_.push_back(&request);
-  cv_.notify_all();
-  // The fork thread answers every queued request before it ends, so this wait is bounded by the
-  // launches ahead of this one (each blocks only until its child exec'd).
-  cv_.wait(lock, [&] { return request.result.has_value(); });
-  return std::move(*request.result);
+  StatusOr<std::unique_ptr<ForkedChild>> forked = internal_error("launch: not forked");
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (shutdown_) {
+      return unavailable_error("launch {}: the process launcher is shutting down",
+                               options.argv.empty() ? std::string() : options.argv[0]);
+    }
+    queue_.push_back(&request);
+    cv_.notify_all();
+    // The fork thread answers every queued request before it ends; each takes it only a fork.
+    cv_.wait(lock, [&] { return request.result.has_value(); });
+    forked = std::move(*request.result);
+  }
+  if (!forked.ok()) return forked.status();
+  return await_exec(std::move(forked).value(), options, [this](pid_t pid) {
+    std::lock_guard<std::mutex> lock(mu_);
+    abandoned_.push_back(pid);
+    cv_.notify_all();
+  });
 }
 
 }  // namespace cohort::agent

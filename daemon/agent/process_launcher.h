@@ -24,6 +24,7 @@
 #include <sys/resource.h>
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -51,6 +52,13 @@ inline constexpr rlim_t kChildMaxOpenFiles = 64 * 1024;
 // on the node): a libtorch rank runs a few hundred threads, so 64 Ki fits any real node's ranks
 // and stops a fork bomb long before the kernel's pid space runs out.
 inline constexpr rlim_t kChildMaxProcesses = 64 * 1024;
+
+// How long a child may take from fork to execve (its chdir into the working directory, then the
+// exec of argv[0]). Both touch the filesystem as the job's user: a path on a hung mount (an NFS
+// server gone) blocks them in the kernel with no end, and a launch waiting for them would hold its
+// caller (the agent's LaunchTasks) forever. 30 s is far beyond a healthy exec, even of a large
+// binary on a slow network filesystem.
+inline constexpr std::chrono::milliseconds kDefaultExecTimeout = std::chrono::seconds(30);
 
 // How a process ended.
 struct ExitStatus {
@@ -81,6 +89,10 @@ struct LaunchOptions {
   // Switch to this user (supplementary groups, gid, uid) before exec; needs a root launcher.
   // nullopt: the child keeps the launcher's user.
   std::optional<UnixUser> run_as;
+  // The exec handshake's deadline (kDefaultExecTimeout); must be positive. Past it the launch is
+  // DEADLINE_EXCEEDED naming the working directory and the path, and the child is killed (and reaped
+  // later, without holding up other launches, should it stay stuck in the kernel).
+  std::chrono::milliseconds exec_timeout = kDefaultExecTimeout;
 };
 
 // One launched process and its process group. Thread-safe.
@@ -123,7 +135,8 @@ class ProcessLauncher {
 
   // Starts a process in its own process group. An error (a missing or non-executable binary, a
   // missing working directory) is returned here, naming the path; the launch never turns into a
-  // child that silently exits. Blocking only until the child has exec'd. Thread-safe.
+  // child that silently exits. Blocking only until the child has exec'd, at most
+  // options.exec_timeout (then DEADLINE_EXCEEDED). Thread-safe.
   virtual StatusOr<std::unique_ptr<ProcessHandle>> launch(const LaunchOptions& options) = 0;
 };
 
@@ -136,6 +149,10 @@ class ProcessLauncher {
 // when the *thread* that forked the child exits, not the process, and launches arrive on gRPC
 // handler threads that the gRPC runtime may end at any time, which would SIGKILL healthy workers.
 // The launcher therefore must outlive every process it launched (its destruction kills them).
+// The fork thread only forks: the wait for the child's exec (the exec-error pipe, bounded by
+// exec_timeout) happens on the calling thread, so one child stuck in chdir or execve on a hung
+// mount holds up no other launch. A child killed at the deadline is reaped by the fork thread
+// whenever the kernel lets it go.
 class PosixProcessLauncher final : public ProcessLauncher {
  public:
   PosixProcessLauncher();
@@ -153,9 +170,22 @@ class PosixProcessLauncher final : public ProcessLauncher {
 
   std::mutex mu_;
   std::condition_variable cv_;
+  // Reaps (WNOHANG) the children killed at their exec deadline that have died since. Holds mu_.
+  void reap_abandoned_locked();
+
   std::vector<Request*> queue_;  // guarded by mu_; owned by the waiting launch() calls
+  std::vector<pid_t> abandoned_;  // guarded by mu_; killed at the exec deadline, not reaped yet
   bool shutdown_ = false;        // guarded by mu_
   std::thread fork_thread_;
 };
+
+#ifdef COHORT_PROCESS_LAUNCHER_TEST_HOOKS
+// Compiled only into :process_launcher_with_test_hooks (process_launcher_test).
+namespace testing_hooks {
+// While set, a forked child with a working_dir waits in pause() just before its chdir and execve, as one whose chdir
+// or execve hangs on a dead mount would (it never reaches execve, and SIGKILL ends it).
+extern std::atomic<bool> child_hangs_before_exec;
+}  // namespace testing_hooks
+#endif
 
 }  // namespace cohort::agent

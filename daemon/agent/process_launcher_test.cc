@@ -118,6 +118,52 @@ TEST(PosixProcessLauncherTest, EmptyArgvIsInvalid) {
   EXPECT_EQ(process.status().code(), StatusCode::kInvalidArgument);
 }
 
+// A child that never reaches execve (as one whose chdir or execve hangs on a dead NFS mount):
+// the launch gives up at exec_timeout with DEADLINE_EXCEEDED naming the directory and the path,
+// the child is killed, and the launcher serves the next launch, even one that started meanwhile.
+TEST(PosixProcessLauncherTest, ChildThatNeverExecsIsKilledAtTheExecDeadline) {
+  TempDir dir;
+  PosixProcessLauncher launcher;
+  LaunchOptions hung;
+  hung.argv = {"/bin/true"};
+  hung.working_dir = dir.path();
+  hung.exec_timeout = std::chrono::milliseconds(1500);
+  testing_hooks::child_hangs_before_exec = true;
+  const auto started = std::chrono::steady_clock::now();
+  StatusOr<std::unique_ptr<ProcessHandle>> result = internal_error("not launched");
+  std::thread hung_launch([&] { result = launcher.launch(hung); });
+  // A second launch while the first still waits for its child goes through (the fork thread
+  // does not wait for execs); it has no working directory, so the hook lets it exec.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  LaunchOptions quick;
+  quick.argv = {"/bin/sh", "-c", "exit 3"};
+  auto other = launcher.launch(quick);
+  const auto other_done = std::chrono::steady_clock::now();
+  hung_launch.join();
+  const auto elapsed = std::chrono::steady_clock::now() - started;
+  testing_hooks::child_hangs_before_exec = false;
+
+  ASSERT_TRUE(other.ok()) << other.status().to_string();
+  EXPECT_LT(other_done - started, std::chrono::milliseconds(1400)) << "the second launch waited for the first";
+  auto exit = wait_exit(**other);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->exit_code, 3);
+
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), StatusCode::kDeadlineExceeded) << result.status().to_string();
+  const std::string message = result.status().message();
+  EXPECT_NE(message.find(dir.path()), std::string::npos) << message;
+  EXPECT_NE(message.find("/bin/true"), std::string::npos) << message;
+  EXPECT_NE(message.find("hung mount"), std::string::npos) << message;
+  EXPECT_GE(elapsed, std::chrono::milliseconds(1500));
+  EXPECT_LT(elapsed, std::chrono::seconds(10));
+  // The child named in the message is gone (killed, and reaped by the launcher).
+  const size_t at = message.find("(pid ");
+  ASSERT_NE(at, std::string::npos) << message;
+  const pid_t pid = static_cast<pid_t>(std::stol(message.substr(at + 5)));
+  EXPECT_TRUE(wait_until([&] { return ::kill(pid, 0) != 0 && errno == ESRCH; })) << "pid " << pid << " remains";
+}
+
 TEST(PosixProcessLauncherTest, SignalGroupKillsChildAndGrandchild) {
   LaunchOptions options;
   options.argv = {"/bin/sh", "-c", "sleep 100 & wait"};

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 
 #include "daemon/agent/confined_dir.h"
 #include "daemon/agent/executable_path.h"
@@ -187,46 +188,53 @@ Status AgentService::launch(const cohort::v1::LaunchTasksRequest& request,
     env["CUDA_VISIBLE_DEVICES"] = fmt::format("{}", fmt::join(task.gpus(), ","));
   }
 
-  // The slot check and the launch happen under one lock so two launches cannot both fit.
-  std::lock_guard<std::mutex> lock(mu_);
-  if (draining_) {
-    return unavailable_error("LaunchTasks for job '{}': node {} is draining (its cohortd is stopping)",
-                             request.job_id(), options_.node_id);
-  }
-  const int free_slots = options_.slots - supervisor_->running_tasks();
-  if (request.tasks_size() > free_slots) {
-    return resource_exhausted_error("LaunchTasks for job '{}': {} tasks do not fit the {} free of {} slots",
-                                    request.job_id(), request.tasks_size(), free_slots, options_.slots);
-  }
   if (options_.spec_dir.empty()) {
     return failed_precondition_error("LaunchTasks for job '{}': this agent has no directory for job specs",
                                      request.job_id());
   }
-  // The shared job_user serves one owner per node unless the operator opted in: its ranks could
-  // read another owner's secrets and files, and signal or trace their ranks. Claimed before the
-  // job's directory is made, so a refused owner leaves nothing behind owned by job_user.
-  if (job.run_as.has_value() && job.run_as->name == options_.job_user) {
-    COHORT_RETURN_IF_ERROR(job_user_holder_.claim(request.owner())
-                               .with_context(fmt::format("LaunchTasks for job '{}' on node {}", request.job_id(),
-                                                         options_.node_id)));
+  // The slot check and the reservation happen under one lock so two launches cannot both fit; the
+  // rest runs without it (a working_dir or command on a hung mount blocks there, and StopTasks and
+  // attempt_of, which the daemon's exit reports and so its heartbeats wait on, must not wait too).
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (draining_) {
+      return unavailable_error("LaunchTasks for job '{}': node {} is draining (its cohortd is stopping)",
+                               request.job_id(), options_.node_id);
+    }
+    if (auto pending = launching_.find(job.job_id); pending != launching_.end()) {
+      return already_exists_error("LaunchTasks for job '{}': attempt {} of it is being launched on node {}",
+                                  request.job_id(), pending->second.attempt, options_.node_id);
+    }
+    // A launch that just ended may still be counted twice here (running and reserved) for an
+    // instant: that errs toward refusing, which the coordinator retries, never toward overbooking.
+    int reserved = 0;
+    for (const auto& [job_id, pending] : launching_) reserved += pending.tasks;
+    const int free_slots = options_.slots - supervisor_->running_tasks() - reserved;
+    if (request.tasks_size() > free_slots) {
+      return resource_exhausted_error("LaunchTasks for job '{}': {} tasks do not fit the {} free of {} slots",
+                                      request.job_id(), request.tasks_size(), std::max(free_slots, 0),
+                                      options_.slots);
+    }
+    launching_[job.job_id] = PendingLaunch{request.attempt(), request.tasks_size(), false};
   }
-  COHORT_ASSIGN_OR_RETURN(const std::string job_dir, make_job_dir(job.job_id, job.run_as));
-  job.env["COHORT_JOB_DIR"] = job_dir;
-  // The ranks' user may write there (the supervisor watches the files for hang detection).
-  job.heartbeat_dir = job_dir;
-  job.env["COHORT_ALLOWED_PATH_ROOTS"] = fmt::format("{}", fmt::join(options_.allowed_path_roots, ":"));
-  // Relative paths a rank writes land in its own directory, which its user may write; a spec's
-  // working_dir is confined like its other paths, symlinks resolved.
-  job.working_dir = job_dir;
-  if (!request.spec().working_dir().empty()) {
-    COHORT_ASSIGN_OR_RETURN(job.working_dir, working_dir_for(request.spec().working_dir(), job_dir, job.run_as));
+  Status launched = launch_reserved(request, &job);
+  bool stop_requested = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto pending = launching_.find(job.job_id);
+    stop_requested = pending->second.stop_requested;
+    launching_.erase(pending);
+    if (launched.ok()) attempts_[job.job_id] = request.attempt();
   }
-  if (!request.job_secret().empty()) job.env["COHORT_JOB_SECRET"] = request.job_secret();
-  if (!options_.ca_certificate_pem.empty()) job.env["COHORT_CA_CERTIFICATE"] = options_.ca_certificate_pem;
-  COHORT_ASSIGN_OR_RETURN(const std::string spec_path, write_job_spec(options_.spec_dir, request, job.run_as));
-  job.env["COHORT_JOB_SPEC"] = spec_path;
-  COHORT_RETURN_IF_ERROR(supervisor_->launch(job));
-  attempts_[job.job_id] = request.attempt();
+  if (!launched.ok()) return launched;
+  if (stop_requested) {
+    // The coordinator was told they would be stopped (StopTasks answered while this launch ran).
+    spdlog::info("agent: job {} attempt {} was stopped while it launched; stopping its tasks", job.job_id,
+                 request.attempt());
+    if (Status stopped = supervisor_->stop(job.job_id); !stopped.ok()) {
+      spdlog::warn("agent: stopping job {} after its launch: {}", job.job_id, stopped.to_string());
+    }
+  }
   StatusOr<std::vector<agent::TaskInfo>> tasks = supervisor_->tasks(job.job_id);
   if (tasks.ok()) {
     for (const cohort::v1::Task& task : request.tasks()) {
@@ -236,6 +244,33 @@ Status AgentService::launch(const cohort::v1::LaunchTasksRequest& request,
     }
   }
   return Status();
+}
+
+Status AgentService::launch_reserved(const cohort::v1::LaunchTasksRequest& request, agent::JobTasks* job) {
+  // The shared job_user serves one owner per node unless the operator opted in: its ranks could
+  // read another owner's secrets and files, and signal or trace their ranks. Claimed before the
+  // job's directory is made, so a refused owner leaves nothing behind owned by job_user.
+  if (job->run_as.has_value() && job->run_as->name == options_.job_user) {
+    COHORT_RETURN_IF_ERROR(job_user_holder_.claim(request.owner())
+                               .with_context(fmt::format("LaunchTasks for job '{}' on node {}", request.job_id(),
+                                                         options_.node_id)));
+  }
+  COHORT_ASSIGN_OR_RETURN(const std::string job_dir, make_job_dir(job->job_id, job->run_as));
+  job->env["COHORT_JOB_DIR"] = job_dir;
+  // The ranks' user may write there (the supervisor watches the files for hang detection).
+  job->heartbeat_dir = job_dir;
+  job->env["COHORT_ALLOWED_PATH_ROOTS"] = fmt::format("{}", fmt::join(options_.allowed_path_roots, ":"));
+  // Relative paths a rank writes land in its own directory, which its user may write; a spec's
+  // working_dir is confined like its other paths, symlinks resolved.
+  job->working_dir = job_dir;
+  if (!request.spec().working_dir().empty()) {
+    COHORT_ASSIGN_OR_RETURN(job->working_dir, working_dir_for(request.spec().working_dir(), job_dir, job->run_as));
+  }
+  if (!request.job_secret().empty()) job->env["COHORT_JOB_SECRET"] = request.job_secret();
+  if (!options_.ca_certificate_pem.empty()) job->env["COHORT_CA_CERTIFICATE"] = options_.ca_certificate_pem;
+  COHORT_ASSIGN_OR_RETURN(const std::string spec_path, write_job_spec(options_.spec_dir, request, job->run_as));
+  job->env["COHORT_JOB_SPEC"] = spec_path;
+  return supervisor_->launch(*job);
 }
 
 StatusOr<std::string> AgentService::working_dir_for(const std::string& working_dir, const std::string& job_dir,
@@ -297,6 +332,23 @@ grpc::Status AgentService::StopTasks(grpc::ServerContext* /*context*/,
                                      const cohort::v1::StopTasksRequest* request,
                                      cohort::v1::StopTasksResponse* response) {
   if (Status id = agent::validate_job_id(request->job_id(), "StopTasks"); !id.ok()) return to_grpc_status(id);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto pending = launching_.find(request->job_id()); pending != launching_.end()) {
+      if (request->attempt() > 0 && request->attempt() != pending->second.attempt) {
+        // Until the launch ends it is not known whether the tasks the supervisor holds are the
+        // other attempt's or the new one's; the daemon sends a stop that was not taken again.
+        return to_grpc_status(unavailable_error(
+            "StopTasks for job '{}' attempt {}: attempt {} of it is being launched on node {}; send the stop again",
+            request->job_id(), request->attempt(), pending->second.attempt, options_.node_id));
+      }
+      // Waiting for the launch could take as long as a slow filesystem holds it; the launch stops
+      // the tasks as soon as they started, and their exits are reported as stopped.
+      pending->second.stop_requested = true;
+      response->set_signalled(pending->second.tasks);
+      return grpc::Status::OK;
+    }
+  }
   // The supervisor keys tasks by job: a stop for another attempt than the one running here (a late
   // order, or fencing of an old attempt) must not stop the current one.
   if (std::optional<int> attempt = attempt_of(request->job_id());

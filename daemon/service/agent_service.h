@@ -103,11 +103,17 @@ class AgentService final : public cohort::v1::Agent::Service {
   AgentService(agent::TaskSupervisor* supervisor, AgentServiceOptions options);
 
   // Starts the request's tasks (all or none). RESOURCE_EXHAUSTED when they do not fit the free
-  // slots; ALREADY_EXISTS while the job's tasks still run. Blocks until each process exec'd.
+  // slots; ALREADY_EXISTS while the job's tasks still run or another launch of it is under way.
+  // Blocks until each process exec'd (at most agent::kDefaultExecTimeout each: DEADLINE_EXCEEDED
+  // for a working_dir or command on a hung mount). Holds no lock while it touches the filesystem
+  // or launches, so a launch stuck there holds up neither other jobs' launches and stops nor
+  // attempt_of (the daemon's exit reports and heartbeats).
   grpc::Status LaunchTasks(grpc::ServerContext* context, const cohort::v1::LaunchTasksRequest* request,
                            cohort::v1::LaunchTasksResponse* response) override;
   // Stops the job's tasks (TERM, then KILL after the supervisor's grace period; the request's
-  // grace_period_ms is not honoured per call yet). Blocks until every task is reaped.
+  // grace_period_ms is not honoured per call yet). Blocks until every task is reaped. A stop of
+  // the attempt being launched right now returns at once and the launch stops its tasks as soon
+  // as they started; a stop of another attempt of such a job is UNAVAILABLE (sent again).
   grpc::Status StopTasks(grpc::ServerContext* context, const cohort::v1::StopTasksRequest* request,
                          cohort::v1::StopTasksResponse* response) override;
   // A rank's output (stdout and stderr interleaved as captured; `stream` other than BOTH is
@@ -133,6 +139,10 @@ class AgentService final : public cohort::v1::Agent::Service {
 
  private:
   Status launch(const cohort::v1::LaunchTasksRequest& request, cohort::v1::LaunchTasksResponse* response);
+  // The part of a launch after its slots were reserved (launching_): the job user's claim, the
+  // job's directories and spec file, the supervisor's launch. Blocking (disk, fork/exec); called
+  // without mu_.
+  Status launch_reserved(const cohort::v1::LaunchTasksRequest& request, agent::JobTasks* job);
   // Creates (or reuses) <job_dir_root>/<job_id>, owned by `run_as`; returns its path.
   StatusOr<std::string> make_job_dir(const std::string& job_id, const std::optional<agent::UnixUser>& run_as) const;
   // The spec's working_dir, confined to the job's directory (created there, owned by the job's
@@ -144,9 +154,19 @@ class AgentService final : public cohort::v1::Agent::Service {
   AgentServiceOptions options_;  // address guarded by mu_; the rest constant
   agent::JobUserHolder job_user_holder_;  // thread-safe itself
 
-  mutable std::mutex mu_;
-  std::map<std::string, int> attempts_;  // guarded by mu_; job id → attempt launched last
-  bool draining_ = false;                // guarded by mu_
+  // A launch between its slot check and the supervisor's answer. mu_ is not held meanwhile (its
+  // directories, spec file and exec may block on a slow filesystem), so its slots are reserved here
+  // and later slot checks count them.
+  struct PendingLaunch {
+    int attempt = 0;
+    int tasks = 0;                // slots reserved
+    bool stop_requested = false;  // a StopTasks for this attempt came meanwhile: stopped once started
+  };
+
+  mutable std::mutex mu_;  // never held across disk I/O or a launch
+  std::map<std::string, int> attempts_;             // guarded by mu_; job id → attempt launched last
+  std::map<std::string, PendingLaunch> launching_;  // guarded by mu_; by job id
+  bool draining_ = false;                           // guarded by mu_
 };
 
 }  // namespace cohort::daemon

@@ -8,10 +8,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -32,6 +38,41 @@ constexpr const char* kPrintEnvironment =
     "echo \"init=$COHORT_INIT spec=$COHORT_JOB_SPEC port=$MASTER_PORT attempt=$COHORT_ATTEMPT "
     "resume=${COHORT_RESUME:-unset} cuda=${CUDA_VISIBLE_DEVICES-unset} coordinator=$COHORT_COORDINATOR\"";
 
+// Passes launches to the real launcher, except that one whose argv holds `marker` waits in launch()
+// until open() (as a launch whose working_dir or command lies on a hung mount blocks there).
+class GatedLauncher final : public agent::ProcessLauncher {
+ public:
+  explicit GatedLauncher(agent::ProcessLauncher* real) : real_(real) {}
+
+  StatusOr<std::unique_ptr<agent::ProcessHandle>> launch(const agent::LaunchOptions& options) override {
+    if (std::find(options.argv.begin(), options.argv.end(), marker_) != options.argv.end()) {
+      std::unique_lock<std::mutex> lock(mu_);
+      ++blocked_;
+      cv_.notify_all();
+      cv_.wait(lock, [this] { return open_; });
+    }
+    return real_->launch(options);
+  }
+  // Whether a gated launch has reached launch().
+  bool blocked() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return blocked_ > 0;
+  }
+  void open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  agent::ProcessLauncher* const real_;
+  const std::string marker_ = "gated-launch";
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int blocked_ = 0;
+  bool open_ = false;
+};
+
 class AgentServiceTest : public ::testing::Test {
  protected:
   AgentServiceTest() {
@@ -40,7 +81,7 @@ class AgentServiceTest : public ::testing::Test {
     agent::TaskSupervisorOptions options;
     options.log_dir = log_dir_;
     options.node_id = "node-a";
-    supervisor_ = std::make_unique<agent::TaskSupervisor>(options, &launcher_, nullptr);
+    supervisor_ = std::make_unique<agent::TaskSupervisor>(options, &gated_launcher_, nullptr);
     service_options_.node_id = "node-a";
     service_options_.slots = 4;
     service_options_.worker_command = {"/bin/sh", "-c", kPrintEnvironment};
@@ -98,6 +139,7 @@ class AgentServiceTest : public ::testing::Test {
   const std::string log_dir_ = dir_.path() + "/logs";
   AgentServiceOptions service_options_;
   agent::PosixProcessLauncher launcher_;
+  GatedLauncher gated_launcher_{&launcher_};
   std::unique_ptr<agent::TaskSupervisor> supervisor_;
   std::unique_ptr<AgentService> service_;
 };
@@ -413,6 +455,124 @@ TEST_F(AgentServiceTest, StopTasksForAnotherAttemptLeavesTheRunningOneAlone) {
   ASSERT_TRUE(service_->StopTasks(&context, &stop, &stopped).ok());
   EXPECT_EQ(stopped.signalled(), 2);
   EXPECT_EQ(supervisor_->running_tasks(), 0);
+}
+
+
+// A launch blocked in the filesystem or in exec (a working_dir or command on a hung mount) holds
+// up nothing else: another job's StopTasks, attempt_of (the daemon's exit reports, and so its
+// heartbeats) and launch all answer while it waits. A stop of the blocked attempt answers at once
+// and its tasks are stopped as soon as they started.
+TEST_F(AgentServiceTest, ALaunchBlockedInExecHoldsUpNoOtherJob) {
+  use_worker("exec sleep 100");
+  grpc::ServerContext context;
+  cohort::v1::LaunchTasksRequest running = request(1);
+  cohort::v1::LaunchTasksResponse launched;
+  ASSERT_TRUE(service_->LaunchTasks(&context, &running, &launched).ok());
+
+  cohort::v1::LaunchTasksRequest gated = request(1);
+  gated.set_job_id("slow-1");
+  gated.mutable_spec()->add_command("/bin/sh");
+  gated.mutable_spec()->add_command("-c");
+  gated.mutable_spec()->add_command("exec sleep 100");
+  gated.mutable_spec()->add_command("gated-launch");
+  gated.mutable_tasks()->RemoveLast();
+  cohort::v1::LaunchTasksResponse gated_response;
+  grpc::Status gated_status;
+  std::thread gated_launch([&] {
+    grpc::ServerContext gated_context;
+    gated_status = service_->LaunchTasks(&gated_context, &gated, &gated_response);
+  });
+  ASSERT_TRUE(wait_until([&] { return gated_launcher_.blocked(); }));
+
+  // Each would have waited for the gated launch while LaunchTasks held the service's lock.
+  constexpr auto kBound = std::chrono::seconds(5);
+  auto attempt = std::async(std::launch::async, [&] { return service_->attempt_of("mnist-1"); });
+  EXPECT_EQ(attempt.wait_for(kBound), std::future_status::ready) << "attempt_of waited for another job's launch";
+  cohort::v1::LaunchTasksRequest third = request(1);
+  third.set_job_id("third-1");
+  third.mutable_tasks()->RemoveLast();
+  auto third_launch = std::async(std::launch::async, [&] {
+    grpc::ServerContext third_context;
+    cohort::v1::LaunchTasksResponse response;
+    return service_->LaunchTasks(&third_context, &third, &response);
+  });
+  EXPECT_EQ(third_launch.wait_for(kBound), std::future_status::ready) << "a launch waited for another job's launch";
+  auto stop = std::async(std::launch::async, [&] {
+    grpc::ServerContext stop_context;
+    cohort::v1::StopTasksRequest stop_request;
+    stop_request.set_job_id("mnist-1");
+    stop_request.set_attempt(1);
+    cohort::v1::StopTasksResponse response;
+    grpc::Status status = service_->StopTasks(&stop_context, &stop_request, &response);
+    return std::make_pair(status.ok(), response.signalled());
+  });
+  EXPECT_EQ(stop.wait_for(kBound), std::future_status::ready) << "StopTasks waited for another job's launch";
+  auto stop_gated = std::async(std::launch::async, [&] {
+    grpc::ServerContext stop_context;
+    cohort::v1::StopTasksRequest stop_request;
+    stop_request.set_job_id("slow-1");
+    stop_request.set_attempt(1);
+    cohort::v1::StopTasksResponse response;
+    grpc::Status status = service_->StopTasks(&stop_context, &stop_request, &response);
+    return std::make_pair(status.ok(), response.signalled());
+  });
+  EXPECT_EQ(stop_gated.wait_for(kBound), std::future_status::ready) << "StopTasks waited for its own job's launch";
+  gated_launcher_.open();
+  gated_launch.join();
+  EXPECT_EQ(attempt.get(), std::optional<int>(1));
+  EXPECT_TRUE(third_launch.get().ok());
+  EXPECT_EQ(stop.get(), std::make_pair(true, 2));
+  EXPECT_EQ(stop_gated.get(), std::make_pair(true, 1));
+  ASSERT_TRUE(gated_status.ok()) << gated_status.error_message();
+  ASSERT_EQ(gated_response.pids_size(), 1);
+  // The stop that came during the launch ended its task once it started.
+  EXPECT_TRUE(wait_until([&] {
+    auto tasks = supervisor_->tasks("slow-1");
+    return tasks.ok() && tasks->size() == 1 && (*tasks)[0].exit.has_value();
+  }));
+  EXPECT_EQ(service_->attempt_of("slow-1"), std::optional<int>(1));
+}
+
+// The slots a launch in progress reserved count for the next one: two launches never both fit.
+TEST_F(AgentServiceTest, SlotsOfALaunchInProgressAreReserved) {
+  cohort::v1::LaunchTasksRequest gated = request(1);
+  gated.set_job_id("slow-1");
+  for (const char* arg : {"/bin/sh", "-c", "exec sleep 100", "gated-launch"}) gated.mutable_spec()->add_command(arg);
+  // Three of the four slots.
+  cohort::v1::Task* third = gated.add_tasks();
+  third->set_rank(2);
+  third->set_local_rank(2);
+  gated.set_world_size(3);
+  grpc::Status gated_status;
+  std::thread gated_launch([&] {
+    grpc::ServerContext gated_context;
+    cohort::v1::LaunchTasksResponse response;
+    gated_status = service_->LaunchTasks(&gated_context, &gated, &response);
+  });
+  ASSERT_TRUE(wait_until([&] { return gated_launcher_.blocked(); }));
+  cohort::v1::LaunchTasksRequest other = request(1);  // two tasks
+  cohort::v1::LaunchTasksRequest again = gated;
+  auto launch = [&](const cohort::v1::LaunchTasksRequest& launch_request) {
+    return std::async(std::launch::async, [&] {
+      grpc::ServerContext launch_context;
+      cohort::v1::LaunchTasksResponse response;
+      return service_->LaunchTasks(&launch_context, &launch_request, &response);
+    });
+  };
+  auto refused = launch(other);
+  auto twice = launch(again);
+  constexpr auto kBound = std::chrono::seconds(5);
+  EXPECT_EQ(refused.wait_for(kBound), std::future_status::ready);
+  EXPECT_EQ(twice.wait_for(kBound), std::future_status::ready);
+  gated_launcher_.open();
+  gated_launch.join();
+  const grpc::Status refused_status = refused.get();
+  EXPECT_EQ(refused_status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused_status.error_message();
+  const grpc::Status twice_status = twice.get();
+  EXPECT_EQ(twice_status.error_code(), grpc::StatusCode::ALREADY_EXISTS) << twice_status.error_message();
+  EXPECT_TRUE(gated_status.ok()) << gated_status.error_message();
+  EXPECT_EQ(supervisor_->running_tasks(), 3);
+  ASSERT_TRUE(supervisor_->stop("slow-1").ok());
 }
 
 }  // namespace
