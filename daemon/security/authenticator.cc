@@ -234,7 +234,10 @@ StatusOr<Caller> caller_of(const grpc::ServerContext& context) {
   if (auth == nullptr) return unauthenticated_error("the call has no security context");
   const std::string kind = property(*auth, kKindProperty);
   if (kind.empty()) {
-    if (property(*auth, GRPC_TRANSPORT_SECURITY_TYPE_PROPERTY_NAME) != "ssl") {
+    // "ssl": grpc::SslServerCredentials; "tls": TlsServerCredentials (an agent's port, which
+    // reloads a renewed node certificate).
+    const std::string transport = property(*auth, GRPC_TRANSPORT_SECURITY_TYPE_PROPERTY_NAME);
+    if (transport != "ssl" && transport != "tls") {
       // Plaintext: only a daemon started with `insecure: true` on loopback listens like this.
       Caller local;
       local.kind = Caller::Kind::kUser;

@@ -12,6 +12,7 @@
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <regex>
@@ -19,6 +20,10 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_credentials_options.h>
 
 #include "cohort/v1/coordinator.grpc.pb.h"
 #include "daemon/security/authenticator.h"
@@ -262,13 +267,10 @@ Status DaemonSecurity::open_agent() {
   if (now_unix >= info.renew_after_unix()) {
     spdlog::warn("the node certificate {} expires at {} (notAfter), in {} days; renewing it", cert_path,
                  format_utc(info.not_after_unix), (info.not_after_unix - now_unix) / 86400);
+    // Before the port opens: a renewed certificate (node_, node_info_) is the one this start serves
+    // and calls with.
     StatusOr<bool> renewed = renew_node_certificate_if_due();
-    if (renewed.ok() && *renewed) {
-      // Before the port opens: the renewed certificate is the one this start serves and calls with.
-      COHORT_ASSIGN_OR_RETURN(node_.key_pem, read_file(key_path));
-      COHORT_ASSIGN_OR_RETURN(node_.certificate_pem, read_file(cert_path));
-      COHORT_ASSIGN_OR_RETURN(node_info_, certificate_info(node_.certificate_pem));
-    } else if (!renewed.ok()) {
+    if (!renewed.ok()) {
       // Still valid: the agent runs, and the hourly check tries again.
       spdlog::warn("renewing the node certificate {} failed: {}; it stays valid until {}, retrying every {} s",
                    cert_path, renewed.status().to_string(), format_utc(info.not_after_unix),
@@ -276,6 +278,8 @@ Status DaemonSecurity::open_agent() {
     }
   }
   own_ = node_;
+  // What the gRPC port serves (server_credentials()), rewritten at each start and renewal.
+  COHORT_RETURN_IF_ERROR(write_private_file(dir + "/serving.pem", node_.key_pem + node_.certificate_pem + ca_pem_, 0600));
   if (options_.renewal_check_interval.count() > 0) renewal_thread_ = std::thread([this] { renewal_loop(); });
   return ok_status();
 }
@@ -295,24 +299,12 @@ void DaemonSecurity::renewal_loop() {
     lock.unlock();
     const std::string cert_path = options_.data_dir + "/node/node.crt";
     StatusOr<bool> renewed = renew_node_certificate_if_due();
-    const int64_t now_unix = unix_seconds(now());
     if (!renewed.ok()) {
+      const CertificateInfo in_use = node_certificate_info();
       spdlog::error("renewing the node certificate {} failed: {}; the certificate this agent uses expires at {} "
                     "(in {} days), after which it can no longer reach its coordinator",
-                    cert_path, renewed.status().to_string(), format_utc(node_info_.not_after_unix),
-                    (node_info_.not_after_unix - now_unix) / 86400);
-    }
-    bool restart_due = false;
-    {
-      std::lock_guard<std::mutex> renew(renew_mu_);
-      restart_due = on_disk_info_.serial != node_info_.serial;
-    }
-    if (restart_due) {
-      // gRPC's server and channel credentials were built from the old certificate at the start.
-      spdlog::warn("the node certificate was renewed in {}, but this agent still serves and calls with the old one "
-                   "(serial {}), which expires at {} (in {} days): restart cohortd before then to use the new one",
-                   cert_path, node_info_.serial, format_utc(node_info_.not_after_unix),
-                   (node_info_.not_after_unix - now_unix) / 86400);
+                    cert_path, renewed.status().to_string(), format_utc(in_use.not_after_unix),
+                    (in_use.not_after_unix - unix_seconds(now())) / 86400);
     }
     lock.lock();
   }
@@ -324,10 +316,8 @@ StatusOr<bool> DaemonSecurity::renew_node_certificate_if_due() {
   if (unix_seconds(now()) < on_disk_info_.renew_after_unix()) return false;
   const std::string dir = options_.data_dir + "/node";
   const std::string key_path = dir + "/node.key", cert_path = dir + "/node.crt";
-  // The certificate on disk authenticates the call: the startup's, or one renewed since.
+  // The call is authenticated with the certificate in use (the one on disk).
   tls::ChannelSecurity security = to_coordinator();
-  COHORT_ASSIGN_OR_RETURN(security.key_pem, read_file(key_path));
-  COHORT_ASSIGN_OR_RETURN(security.certificate_pem, read_file(cert_path));
   // A new key: a key that leaked stops working when its certificate expires.
   COHORT_ASSIGN_OR_RETURN(KeyAndCsr request, make_key_and_csr(options_.node_id));
   COHORT_ASSIGN_OR_RETURN(std::vector<std::string> addresses, tls::parse_address_list(options_.coordinator_address));
@@ -353,9 +343,19 @@ StatusOr<bool> DaemonSecurity::renew_node_certificate_if_due() {
   COHORT_RETURN_IF_ERROR(write_private_file(key_path + ".new", request.key_pem, 0600));
   COHORT_RETURN_IF_ERROR(write_private_file(cert_path + ".new", response.certificate_pem(), 0644));
   COHORT_RETURN_IF_ERROR(finish_interrupted_renewal(key_path, cert_path));
-  spdlog::info("renewed the node certificate {}: serial {}, valid until {} (the old one until {})", cert_path,
-               info.serial, format_utc(info.not_after_unix), format_utc(on_disk_info_.not_after_unix));
+  COHORT_RETURN_IF_ERROR(
+      write_private_file(dir + "/serving.pem", request.key_pem + response.certificate_pem() + ca_pem_, 0600));
+  spdlog::info("renewed the node certificate {}: serial {}, valid until {}. The gRPC port serves it within {} s and "
+               "calls to the coordinator use it; the HTTPS port (http_listen), if any, keeps the old one, valid until "
+               "{}, until cohortd restarts",
+               cert_path, info.serial, format_utc(info.not_after_unix), options_.certificate_reload_interval.count(),
+               format_utc(on_disk_info_.not_after_unix));
   on_disk_info_ = info;
+  std::lock_guard<std::mutex> in_use(node_mu_);
+  node_.key_pem = request.key_pem;
+  node_.certificate_pem = response.certificate_pem();
+  node_info_ = info;
+  ++node_generation_;
   return true;
 }
 
@@ -364,11 +364,27 @@ std::shared_ptr<grpc::ServerCredentials> DaemonSecurity::server_credentials() co
   // Client certificates are optional at the handshake (users present tokens instead) but verified
   // against the cluster CA when presented; the Authenticator then decides per method, so a call
   // without credentials gets UNAUTHENTICATED rather than a failed handshake.
-  grpc::SslServerCredentialsOptions ssl(GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
-  ssl.pem_root_certs = ca_pem_;
-  // The chain includes the CA, so a joining node can read it and check it against its token.
-  ssl.pem_key_cert_pairs.push_back({own_.key_pem, own_.certificate_pem + ca_pem_});
-  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::SslServerCredentials(ssl);
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  if (ca_ == nullptr) {
+    // An agent: the same check against the CA (node/ca.crt), with a node certificate that a renewal
+    // replaces while the port is open. serving.pem holds the key and the chain, so the watcher never
+    // reads a key with another certificate.
+    const std::string dir = options_.data_dir + "/node";
+    auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+        dir + "/serving.pem", dir + "/serving.pem", dir + "/ca.crt",
+        static_cast<unsigned int>(std::max<int64_t>(1, options_.certificate_reload_interval.count())));
+    grpc::experimental::TlsServerCredentialsOptions tls(provider);
+    tls.watch_root_certs();
+    tls.watch_identity_key_cert_pairs();
+    tls.set_cert_request_type(GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
+    credentials = grpc::experimental::TlsServerCredentials(tls);
+  } else {
+    grpc::SslServerCredentialsOptions ssl(GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
+    ssl.pem_root_certs = ca_pem_;
+    // The chain includes the CA, so a joining node can read it and check it against its token.
+    ssl.pem_key_cert_pairs.push_back({own_.key_pem, own_.certificate_pem + ca_pem_});
+    credentials = grpc::SslServerCredentials(ssl);
+  }
   AuthenticatorOptions auth;
   auth.identities = identities_.get();
   auth.standby_refusal = standby_refusal_;
@@ -376,7 +392,18 @@ std::shared_ptr<grpc::ServerCredentials> DaemonSecurity::server_credentials() co
   return credentials;
 }
 
+CertificateInfo DaemonSecurity::node_certificate_info() const {
+  std::lock_guard<std::mutex> lock(node_mu_);
+  return node_info_;
+}
+
+uint64_t DaemonSecurity::node_certificate_generation() const {
+  std::lock_guard<std::mutex> lock(node_mu_);
+  return node_generation_;
+}
+
 tls::ChannelSecurity DaemonSecurity::to_coordinator() const {
+  std::lock_guard<std::mutex> lock(node_mu_);
   tls::ChannelSecurity security;
   security.insecure = options_.insecure;
   security.ca_pem = ca_pem_;

@@ -17,10 +17,12 @@
 // certificate that has expired fails the start with a message naming its notAfter and how to join
 // again; one in its renewal window (the last third of its validity) is renewed over mutual TLS with
 // it (RenewNodeCertificate: a new key, a certificate for the same node id) before the port opens,
-// and a thread checks hourly afterwards. A renewal by that thread is written to <data_dir>/node at
-// once, but the running agent keeps serving and calling with the certificate it started with
-// until cohortd restarts (gRPC's credentials are built once, from memory): it warns, at every
-// check, that a restart is due before the old certificate's notAfter.
+// and a thread checks hourly afterwards. The agent's gRPC port serves <data_dir>/node/serving.pem
+// (key and chain in one file, replaced by a rename, so never read as a mismatched pair) through
+// gRPC's FileWatcherCertificateProvider, which re-reads it every certificate_reload_interval; the
+// agent's calls to the coordinator take a renewed certificate from node_certificate_generation()
+// (DaemonServer rebuilds its channel). The HTTPS port (daemon/http) keeps the certificate it
+// started with until cohortd restarts.
 // Role all: the coordinator issues its own node's certificate directly.
 // insecure: plaintext everywhere, refused unless the listen address is loopback.
 
@@ -68,6 +70,8 @@ struct DaemonSecurityOptions {
   // Agent: how often a thread checks whether the node certificate is due for renewal (0: never;
   // the check at the start still runs).
   std::chrono::seconds renewal_check_interval{3600};
+  // Agent: how often its gRPC port re-reads serving.pem (a renewed certificate is served from then).
+  std::chrono::seconds certificate_reload_interval{60};
 };
 
 class DaemonSecurity {
@@ -89,8 +93,10 @@ class DaemonSecurity {
   // The key and certificate this daemon serves with (the coordinator's, or the node's); the HTTPS
   // port (daemon/http) serves with them too. Empty when insecure.
   const KeyAndCertificate& serving_certificate() const { return own_; }
-  // Agent: the node certificate's serial, CN and validity (all zero when insecure).
-  const CertificateInfo& node_certificate_info() const { return node_info_; }
+  // Agent: the node certificate in use: serial, CN and validity (all zero when insecure).
+  CertificateInfo node_certificate_info() const;
+  // Agent: counts the renewals taken into use since the start; to_coordinator() changes with it.
+  uint64_t node_certificate_generation() const;
 
   // Coordinator side (null / errors on an agent-only daemon):
   coordinator::IdentityStore* identities() const { return identities_.get(); }
@@ -146,7 +152,9 @@ class DaemonSecurity {
   KeyAndCertificate node_;             // the agent's node certificate (calls to the coordinator)
   CertificateInfo node_info_;          // node_'s serial, CN and validity (agent)
 
-  // Renewal (agent): what is on disk may be newer than node_ once the thread renewed it.
+  // Renewal (agent). node_ and node_info_ change after the start only under node_mu_.
+  mutable std::mutex node_mu_;
+  uint64_t node_generation_ = 0;       // guarded by node_mu_
   std::mutex renew_mu_;                // one renewal at a time; guards on_disk_info_
   CertificateInfo on_disk_info_;       // the certificate in <data_dir>/node/node.crt
   std::mutex thread_mu_;

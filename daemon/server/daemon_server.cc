@@ -551,6 +551,7 @@ void DaemonServer::start_agent() {
       options_.coordinator_address.empty() ? address_ : options_.coordinator_address;
   // A list of coordinators (issue 16): registration, heartbeats and exit reports follow the leader.
   StatusOr<std::vector<std::string>> addresses = tls::parse_address_list(coordinator_address);
+  node_certificate_generation_ = security_->node_certificate_generation();
   coordinator_leader_ = std::make_unique<tls::LeaderChannel>(
       addresses.ok() ? *addresses : std::vector<std::string>{coordinator_address}, security_->to_coordinator());
   agent_thread_ = std::thread([this] { agent_loop(); });
@@ -572,6 +573,15 @@ void DaemonServer::agent_loop() {
     exits.swap(exits_queue_);
     exits_in_flight_ = static_cast<int>(exits.size());
     lock.unlock();
+    // The node certificate was renewed (DaemonSecurity's hourly check): calls present the new one.
+    // Only this thread uses coordinator_leader_.
+    if (const uint64_t generation = security_->node_certificate_generation();
+        generation != node_certificate_generation_) {
+      node_certificate_generation_ = generation;
+      coordinator_leader_ = std::make_unique<tls::LeaderChannel>(coordinator_leader_->addresses(),
+                                                                  security_->to_coordinator());
+      metrics_->set_node_certificate_expiry(security_->node_certificate_info().not_after_unix);
+    }
 
     if (registered && Clock::now() >= next_contact) {
       const Clock::time_point sent = Clock::now();

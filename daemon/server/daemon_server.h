@@ -355,6 +355,7 @@ class DaemonServer {
   std::unique_ptr<agent::TaskSupervisor> supervisor_;
   std::unique_ptr<AgentService> agent_service_;
   std::unique_ptr<tls::LeaderChannel> coordinator_leader_;  // the agent's coordinators (a list: the leader)
+  uint64_t node_certificate_generation_ = 0;  // agent thread; what coordinator_leader_ was built with
   std::string node_id_;
   std::chrono::milliseconds heartbeat_interval_ = kRegisterRetryInterval;  // agent thread only
   std::chrono::milliseconds lease_ = coordinator::kDefaultNodeLease;       // agent thread only; from the coordinator

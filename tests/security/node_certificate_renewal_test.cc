@@ -1,7 +1,8 @@
 // Node certificate renewal over real mutual TLS against a real coordinator (DaemonServer): an
 // agent whose certificate is in its renewal window (the last third of its validity; the agent's
 // clock is moved, the TLS stack checks the real one) trades it for a new one at start and from its
-// periodic check; the certificate is for the caller's node id, never another one.
+// periodic check, and its open gRPC port serves the new one without a restart, verifying callers
+// against the cluster CA as before; the certificate is for the caller's node id, never another.
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,11 +17,13 @@
 #include <gtest/gtest.h>
 
 #include "cohort/v1/coordinator.grpc.pb.h"
+#include "cohort/v1/info.grpc.pb.h"
 #include "daemon/coordinator/temp_dir.h"
 #include "daemon/security/cluster_ca.h"
 #include "daemon/security/daemon_security.h"
 #include "daemon/server/daemon_server.h"
 #include "daemon/server/testing/test_credentials.h"
+#include "daemon/service/info_service.h"
 #include "worker/base/tls.h"
 
 namespace cohort::daemon {
@@ -67,6 +70,7 @@ class NodeCertificateRenewalTest : public ::testing::Test {
     options.coordinator_address = coordinator_->address();
     options.clock = [this] { return system_clock::now() + hours(offset_hours_.load()); };
     options.renewal_check_interval = check_interval;
+    options.certificate_reload_interval = std::chrono::seconds(1);
     return options;
   }
   security::CertificateInfo on_disk() {
@@ -145,20 +149,72 @@ TEST_F(NodeCertificateRenewalTest, ThePeriodicCheckRenewsOnceTheCertificateIsDue
   auto agent = security::DaemonSecurity::open(join);
   ASSERT_TRUE(agent.ok()) << agent.status().to_string();
   const security::CertificateInfo joined = (*agent)->node_certificate_info();
+  // The agent's port, as cohortd opens it (the Authenticator included).
+  InfoService info({"agent"});
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", (*agent)->server_credentials(), &port);
+  builder.RegisterService(&info);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  const std::string address = "127.0.0.1:" + std::to_string(port);
+  auto served_serial = [&]() -> std::string {
+    StatusOr<std::vector<std::string>> chain = security::fetch_server_chain(address, std::chrono::seconds(5));
+    if (!chain.ok() || chain->empty()) return "";
+    StatusOr<security::CertificateInfo> leaf = security::certificate_info(chain->front());
+    return leaf.ok() ? leaf->serial : "";
+  };
+  // GetVersion is for any identity: the coordinator's certificate, checked against the cluster CA.
+  auto call_as = [&](const security::KeyAndCertificate& identity) {
+    tls::ChannelSecurity caller;
+    caller.ca_pem = coordinator_->security().ca_pem();
+    caller.target_name = security::node_tls_name("node-a");
+    caller.certificate_pem = identity.certificate_pem;
+    caller.key_pem = identity.key_pem;
+    auto stub = cohort::v1::Info::NewStub(tls::make_channel(address, caller));
+    grpc::ClientContext context;
+    context.set_deadline(system_clock::now() + kCallTimeout);
+    cohort::v1::VersionInfo version;
+    return stub->GetVersion(&context, {}, &version);
+  };
+  coordinator::testing::TempDir other_dir;
+  StatusOr<security::ClusterCa> other_ca = security::ClusterCa::load_or_create(other_dir.path());
+  ASSERT_TRUE(other_ca.ok());
+  StatusOr<security::KeyAndCertificate> forged = other_ca->issue(tls::kCoordinatorName, {tls::kCoordinatorName}, {});
+  ASSERT_TRUE(forged.ok());
+  EXPECT_EQ(served_serial(), joined.serial);
+  grpc::Status trusted = call_as(coordinator_->security().serving_certificate());
+  EXPECT_TRUE(trusted.ok()) << trusted.error_code() << " " << trusted.error_message();
+  EXPECT_EQ(call_as(*forged).error_code(), grpc::StatusCode::UNAVAILABLE) << "a certificate of another CA";
+
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   EXPECT_EQ(on_disk().serial, joined.serial) << "renewed before it was due";
   offset_hours_ = kIntoTheWindow.count();
   const auto give_up = std::chrono::steady_clock::now() + kCallTimeout;
   while (on_disk().serial == joined.serial && std::chrono::steady_clock::now() < give_up)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Back to now, where the renewed certificate is not due: the check (every second here) stops
+  // renewing, and one in flight has finished after a further interval.
+  offset_hours_ = 0;
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   const security::CertificateInfo renewed = on_disk();
   EXPECT_NE(renewed.serial, joined.serial);
   EXPECT_EQ(renewed.common_name, "node-a");
   EXPECT_GT(renewed.not_after_unix, joined.not_after_unix);
-  // The running agent keeps the certificate it started with (a restart takes the new one).
-  EXPECT_EQ((*agent)->node_certificate_info().serial, joined.serial);
+  // The running agent takes it into use: its calls to the coordinator, and its open port within
+  // certificate_reload_interval, verifying callers exactly as before.
+  EXPECT_EQ((*agent)->node_certificate_info().serial, renewed.serial);
+  EXPECT_GE((*agent)->node_certificate_generation(), 1u);
+  EXPECT_EQ((*agent)->to_coordinator().certificate_pem, *security::read_file(agent_dir_.path() + "/node/node.crt"));
+  const auto reload_deadline = std::chrono::steady_clock::now() + kCallTimeout;
+  while (served_serial() != renewed.serial && std::chrono::steady_clock::now() < reload_deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(served_serial(), renewed.serial) << "the open port still serves the old certificate";
+  trusted = call_as(coordinator_->security().serving_certificate());
+  EXPECT_TRUE(trusted.ok()) << trusted.error_code() << " " << trusted.error_message();
+  EXPECT_EQ(call_as(*forged).error_code(), grpc::StatusCode::UNAVAILABLE) << "a certificate of another CA";
+  server->Shutdown();
   agent->reset();
-  offset_hours_ = 0;
   auto restarted = security::DaemonSecurity::open(agent_options());
   ASSERT_TRUE(restarted.ok()) << restarted.status().to_string();
   EXPECT_EQ((*restarted)->node_certificate_info().serial, renewed.serial);
