@@ -1,6 +1,9 @@
 #include "worker/autograd/wait_handle.h"
 
+#include <algorithm>
 #include <memory>
+#include <mutex>
+#include <vector>
 #include <string>
 
 #include <ATen/core/ivalue.h>
@@ -15,6 +18,36 @@
 namespace cohort::autograd {
 
 namespace {
+
+// The sends of dropped transfer states that had not completed, with the buffers they read: kept
+// until the transport is done with them, swept whenever a transfer state goes.
+struct UnfinishedSend {
+  std::vector<std::shared_ptr<comm::Work>> works;
+  at::Tensor buffer;
+  std::shared_ptr<TensorHeader> header;
+};
+
+std::mutex& unfinished_sends_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+std::vector<UnfinishedSend>& unfinished_sends() {
+  static auto* sends = new std::vector<UnfinishedSend>();  // never destroyed: sends may outlive main
+  return *sends;
+}
+
+bool unfinished(const std::shared_ptr<comm::Work>& work) { return work != nullptr && !work->is_completed(); }
+
+// Keeps `send` (when any of its works is unfinished) and lets go of those that completed.
+void keep_until_sent(UnfinishedSend send) {
+  std::lock_guard<std::mutex> lock(unfinished_sends_mutex());
+  auto& sends = unfinished_sends();
+  sends.erase(std::remove_if(sends.begin(), sends.end(),
+                             [](const UnfinishedSend& s) { return std::none_of(s.works.begin(), s.works.end(), unfinished); }),
+              sends.end());
+  if (std::any_of(send.works.begin(), send.works.end(), unfinished)) sends.push_back(std::move(send));
+}
 
 using comm::Communicator;
 using torch::autograd::AutogradContext;
@@ -187,6 +220,19 @@ c10::intrusive_ptr<TransferState> make_state(Communicator& comm, bool is_send, i
 }
 
 }  // namespace
+
+TransferState::~TransferState() {
+  // isend: the forward transfer and its header are sends, the reverse one a receive; irecv the
+  // other way round. Receives go first, cancelled if unfinished (P2PWork), before their buffers.
+  if (is_send) {
+    grad_work.reset();
+    keep_until_sent({{work, header_work}, buffer, header});
+  } else {
+    header_work.reset();
+    work.reset();
+    keep_until_sent({{grad_work}, grad_buffer, nullptr});
+  }
+}
 
 WaitHandle::WaitHandle(at::Tensor dummy, c10::intrusive_ptr<TransferState> state)
     : dummy_(std::move(dummy)), state_(std::move(state)) {}

@@ -39,15 +39,11 @@ namespace cohort::autograd {
 // backward (on the rank's thread for CPU tensors, on autograd's device thread for CUDA ones).
 struct TransferState : torch::CustomClassHolder {
   // Dropped with transfers still posted (a handle dropped before wait(), an exception between
-  // irecv and wait, a backward that failed before completing the reverse transfer): each Work is
-  // released before the buffer it reads or writes, and a communicator Work released unfinished
-  // cancels its transfer, so the transport lets go of the buffer before it is freed and a
-  // cancelled receive takes no message from the next receive on its tag.
-  ~TransferState() override {
-    grad_work.reset();
-    header_work.reset();
-    work.reset();
-  }
+  // irecv and wait, a backward that failed before completing the reverse transfer): a receive's
+  // Work is released before the buffer it writes, and a communicator receive released unfinished
+  // is cancelled, so it takes no message from the next receive on its tag. An unfinished send
+  // goes on (the peer waits for it) and keeps the buffers it reads until it completes.
+  ~TransferState() override;
 
   comm::Communicator* comm = nullptr;
   bool is_send = false;

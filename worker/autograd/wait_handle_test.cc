@@ -180,5 +180,29 @@ TEST(WaitHandleTest, AHandleDroppedBeforeWaitLeavesTheNextMessageToTheNextReceiv
   EXPECT_EQ(failures, "");
 }
 
+TEST(WaitHandleTest, AnIsendHandleDroppedBeforeItsReceiveStillDeliversItsTensor) {
+  // The send goes on without its handle (the peer waits for it), reading the handle's own copy
+  // of x, which must outlive the handle: memory freed with it is reused at once below.
+  const int64_t n = 8;
+  at::Tensor x = values(0.7, n);
+  std::string failures = run_autograd_ranks(2, [&](int rank, comm::Communicator& comm) {
+    std::vector<at::Tensor> reuse;
+    if (rank == 0) {
+      {
+        WaitHandle dropped = isend(comm, x, 1, 6);
+        EXPECT_FALSE(dropped.state()->work->is_completed());
+      }
+      for (int i = 0; i < 64; ++i) reuse.push_back(at::full({n}, -5.0, at::kDouble));
+    }
+    // Rank 1 receives only once rank 0's handle is gone.
+    ASSERT_TRUE(comm.barrier()->wait().ok());
+    if (rank == 1) {
+      EXPECT_TRUE(at::equal(recv(comm, 0, 6), x));
+    }
+    ASSERT_TRUE(comm.barrier()->wait().ok());
+  });
+  EXPECT_EQ(failures, "");
+}
+
 }  // namespace
 }  // namespace cohort::autograd

@@ -184,20 +184,33 @@ struct P2PCheck {
 // sender's header, a send against the receive's reply, so both calls fail naming both sides.
 class P2PWork final : public Work {
  public:
-  P2PWork(std::shared_ptr<TransportWork> inner, Deadline deadline, std::string what,
+  P2PWork(bool is_send, std::shared_ptr<TransportWork> inner, Deadline deadline, std::string what,
           std::shared_ptr<FlightRecorder> recorder, uint64_t record, std::unique_ptr<P2PCheck> check)
-      : inner_(std::move(inner)),
+      : is_send_(is_send),
+        inner_(std::move(inner)),
         deadline_(deadline),
         what_(std::move(what)),
         recorder_(std::move(recorder)),
         record_(record),
         check_(std::move(check)) {}
-  // Dropped unfinished (its owner gave up before waiting, e.g. on an exception between irecv and
-  // wait): the transfer is cancelled, so the transport lets go of the buffer its owner is about
-  // to free (transport.h), and a receive still waiting for its message leaves it to the next
-  // receive on the tag instead of taking it into freed memory. The flight recorder shows it
-  // cancelled rather than in flight.
+  // A receive dropped unfinished (its owner gave up before waiting, e.g. on an exception between
+  // irecv and wait) is cancelled, so the transport lets go of the buffer its owner is about to
+  // free (transport.h), and its message is left to the next receive on the tag instead of being
+  // taken into freed memory. The flight recorder shows it cancelled rather than in flight.
+  // A send dropped unfinished goes on, as MPI_Request_free lets a send complete and a
+  // torch.distributed isend whose request is dropped still arrives: its buffer is the caller's,
+  // to keep until the message is out. Cancelling it instead would lose a message the peer waits
+  // for (and UCX, which cannot take back a send under way, disconnects the peer after
+  // cancel_grace).
   ~P2PWork() override {
+    if (is_send_) {
+      // The debug check's header (a send) and the reply's receive are part of the message: they
+      // go on too, with the buffers they use, until all of it is done.
+      if (check_ && !(check_->header->is_completed() && check_->reply->is_completed())) {
+        keep_until_done(inner_, std::move(check_));
+      }
+      return;
+    }
     if (!inner_->is_completed()) {
       const Status dropped = cancelled_error("{} dropped before it completed", what_);
       inner_->cancel(dropped);
@@ -328,14 +341,30 @@ class P2PWork final : public Work {
     return *result_;
   }
 
+  const bool is_send_;
   const std::shared_ptr<TransportWork> inner_;
   const Deadline deadline_;
   const std::string what_;
   const std::shared_ptr<FlightRecorder> recorder_;
   const uint64_t record_;
-  const std::unique_ptr<P2PCheck> check_;
+  std::unique_ptr<P2PCheck> check_;
   std::mutex mutex_;
   std::optional<Status> result_;
+
+  // The debug checks of dropped sends still under way, kept until their transfers are done
+  // (swept at each call).
+  static void keep_until_done(std::shared_ptr<TransportWork> inner, std::unique_ptr<P2PCheck> check) {
+    static std::mutex mutex;
+    static auto* kept = new std::vector<std::pair<std::shared_ptr<TransportWork>, std::unique_ptr<P2PCheck>>>();
+    std::lock_guard<std::mutex> lock(mutex);
+    kept->erase(std::remove_if(kept->begin(), kept->end(),
+                               [](const auto& k) {
+                                 return k.first->is_completed() && k.second->header->is_completed() &&
+                                        k.second->reply->is_completed();
+                               }),
+                kept->end());
+    kept->emplace_back(std::move(inner), std::move(check));
+  }
 };
 
 }  // namespace
@@ -1134,7 +1163,7 @@ std::shared_ptr<Work> Communicator::p2p(bool is_send, void* buf, size_t count, D
                     : world_->transport->irecv(global_peer, wire_tag, buf, bytes);
   }
   return std::make_shared<P2PWork>(
-      std::move(inner), deadline_for(call),
+      is_send, std::move(inner), deadline_for(call),
       fmt::format("{} rank {} ({}, tag {}) on {}", verb, peer, describe(dtype, count), tag, description()),
       recorder_, record, std::move(check));
 }

@@ -331,6 +331,32 @@ TEST(CommunicatorTest, AReceiveDroppedUnfinishedLeavesTheNextMessageToTheNextRec
   }
 }
 
+TEST(CommunicatorTest, ASendDroppedUnfinishedStillArrives) {
+  // As MPI_Request_free lets a send complete, and a torch.distributed isend whose request is
+  // dropped still arrives: the buffer stays the caller's to keep, the message goes out.
+  for (bool checked : {false, true}) {
+    CommunicatorOptions options = test_options();
+    options.debug_checks = checked;
+    options.timeout = std::chrono::seconds(5);
+    auto statuses = on_loopback(2, "flat", [](Communicator& comm) -> Status {
+      std::vector<int32_t> sent(4096, 7);
+      if (comm.rank() == 0) {
+        auto dropped = comm.isend(sent.data(), sent.size(), DataType::kInt32, 1, 4);
+        if (dropped->is_completed()) return internal_error("the send completed before its receive was posted");
+      }
+      // Rank 1 posts its receive only once rank 0 dropped its send.
+      COHORT_RETURN_IF_ERROR(comm.barrier()->wait());
+      if (comm.rank() == 1) {
+        std::vector<int32_t> got(sent.size(), 0);
+        COHORT_RETURN_IF_ERROR(comm.recv(got.data(), got.size(), DataType::kInt32, 0, 4));
+        if (got != sent) return internal_error("the dropped send's data did not arrive intact");
+      }
+      return comm.barrier()->wait();  // rank 0 keeps its buffer until the receive is done
+    }, nodes_of(2), options);
+    EXPECT_EQ(failures(statuses), "") << (checked ? "with" : "without") << " the point-to-point check";
+  }
+}
+
 TEST(CommunicatorTest, AsyncOperationsCompleteInIssueOrderAndOverlapTheCaller) {
   auto statuses = on_loopback(3, "flat", [](Communicator& comm) -> Status {
     std::vector<std::vector<float>> buffers(20, std::vector<float>(5000));
