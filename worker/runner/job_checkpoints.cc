@@ -1,6 +1,7 @@
 #include "worker/runner/job_run.h"
 
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 
 #include <fmt/format.h>
@@ -12,19 +13,40 @@
 namespace cohort::worker::job_run {
 namespace {
 
+namespace fs = std::filesystem;
+
 // The checkpoint name when the spec has none.
 constexpr const char* kDefaultCheckpointName = "job";
 
 }  // namespace
 
+Status JobRun::open_checkpoint_dir() {
+  if (spec_.checkpoint().dir().empty()) return ok_status();
+  if (spec_.checkpoint().interval_epochs() < 1) {
+    return invalid_argument_error("checkpoint: interval_epochs is {}; it must be >= 1 when dir is set",
+                                  spec_.checkpoint().interval_epochs());
+  }
+  checkpointer_ = train::create_multi_node_checkpointer(
+      spec_.name().empty() ? kDefaultCheckpointName : spec_.name(), comm_, spec_.checkpoint().dir());
+  if (options_.resume) return ok_status();  // resume() looks at the directory
+  // A run that does not resume must not find another run's checkpoints where it will write its
+  // own: save() would refuse only at the first checkpoint, after an epoch of training. A relative
+  // dir lies in the job's own directory (the ranks' working directory under cohortd), which a new
+  // job id gets new, so there only a restarted attempt without restart_policy.from_checkpoint
+  // finds files (its earlier attempts'); an explicit shared dir finds any earlier run's.
+  const std::string& dir = spec_.checkpoint().dir();
+  std::error_code error;
+  const fs::path cwd = fs::path(dir).is_relative() ? fs::current_path(error) : fs::path();
+  return checkpointer_
+      ->check_fresh_start(
+          "resume it (COHORT_RESUME=1; under cohortd, restart_policy.from_checkpoint: true resumes "
+          "a restarted attempt)")
+      .with_context(cwd.empty() ? fmt::format("checkpoint.dir {}", dir)
+                                : fmt::format("checkpoint.dir {} (relative to {})", dir, cwd.string()));
+}
+
 Status JobRun::create_checkpointer() {
-  if (!spec_.checkpoint().dir().empty()) {
-    if (spec_.checkpoint().interval_epochs() < 1) {
-      return invalid_argument_error("checkpoint: interval_epochs is {}; it must be >= 1 when dir is set",
-                                    spec_.checkpoint().interval_epochs());
-    }
-    checkpointer_ = train::create_multi_node_checkpointer(
-        spec_.name().empty() ? kDefaultCheckpointName : spec_.name(), comm_, spec_.checkpoint().dir());
+  if (checkpointer_) {
     checkpointer_->add_module("model", *model_.module);
     checkpointer_->add_optimizer("optimizer", *optimizer_);
     checkpointer_->add_iterator("train", *train_batches_);

@@ -79,8 +79,11 @@ class JobRun {
   // Moves the built model to options.device, makes its optimizer and gives every rank rank 0's
   // replicated parameters (after build_model).
   Status build_optimizer();
-  // The multi-node checkpointer over the model, optimizer and training iterator when the spec has
-  // a checkpoint.dir (after build_optimizer).
+  // The multi-node checkpointer when the spec has a checkpoint.dir, before any data or model:
+  // a run that does not resume fails here (every rank, FAILED_PRECONDITION) when the directory
+  // already holds checkpoints of the job's name.
+  Status open_checkpoint_dir();
+  // Registers the model, optimizer and training iterator with it (after build_optimizer).
   Status create_checkpointer();
   StatusOr<int64_t> resume();
   // Saves a checkpoint after 0-based `epoch` when checkpoint.interval_epochs says so.

@@ -53,6 +53,8 @@ Status JobRun::setup() {
     default:
       return invalid_argument_error("model: neither data_parallel nor model_parallel is set");
   }
+  // Before the dataset and the model: a checkpoint directory that refuses this run costs nothing.
+  COHORT_RETURN_IF_ERROR(open_checkpoint_dir());
   COHORT_RETURN_IF_ERROR(load_data());
   COHORT_RETURN_IF_ERROR(build_model());
   COHORT_RETURN_IF_ERROR(build_optimizer());

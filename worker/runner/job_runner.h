@@ -28,7 +28,10 @@
 // constant, step or cosine); each epoch ends with an evaluation on the test set (accuracy and loss
 // over all ranks' test samples, MultiNodeEvaluator); every checkpoint.interval_epochs epochs the
 // model, optimizer and iterator are saved with the multi-node checkpointer; with `resume` the
-// newest checkpoint every rank has is loaded and training continues after it.
+// newest checkpoint every rank has is loaded and training continues after it. Without `resume`,
+// a checkpoint.dir that already holds checkpoints of the job's name (another run's: any
+// iteration, any world size) fails the job on every rank with FAILED_PRECONDITION before the data
+// is loaded, instead of at its first checkpoint.
 //
 // Rank 0 prints progress to options.out:
 //   epoch 1/5 step 300/469 loss 0.4120 samples/s 2100

@@ -376,6 +376,54 @@ TEST(JobRunnerTest, ProgressLinesAndMetricsFromRankZero) {
   EXPECT_DOUBLE_EQ(sink.reports.back().first.accuracy(), results[0].test_accuracy);
 }
 
+// A job that does not resume, started into a checkpoint.dir holding a newer run of its name
+// (epochs 1 and 2: steps 32 and 64), fails on every rank with FAILED_PRECONDITION naming the
+// directory, the iterations and how to go on, before it trains: no progress line (one per step
+// here) and no metrics report. save() alone refused it only at epoch 1's checkpoint, 32 steps in.
+// The old run's files stay, and it still resumes.
+TEST(JobRunnerTest, FreshJobIntoADirectoryWithCheckpointsFailsBeforeItsFirstStep) {
+  v1::JobSpec spec = parse_spec(kDataParallelSpec);
+  const std::string dir = fresh_dir("taken");
+  spec.mutable_checkpoint()->set_dir(dir);
+  spec.mutable_checkpoint()->set_interval_epochs(1);
+  spec.set_epochs(2);
+  ASSERT_EQ(run_ranks(2, spec, quiet())[0].steps, 64);
+
+  spec.set_epochs(3);
+  RecordingSink sink;
+  JobRunnerOptions options;
+  options.out = std::tmpfile();
+  ASSERT_NE(options.out, nullptr);
+  options.log_every_steps = 1;
+  options.metrics = &sink;
+  std::string failures;
+  run_ranks(2, spec, options, &failures);
+  std::rewind(options.out);
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), options.out)) > 0) text.append(buf, n);
+  std::fclose(options.out);
+  for (const char* rank : {"rank 0: ", "rank 1: "}) {
+    EXPECT_NE(failures.find(std::string(rank) + "FAILED_PRECONDITION: checkpoint.dir " + dir +
+                            ": checkpointer tiny: this run starts from scratch (it does not resume), but the "
+                            "checkpoint directory " +
+                            dir + " already holds checkpoints of tiny: iterations 32, 64 saved by 2 ranks."),
+              std::string::npos)
+        << failures;
+  }
+  EXPECT_NE(failures.find("To continue that run, resume it (COHORT_RESUME=1;"), std::string::npos)
+      << failures;
+  EXPECT_EQ(text, "") << "the refused job trained first";
+  EXPECT_TRUE(sink.reports.empty()) << "the refused job reported " << sink.reports.size() << " time(s)";
+
+  JobRunnerOptions resume = quiet();
+  resume.resume = true;
+  std::vector<JobResult> resumed = run_ranks(2, spec, resume);
+  ASSERT_TRUE(resumed[0].resumed_from.has_value());
+  EXPECT_EQ(*resumed[0].resumed_from, 64);
+}
+
 TEST(JobRunnerTest, ErrorsNameTheFaultOnEveryRank) {
   // A graph that does not fit its data: shape validation names the layer on every rank.
   v1::JobSpec spec = parse_spec(kDataParallelSpec);

@@ -237,6 +237,41 @@ std::vector<std::pair<int64_t, int>> whole_other_size_sets(const std::vector<std
   return std::vector<std::pair<int64_t, int>>(whole.rbegin(), whole.rend());
 }
 
+// Every (iteration, world size) that any of the ranks' reports (describe_other_sizes) names, whole
+// or not: for check_fresh_start, where any file of another run counts.
+std::set<std::pair<int64_t, int>> all_sets(const std::vector<std::string>& reports) {
+  std::set<std::pair<int64_t, int>> out;
+  for (const std::string& report : reports) {
+    std::stringstream in(report);
+    std::string item;
+    while (std::getline(in, item, ';')) {
+      std::stringstream fields(item);
+      std::string iteration, size;
+      if (!std::getline(fields, iteration, ':') || !std::getline(fields, size, ':')) continue;
+      out.insert({std::stoll(iteration), static_cast<int>(std::stoll(size))});
+    }
+  }
+  return out;
+}
+
+// "iterations 40, 50 saved by 2 ranks; iteration 30 saved by 1 rank", the newest few per size.
+std::string describe_sets(const std::set<std::pair<int64_t, int>>& sets) {
+  constexpr size_t kListed = 5;
+  std::map<int, std::vector<int64_t>> by_size;
+  for (const auto& [iteration, size] : sets) by_size[size].push_back(iteration);
+  std::string out;
+  for (const auto& [size, iterations] : by_size) {
+    const size_t first = iterations.size() > kListed ? iterations.size() - kListed : 0;
+    std::string listed;
+    for (size_t i = first; i < iterations.size(); ++i)
+      listed += (listed.empty() ? "" : ", ") + std::to_string(iterations[i]);
+    const std::string older = first > 0 ? fmt::format("(and {} older) ", first) : "";
+    out += fmt::format("{}iteration{} {}{} saved by {} rank{}", out.empty() ? "" : "; ",
+                       iterations.size() > 1 ? "s" : "", older, listed, size, size > 1 ? "s" : "");
+  }
+  return out;
+}
+
 }  // namespace
 
 MultiNodeCheckpointer::MultiNodeCheckpointer(std::string name, comm::Communicator& comm,
@@ -541,6 +576,29 @@ StatusOr<std::optional<int64_t>> MultiNodeCheckpointer::resume() {
   COHORT_RETURN_IF_ERROR(agree(load_file(iteration), "resume"));
   directory_checked_ = true;
   return std::optional<int64_t>(iteration);
+}
+
+Status MultiNodeCheckpointer::check_fresh_start(const std::string& how_to_resume) {
+  // As in resume(): another attempt still writing the directory is refused here too.
+  std::error_code exists_error;
+  Status locked = fs::exists(directory_, exists_error) ? lock_directory() : ok_status();
+  COHORT_RETURN_IF_ERROR(agree(locked, "locking the checkpoint directory"));
+  // Every file of this name, whatever its size (describe_other_sizes with no size of its own).
+  // Node-local directories differ between ranks: what any rank sees counts, and every rank
+  // decides from the same allgathered reports, so all fail (or go on) alike. "-": cannot list.
+  StatusOr<std::vector<CheckpointFile>> files = list_files();
+  COHORT_ASSIGN_OR_RETURN(
+      std::vector<std::string> all,
+      comm_.allgather_obj(files.ok() ? describe_other_sizes(files.value(), 0) : std::string("-")));
+  COHORT_RETURN_IF_ERROR(agree(files.status(), "listing checkpoints"));
+  const std::set<std::pair<int64_t, int>> sets = all_sets(all);
+  if (sets.empty()) return ok_status();
+  return failed_precondition_error(
+      "checkpointer {}: this run starts from scratch (it does not resume), but the checkpoint directory {} "
+      "already holds checkpoints of {}: {}. Saving beside them would mix two runs (a later resume would "
+      "load theirs). To continue that run, {}; to start a new one, use another checkpoint directory or "
+      "remove {}/{}.iter*.pt",
+      name_, directory_, name_, describe_sets(sets), how_to_resume, directory_, name_);
 }
 
 std::unique_ptr<MultiNodeCheckpointer> create_multi_node_checkpointer(const std::string& name,

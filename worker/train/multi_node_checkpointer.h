@@ -24,7 +24,9 @@
 //
 // Files of another run are never mixed in silently: resume() fails when the directory holds a
 // checkpoint of another world size and none of this one, and a save() without a resume() before
-// it fails when the directory holds newer iterations (both FAILED_PRECONDITION, naming them).
+// it fails when the directory holds newer iterations (both FAILED_PRECONDITION, naming them). A
+// run that starts from scratch calls check_fresh_start() first, which refuses any checkpoint of
+// its name before any work is spent.
 //
 // Devices: module parameters and buffers, and registered tensors, on a CUDA device are written as
 // host copies (the file loads into a CPU or a GPU model) and loaded back onto the device of the
@@ -105,6 +107,17 @@ class MultiNodeCheckpointer {
   // sizes) instead of nullopt: starting from scratch would silently drop that run's progress.
   // Collective and blocking; a load failure on any rank is an error on every rank.
   StatusOr<std::optional<int64_t>> resume();
+
+  // For a run that starts from scratch instead of calling resume(), before it does anything
+  // else: FAILED_PRECONDITION on every rank when the directory holds any checkpoint of this name
+  // (of any iteration and world size, on any rank's view of it), naming the directory, the
+  // iterations and sizes and what to do; OK when there is none or no directory. Refusing there
+  // costs nothing; save()'s own refusal (newer iterations only) would come after the work up to
+  // the first checkpoint. Takes the directory's lock when the directory exists, like resume().
+  // Collective and blocking (an allgather). save() keeps its refusal: files written after this
+  // check are still never mixed in. `how_to_resume` completes "To continue that run, ..." in the
+  // error (a job runner names its own switch).
+  Status check_fresh_start(const std::string& how_to_resume = "call resume() instead");
 
   // This rank's complete checkpoint files' iterations, ascending (local).
   StatusOr<std::vector<int64_t>> local_iterations() const;

@@ -11,6 +11,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <vector>
 
@@ -336,6 +337,69 @@ TEST(MultiNodeCheckpointerTest, SaveNeverCollectsTheIterationJustSaved) {
     return ok_status();
   });
   EXPECT_EQ(failures, "");
+}
+
+// A run that starts from scratch asks check_fresh_start() first: OK without checkpoints of its
+// name (no directory, or only other names' files), FAILED_PRECONDITION on every rank — naming the
+// directory, the iterations and the world sizes that saved them — when any rank sees any checkpoint
+// of its name: older or newer than what it would save, of its own size or another, or only in rank
+// 0's node-local directory (rank 1's is empty, and still fails instead of going on alone).
+TEST(MultiNodeCheckpointerTest, CheckFreshStartRefusesAnyCheckpointOfItsNameOnEveryRank) {
+  const std::string absent = fresh_dir("fresh_absent");
+  const std::string same_size = fresh_dir("fresh_same_size");
+  const std::string other_size = fresh_dir("fresh_other_size");
+  const std::string local0 = fresh_dir("fresh_local0"), local1 = fresh_dir("fresh_local1");
+  auto save = [](int size, const std::string& name, std::function<std::string(int)> dir_of,
+                 std::vector<int64_t> iterations) {
+    return run_on_ranks(size, [&](int rank, comm::Communicator& comm) -> Status {
+      at::Tensor value = at::zeros({2});
+      auto checkpointer = create_multi_node_checkpointer(name, comm, dir_of(rank));
+      checkpointer->add_tensors("value", {value});
+      for (int64_t i : iterations) COHORT_RETURN_IF_ERROR(checkpointer->save(i));
+      return ok_status();
+    });
+  };
+  ASSERT_EQ(save(kRanks, "other", [&](int) { return absent; }, {70}), "");  // another name only
+  ASSERT_EQ(save(kRanks, "job", [&](int) { return same_size; }, {40, 50}), "");
+  ASSERT_EQ(save(1, "job", [&](int) { return other_size; }, {30}), "");
+  ASSERT_EQ(save(kRanks, "job", [&](int rank) { return rank == 0 ? local0 : local1; }, {20}), "");
+  fs::remove(fs::path(local1) / "job.iter000000000020.rank1of2.pt");
+
+  // dir_of(rank) -> what every rank's check must say ("" for OK).
+  auto check = [&](std::function<std::string(int)> dir_of, const std::string& expected) {
+    return run_on_ranks(kRanks, [&](int rank, comm::Communicator& comm) -> Status {
+      auto checkpointer = create_multi_node_checkpointer("job", comm, dir_of(rank));
+      Status checked = checkpointer->check_fresh_start();
+      if (expected.empty()) return checked;
+      if (checked.code() != StatusCode::kFailedPrecondition ||
+          checked.message().find(expected) == std::string::npos) {
+        return internal_error("rank {}: expected FAILED_PRECONDITION with \"{}\", got {}", rank, expected,
+                              checked.to_string());
+      }
+      return ok_status();
+    });
+  };
+  EXPECT_EQ(check([&](int) { return absent + "/never_created"; }, ""), "");
+  EXPECT_EQ(check([&](int) { return absent; }, ""), "");
+  EXPECT_EQ(check([&](int) { return same_size; },
+                  fmt::format("the checkpoint directory {} already holds checkpoints of job: iterations 40, "
+                              "50 saved by 2 ranks. Saving beside them would mix two runs",
+                              same_size)),
+            "");
+  EXPECT_EQ(check([&](int) { return same_size; },
+                  "To continue that run, call resume() instead; to start a "
+                  "new one, use another checkpoint directory or remove " +
+                      same_size + "/job.iter*.pt"),
+            "");
+  EXPECT_EQ(check([&](int) { return other_size; }, "holds checkpoints of job: iteration 30 saved by 1 rank."),
+            "");
+  EXPECT_EQ(check([&](int rank) { return rank == 0 ? local0 : local1; },
+                  "holds checkpoints of job: iteration 20 saved by 2 ranks."),
+            "");
+  // It looked only: nothing was written or removed.
+  EXPECT_TRUE(fs::exists(fs::path(same_size) / "job.iter000000000050.rank1of2.pt"));
+  EXPECT_TRUE(fs::exists(fs::path(other_size) / "job.iter000000000030.rank0of1.pt"));
+  EXPECT_FALSE(fs::exists(absent + "/never_created"));
 }
 
 // An iterator restored under another shuffle seed would continue with other samples: refused on
