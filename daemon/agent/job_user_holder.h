@@ -9,9 +9,11 @@
 // (FAILED_PRECONDITION naming both owners, the user and the fix). An operator who accepts the
 // sharing sets shared_job_user: true (then nothing is recorded or checked).
 //
-// Release: never automatic. What the holder left behind stays job_user's (its job directories,
-// <data_dir>/jobs/<job id>, are never removed by cohortd, and files it wrote under the allowed
-// path roots are not tracked), so handing job_user to the next owner would hand them those too.
+// Release: never automatic. What the holder left behind stays job_user's: its job directories,
+// <data_dir>/jobs/<job id>, are removed only job_retention after their last write (the
+// supervisor's sweep, remove_expired_job_dirs), and files its jobs wrote under the allowed path
+// roots or anywhere else job_user may write are not tracked at all, so no moment is known when
+// nothing of the holder remains; handing job_user to the next owner would hand them those too.
 // The operator releases it by removing what job_user owns that the next owner must not see
 // (`find / -xdev -user cohort-job`) and then the file, <data_dir>/job_user.holder.
 //

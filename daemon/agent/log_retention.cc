@@ -1,5 +1,6 @@
 #include "daemon/agent/log_retention.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -156,37 +157,109 @@ StatusOr<AttemptLogBudget> reserve_attempt_logs(const std::string& log_dir, cons
   return budget;
 }
 
-StatusOr<std::vector<std::string>> remove_expired_job_logs(const LogRetentionOptions& options,
-                                                           int64_t now_unix_ms,
-                                                           const std::set<std::string>& running) {
-  if (options.log_dir.empty()) return invalid_argument_error("log retention needs the log directory");
+namespace {
+
+// One directory level of remove_tree_at; `depth` counts levels below the tree's top.
+Status remove_tree_level(int parent_fd, const std::string& name, const std::string& path, int depth) {
+  if (::unlinkat(parent_fd, name.c_str(), 0) == 0 || errno == ENOENT) return ok_status();
+  if (errno != EISDIR) return errno_status(fmt::format("unlink({})", path), errno);
+  if (depth > kMaxRemoveDepth) {
+    return failed_precondition_error("{} lies more than {} directories deep; remove it by hand (rm -rf)", path,
+                                     kMaxRemoveDepth);
+  }
+  // Never through a link: a job's user may have swapped the directory for one since it was listed.
+  const int fd = ::openat(parent_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return ok_status();
+    return errno_status(fmt::format("open({})", path), errno);
+  }
+  // Take the directory over, through its descriptor, so its entries can be removed: the job's user
+  // owns it (possibly mode 0500), and cohortd.service gives root no CAP_DAC_OVERRIDE, only
+  // CAP_CHOWN and CAP_FOWNER. Nothing is lost: the whole tree goes.
+  struct stat info {};
+  // Where it fails, the unlinks below fail and say so.
+  if (::fstat(fd, &info) == 0) {
+    if (info.st_uid != ::geteuid() && ::fchown(fd, ::geteuid(), static_cast<gid_t>(-1)) != 0) {
+      spdlog::debug("agent: fchown({}): {}", path, std::strerror(errno));
+    }
+    if ((info.st_mode & 0700) != 0700 && ::fchmod(fd, 0700) != 0) {
+      spdlog::debug("agent: fchmod({}): {}", path, std::strerror(errno));
+    }
+  }
+  DIR* dir = ::fdopendir(fd);
+  if (dir == nullptr) {
+    const int err = errno;
+    ::close(fd);
+    return errno_status(fmt::format("fdopendir({})", path), err);
+  }
+  std::vector<std::string> names;
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string child = entry->d_name;
+    if (child != "." && child != "..") names.push_back(child);
+  }
+  Status first_error;
+  for (const std::string& child : names) {
+    Status removed = remove_tree_level(::dirfd(dir), child, path + "/" + child, depth + 1);
+    if (!removed.ok() && first_error.ok()) first_error = removed;
+  }
+  ::closedir(dir);
+  COHORT_RETURN_IF_ERROR(first_error);
+  if (::unlinkat(parent_fd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT) {
+    return errno_status(fmt::format("rmdir({})", path), errno);
+  }
+  return ok_status();
+}
+
+// remove_expired_job_logs / remove_expired_job_dirs: `what` names the kind in messages.
+StatusOr<std::vector<std::string>> remove_expired_dirs(const LogRetentionOptions& options, int64_t now_unix_ms,
+                                                       const std::set<std::string>& running, const char* what) {
+  if (options.log_dir.empty()) return invalid_argument_error("{} retention needs the directory", what);
   if (options.retention.count() <= 0)
-    return invalid_argument_error("log retention is {} ms; it must be positive", options.retention.count());
+    return invalid_argument_error("{} retention is {} ms; it must be positive", what, options.retention.count());
   std::vector<std::string> removed;
   std::error_code error;
   if (!fs::is_directory(options.log_dir, error)) return removed;
+  const int root_fd = ::open(options.log_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (root_fd < 0) return errno_status(fmt::format("{} retention: open({})", what, options.log_dir), errno);
   for (fs::directory_iterator it(options.log_dir, error), end; !error && it != end; it.increment(error)) {
     const std::string job_id = it->path().filename().string();
     // Only job directories: nothing else that happens to lie there, and never through a link.
     std::error_code kind_error;
     if (!it->is_directory(kind_error) || it->is_symlink(kind_error)) continue;
-    if (!validate_job_id(job_id, "log directory").ok() || running.count(job_id) != 0) continue;
+    if (!validate_job_id(job_id, "retention").ok() || running.count(job_id) != 0) continue;
     const int64_t last_write = newest_write_unix_ms(it->path());
     if (now_unix_ms - last_write < options.retention.count()) continue;
-    std::error_code remove_error;
-    fs::remove_all(it->path(), remove_error);  // removes links themselves, never their targets
-    if (remove_error) {
-      spdlog::warn("agent: cannot delete the logs of job {} ({}) after their retention period: {}", job_id,
-                   it->path().string(), remove_error.message());
+    if (Status gone = remove_tree_at(root_fd, job_id, it->path().string()); !gone.ok()) {
+      spdlog::warn("agent: cannot delete the {} of job {} ({}) after their retention period: {}", what, job_id,
+                   it->path().string(), gone.to_string());
       continue;
     }
     removed.push_back(job_id);
   }
+  ::close(root_fd);
   if (error) {
-    return unavailable_error("log retention: cannot list {}: {}", options.log_dir, error.message());
+    return unavailable_error("{} retention: cannot list {}: {}", what, options.log_dir, error.message());
   }
   std::sort(removed.begin(), removed.end());
   return removed;
+}
+
+}  // namespace
+
+Status remove_tree_at(int parent_fd, const std::string& name, const std::string& path) {
+  COHORT_RETURN_IF_ERROR(validate_path_component(name));
+  return remove_tree_level(parent_fd, name, path, 0);
+}
+
+StatusOr<std::vector<std::string>> remove_expired_job_logs(const LogRetentionOptions& options,
+                                                           int64_t now_unix_ms,
+                                                           const std::set<std::string>& running) {
+  return remove_expired_dirs(options, now_unix_ms, running, "logs");
+}
+
+StatusOr<std::vector<std::string>> remove_expired_job_dirs(const LogRetentionOptions& options, int64_t now_unix_ms,
+                                                           const std::set<std::string>& running) {
+  return remove_expired_dirs(options, now_unix_ms, running, "job directory");
 }
 
 }  // namespace cohort::agent

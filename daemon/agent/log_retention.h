@@ -7,8 +7,15 @@
 // keeps the job's records for), counted from the last write to any of the job's files on this node,
 // then the whole directory is deleted. Jobs with a task still running here are never touched.
 //
-// The agent's TaskSupervisor calls remove_expired_job_logs() every kLogRetentionSweepInterval
-// with its clock's wall time; tests call it with any time they like.
+// The same retention applies to the jobs' own directories (<data_dir>/jobs/<job_id>: COHORT_JOB_DIR,
+// the ranks' working directory, where relative checkpoints and scratch land): without it every
+// job's files would stay on the filesystem that also holds coordinator.db and the logs until the
+// disk filled. remove_expired_job_dirs() deletes them as remove_expired_job_logs() deletes logs.
+// Both remove without following a link (remove_tree_at below): a job directory belongs to the
+// job's user, who can plant or swap in a link at any moment.
+//
+// The agent's TaskSupervisor calls both every kLogRetentionSweepInterval with its clock's wall
+// time; tests call them with any time they like.
 //
 //   LogRetentionOptions options{"/var/lib/cohort/logs", std::chrono::hours(24 * 7)};
 //   StatusOr<std::vector<std::string>> removed =
@@ -55,6 +62,23 @@ struct LogRetentionOptions {
 StatusOr<std::vector<std::string>> remove_expired_job_logs(const LogRetentionOptions& options,
                                                            int64_t now_unix_ms,
                                                            const std::set<std::string>& running);
+
+// The same for the jobs' own directories: every <options.log_dir>/<job_id> (here the job
+// directory root, <data_dir>/jobs) quiet for options.retention and not in `running` is removed with
+// everything below it, links never followed (a link inside is removed, its target stays). A
+// directory or file the job's user owns is taken over first where needed (fchown to the agent,
+// fchmod 0700 of the directory through its descriptor) so an agent without CAP_DAC_OVERRIDE can
+// empty it. Returns the job ids removed, ascending; a directory that cannot be removed is logged
+// and tried again at the next sweep. Blocking (disk).
+StatusOr<std::vector<std::string>> remove_expired_job_dirs(const LogRetentionOptions& options, int64_t now_unix_ms,
+                                                           const std::set<std::string>& running);
+
+// Removes `name` in the open directory `parent_fd` and, when it is a directory, everything below
+// it, without following a symbolic link: each directory is opened from its parent's descriptor
+// with O_NOFOLLOW | O_DIRECTORY, and a link is unlinked itself. `path` is for messages only.
+// A directory deeper than kMaxRemoveDepth below `name` fails (named), removing what it could.
+inline constexpr int kMaxRemoveDepth = 128;  // one descriptor per level is held while walking
+Status remove_tree_at(int parent_fd, const std::string& name, const std::string& path);
 
 // Written into an attempt's log directory when the job's cap removed one of its ranks' log files
 // (its content says why and which files); `cohort logs --attempt` then explains the missing logs.

@@ -96,6 +96,70 @@ TEST(LogRetentionTest, MissingDirectoryRemovesNothingAndBadOptionsAreErrors) {
   EXPECT_FALSE(remove_expired_job_logs({"", kRetention}, kNow, {}).ok());
 }
 
+// Job directories (<data_dir>/jobs/<id>) go by the same rule, and the removal follows no link the
+// job's user planted: a link to a directory outside (and one to a file) is removed, its target
+// stays; a directory the job made read-only (0500) is still emptied and removed.
+TEST(JobDirRetentionTest, ExpiredJobDirectoriesGoRunningOnesStayAndLinksAreNotFollowed) {
+  TempDir dir;
+  const fs::path jobs = fs::path(dir.path()) / "jobs";
+  const fs::path outside = fs::path(dir.path()) / "outside";
+  const int64_t old = kNow - kRetention.count() - 1;
+  write_at(outside / "precious.pt", old);
+  write_at(outside / "sub" / "also-precious", old);
+  write_at(jobs / "done-1" / "checkpoint" / "iter-10.pt", old);
+  write_at(jobs / "done-1" / "scratch" / "deep" / "a" / "b" / "file", old);
+  fs::create_directory_symlink(outside, jobs / "done-1" / "link-to-outside");
+  fs::create_directory_symlink(outside, jobs / "done-1" / "checkpoint" / "nested-link");
+  fs::create_symlink(outside / "precious.pt", jobs / "done-1" / "file-link");
+  write_at(jobs / "done-1" / "readonly" / "inside", old);
+  write_at(jobs / "running-2" / "checkpoint" / "iter-5.pt", old);
+  write_at(jobs / "recent-3" / "checkpoint" / "iter-5.pt", kNow - 60'000);
+  fs::create_directory_symlink(outside, jobs / "link-4");  // not a job directory: left alone
+  for (const char* sub : {"done-1/scratch/deep/a/b", "done-1/scratch/deep/a", "done-1/scratch/deep", "done-1/scratch",
+                          "done-1/checkpoint", "done-1/readonly", "done-1", "running-2/checkpoint", "running-2"})
+    touch_dir_at(jobs / sub, old);
+  ASSERT_EQ(::chmod((jobs / "done-1" / "readonly").c_str(), 0500), 0);
+  ASSERT_EQ(::chmod((jobs / "done-1").c_str(), 0500), 0);
+  touch_dir_at(jobs / "done-1" / "readonly", old);
+  touch_dir_at(jobs / "done-1", old);
+
+  StatusOr<std::vector<std::string>> removed =
+      remove_expired_job_dirs({jobs.string(), kRetention}, kNow, /*running=*/{"running-2"});
+  ASSERT_TRUE(removed.ok()) << removed.status().to_string();
+  EXPECT_EQ(*removed, std::vector<std::string>{"done-1"});
+  EXPECT_FALSE(fs::exists(fs::symlink_status(jobs / "done-1")));
+  EXPECT_TRUE(fs::exists(jobs / "running-2" / "checkpoint" / "iter-5.pt"));
+  EXPECT_TRUE(fs::exists(jobs / "recent-3" / "checkpoint" / "iter-5.pt"));
+  EXPECT_TRUE(fs::is_symlink(jobs / "link-4"));
+  EXPECT_TRUE(fs::exists(outside / "precious.pt"));
+  EXPECT_TRUE(fs::exists(outside / "sub" / "also-precious"));
+
+  // Once it no longer runs, the running job's directory goes too.
+  removed = remove_expired_job_dirs({jobs.string(), kRetention}, kNow, {});
+  ASSERT_TRUE(removed.ok());
+  EXPECT_EQ(*removed, std::vector<std::string>{"running-2"});
+  EXPECT_TRUE(fs::exists(outside / "precious.pt"));
+}
+
+// remove_tree_at never follows the link it is given, nor one swapped in below.
+TEST(JobDirRetentionTest, RemoveTreeAtRemovesALinkItselfAndRefusesBadNames) {
+  TempDir dir;
+  const fs::path root = fs::path(dir.path()) / "root";
+  const fs::path outside = fs::path(dir.path()) / "outside";
+  write_at(outside / "keep", kNow);
+  fs::create_directories(root);
+  fs::create_directory_symlink(outside, root / "job-1");
+  const int fd = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  EXPECT_TRUE(remove_tree_at(fd, "job-1", (root / "job-1").string()).ok());
+  EXPECT_FALSE(fs::exists(fs::symlink_status(root / "job-1")));
+  EXPECT_TRUE(fs::exists(outside / "keep"));
+  EXPECT_FALSE(remove_tree_at(fd, "..", (root / "..").string()).ok());
+  EXPECT_FALSE(remove_tree_at(fd, "a/b", (root / "a/b").string()).ok());
+  EXPECT_TRUE(fs::exists(outside / "keep"));
+  ::close(fd);
+}
+
 // Writes `bytes` bytes to `path`, creating its directories.
 void write_bytes(const fs::path& path, size_t bytes) {
   fs::create_directories(path.parent_path());

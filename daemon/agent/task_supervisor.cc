@@ -325,10 +325,24 @@ void TaskSupervisor::sweep_expired_logs() {
   const coordinator::TimePoint now = clock_->now();
   if (last_log_sweep_.has_value() && now - *last_log_sweep_ < kLogRetentionSweepInterval) return;
   last_log_sweep_ = now;
-  const std::vector<std::string> running = running_jobs();
+  const std::vector<std::string> running_list = running_jobs();
+  const std::set<std::string> running(running_list.begin(), running_list.end());
+  if (!options_.job_dir_root.empty()) {
+    // A job being launched right now is not running yet, but its launch set its directory's
+    // modification time (AgentService::make_job_dir), so it is not quiet.
+    StatusOr<std::vector<std::string>> dirs = remove_expired_job_dirs(
+        LogRetentionOptions{options_.job_dir_root, options_.log_retention}, clock_->unix_millis(), running);
+    if (!dirs.ok()) {
+      spdlog::warn("agent: job directory retention: {}", dirs.status().to_string());
+    } else {
+      for (const std::string& job_id : *dirs) {
+        spdlog::info("agent: deleted job {}'s directory {}/{}: nothing written for {} (job_retention)", job_id,
+                     options_.job_dir_root, job_id, coordinator::format_duration(options_.log_retention));
+      }
+    }
+  }
   StatusOr<std::vector<std::string>> removed = remove_expired_job_logs(
-      LogRetentionOptions{options_.log_dir, options_.log_retention}, clock_->unix_millis(),
-      std::set<std::string>(running.begin(), running.end()));
+      LogRetentionOptions{options_.log_dir, options_.log_retention}, clock_->unix_millis(), running);
   if (!removed.ok()) {
     spdlog::warn("agent: log retention: {}", removed.status().to_string());
     return;

@@ -109,6 +109,10 @@ struct TaskSupervisorOptions {
   // A job's log directory (every attempt) is deleted once nothing was written to it for this long
   // and none of its tasks runs here (log_retention.h; daemon config job_retention); 0: kept forever.
   Duration log_retention = std::chrono::duration_cast<Duration>(kDefaultLogRetention);
+  // Where the jobs' own directories are (<data_dir>/jobs: COHORT_JOB_DIR, checkpoints and scratch);
+  // each is deleted under the same rule as its logs (log_retention, remove_expired_job_dirs).
+  // Empty: none are deleted.
+  std::string job_dir_root;
   Duration stopped_task_limit = kDefaultStoppedTaskLimit;  // stopped this long: killed; 0: never
   Duration heartbeat_timeout = kDefaultHeartbeatTimeout;   // silent this long after a beat: killed; 0: never
   // How often ranks are asked to beat (COHORT_HEARTBEAT_INTERVAL_MS beside COHORT_HEARTBEAT_FILE);
@@ -243,8 +247,8 @@ class TaskSupervisor {
   bool wait_all_exited(const std::vector<std::shared_ptr<Task>>& tasks, const std::function<bool()>& give_up);
   void monitor_loop();
   // Every kLogRetentionSweepInterval (by the clock): deletes the log directories of jobs quiet for
-  // options_.log_retention (none of their tasks running here) and forgets those jobs. Monitor
-  // thread only, without mu_.
+  // options_.log_retention (none of their tasks running here) and forgets those jobs, and deletes
+  // the job directories (options_.job_dir_root) quiet as long. Monitor thread only, without mu_.
   void sweep_expired_logs();
   // One look at a running task's process state and heartbeat; kills it (recording why) when it
   // was stopped or silent too long. Monitor thread only, without mu_.

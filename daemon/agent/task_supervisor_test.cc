@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -488,6 +489,13 @@ TEST_F(TaskSupervisorTest, EndedJobsLogsAreDeletedAfterTheRetentionPeriod) {
   TaskSupervisorOptions opts = options();
   opts.clock = &clock;
   opts.log_retention = std::chrono::hours(1);
+  // The jobs' own directories (checkpoints, scratch) go by the same rule.
+  const std::string jobs = dir_.path() + "/jobs";
+  opts.job_dir_root = jobs;
+  for (const char* job : {"ended-1", "running-2"}) {
+    std::filesystem::create_directories(jobs + "/" + job + "/checkpoint");
+    std::ofstream(jobs + "/" + job + "/checkpoint/iter-1.pt") << "weights";
+  }
   TaskSupervisor supervisor(opts, &launcher_, recorder_.callback());
   ASSERT_TRUE(supervisor.launch(shell_job("ended-1", "echo done")).ok());
   ASSERT_TRUE(recorder_.wait_for(1));
@@ -499,6 +507,7 @@ TEST_F(TaskSupervisorTest, EndedJobsLogsAreDeletedAfterTheRetentionPeriod) {
   clock.advance(std::chrono::minutes(59));
   std::this_thread::sleep_for(200ms);
   EXPECT_TRUE(std::filesystem::exists(logs + "/ended-1/rank-0.log"));
+  EXPECT_TRUE(std::filesystem::exists(jobs + "/ended-1/checkpoint/iter-1.pt"));
 
   clock.advance(std::chrono::minutes(2));
   const auto deadline = std::chrono::steady_clock::now() + 10s;
@@ -508,6 +517,9 @@ TEST_F(TaskSupervisorTest, EndedJobsLogsAreDeletedAfterTheRetentionPeriod) {
   EXPECT_EQ(supervisor.tasks("ended-1").status().code(), StatusCode::kNotFound);
   EXPECT_TRUE(std::filesystem::exists(logs + "/running-2/rank-0.log")) << "a running job's logs were deleted";
   EXPECT_TRUE(supervisor.tasks("running-2").ok());
+  EXPECT_TRUE(wait_until([&] { return !std::filesystem::exists(jobs + "/ended-1"); }))
+      << "the job directory was not deleted after the retention period";
+  EXPECT_TRUE(std::filesystem::exists(jobs + "/running-2/checkpoint/iter-1.pt")) << "a running job's directory went";
   ASSERT_TRUE(supervisor.stop("running-2").ok());
 }
 

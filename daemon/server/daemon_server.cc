@@ -177,6 +177,8 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
     supervisor_options.stop_grace_period = server->options_.stop_grace_period;
     supervisor_options.max_log_bytes_per_job = server->options_.max_log_bytes_per_job;
     supervisor_options.log_retention = server->options_.job_retention;
+    // The jobs' own directories (AgentService's job_dir_root below) go after job_retention too.
+    supervisor_options.job_dir_root = server->options_.data_dir + "/jobs";
     supervisor_options.stopped_task_limit = server->options_.stopped_task_limit;
     supervisor_options.heartbeat_timeout = server->options_.task_heartbeat_timeout;
     supervisor_options.heartbeat_interval = server->options_.task_heartbeat_interval;

@@ -1,5 +1,7 @@
 #include "daemon/service/agent_service.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
@@ -318,6 +320,12 @@ StatusOr<std::string> AgentService::make_job_dir(const std::string& job_id,
   if (run_as.has_value()) {
     Status owned = dir->set_owner(agent::FileOwner{run_as->uid, run_as->gid});
     if (!owned.ok()) return fail(owned);
+  }
+  // Marks it in use: the supervisor deletes job directories quiet for job_retention, and a new
+  // attempt of a job quiet that long is not running yet while it launches.
+  if (::futimens(dir->fd(), nullptr) != 0) {
+    spdlog::warn("agent: futimens({}): {}; the job directory retention may take it for quiet", dir->path(),
+                 std::strerror(errno));
   }
   return dir->path();
 }

@@ -67,7 +67,9 @@ struct AgentServiceOptions {
   bool run_jobs_as_daemon_user = false;
   // Where each job's own directory goes: <job_dir_root>/<job_id>/ (mode 0700, owned by the job's
   // user; COHORT_JOB_DIR and the ranks' working directory; kept across attempts, so checkpoints
-  // there survive a restart). Empty: <parent of spec_dir>/jobs, i.e. <data_dir>/jobs by default.
+  // there survive a restart, and deleted by the supervisor's retention sweep once quiet for
+  // job_retention, TaskSupervisorOptions::job_dir_root). Empty: <parent of spec_dir>/jobs, i.e.
+  // <data_dir>/jobs by default.
   std::string job_dir_root;
   // Directories (besides the job's own directory under the data dir) that a spec's
   // checkpoint.dir, dataset.path and torchscript_file may lie under.
