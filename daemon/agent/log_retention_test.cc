@@ -7,8 +7,13 @@
 #include "daemon/agent/log_retention.h"
 
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <chrono>
 #include <filesystem>
@@ -139,6 +144,45 @@ TEST(JobDirRetentionTest, ExpiredJobDirectoriesGoRunningOnesStayAndLinksAreNotFo
   ASSERT_TRUE(removed.ok());
   EXPECT_EQ(*removed, std::vector<std::string>{"running-2"});
   EXPECT_TRUE(fs::exists(outside / "precious.pt"));
+}
+
+// As cohortd.service runs it: root with CAP_CHOWN and CAP_FOWNER but without CAP_DAC_OVERRIDE,
+// so it may not unlink in a job user's 0700 (or 0500) directory until it took the directory over.
+TEST(JobDirRetentionTest, RootWithoutDacOverrideEmptiesAJobUsersDirectories) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (to hand the tree to another uid)";
+  constexpr uid_t kJobUid = 65534;  // nobody
+  TempDir dir;
+  const fs::path jobs = fs::path(dir.path()) / "jobs";
+  const int64_t old = kNow - kRetention.count() - 1;
+  write_at(jobs / "done-1" / "checkpoint" / "iter-1.pt", old);
+  write_at(jobs / "done-1" / "locked" / "inside", old);
+  for (const auto& entry : fs::recursive_directory_iterator(jobs / "done-1"))
+    ASSERT_EQ(::lchown(entry.path().c_str(), kJobUid, kJobUid), 0) << entry.path();
+  ASSERT_EQ(::chown((jobs / "done-1").c_str(), kJobUid, kJobUid), 0);
+  ASSERT_EQ(::chmod((jobs / "done-1" / "locked").c_str(), 0500), 0);
+  ASSERT_EQ(::chmod((jobs / "done-1").c_str(), 0700), 0);
+  for (const char* sub : {"done-1/checkpoint", "done-1/locked", "done-1"}) touch_dir_at(jobs / sub, old);
+
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct caps[2] = {};
+    if (::syscall(SYS_capget, &header, caps) != 0) ::_exit(10);
+    caps[0].effective &= ~(1u << CAP_DAC_OVERRIDE);
+    if (::syscall(SYS_capset, &header, caps) != 0) ::_exit(11);
+    // Without the capability an unlink in the job user's directory is refused (the premise).
+    if (::unlink((jobs / "done-1" / "checkpoint" / "iter-1.pt").c_str()) == 0 || errno != EACCES) ::_exit(12);
+    StatusOr<std::vector<std::string>> removed = remove_expired_job_dirs({jobs.string(), kRetention}, kNow, {});
+    if (!removed.ok()) ::_exit(13);
+    ::_exit(removed->size() == 1 && !fs::exists(jobs / "done-1") ? 0 : 14);
+  }
+  int wait_status = 0;
+  ASSERT_EQ(::waitpid(child, &wait_status, 0), child);
+  ASSERT_TRUE(WIFEXITED(wait_status));
+  EXPECT_EQ(WEXITSTATUS(wait_status), 0) << "10/11: capget/capset failed, 12: the premise does not hold, 13: "
+                                             "error, 14: not removed";
+  EXPECT_FALSE(fs::exists(jobs / "done-1"));
 }
 
 // remove_tree_at never follows the link it is given, nor one swapped in below.
