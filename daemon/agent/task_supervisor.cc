@@ -327,19 +327,28 @@ void TaskSupervisor::sweep_expired_logs() {
   last_log_sweep_ = now;
   const std::vector<std::string> running_list = running_jobs();
   const std::set<std::string> running(running_list.begin(), running_list.end());
-  if (!options_.job_dir_root.empty()) {
-    // A job being launched right now is not running yet, but its launch set its directory's
-    // modification time (AgentService::make_job_dir), so it is not quiet.
-    StatusOr<std::vector<std::string>> dirs = remove_expired_job_dirs(
-        LogRetentionOptions{options_.job_dir_root, options_.log_retention}, clock_->unix_millis(), running);
-    if (!dirs.ok()) {
-      spdlog::warn("agent: job directory retention: {}", dirs.status().to_string());
-    } else {
+  // Job directories hold whatever the jobs wrote (a checkpoint tree, a million scratch files), so
+  // walking them runs beside this thread, which reaps exits and watches for hangs; a sweep still
+  // under way when the next is due makes that one wait. A job being launched right now is not in
+  // `running`, but its launch set its directory's modification time (AgentService::make_job_dir),
+  // so it is not quiet.
+  const bool job_dir_sweep_idle =
+      !job_dir_sweep_.valid() || job_dir_sweep_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  if (!options_.job_dir_root.empty() && job_dir_sweep_idle) {
+    job_dir_sweep_ = std::async(std::launch::async, [options = LogRetentionOptions{options_.job_dir_root,
+                                                                                     options_.log_retention},
+                                                     now_ms = clock_->unix_millis(), running] {
+      StatusOr<std::vector<std::string>> dirs = remove_expired_job_dirs(options, now_ms, running);
+      if (!dirs.ok()) {
+        spdlog::warn("agent: job directory retention: {}", dirs.status().to_string());
+        return;
+      }
       for (const std::string& job_id : *dirs) {
         spdlog::info("agent: deleted job {}'s directory {}/{}: nothing written for {} (job_retention)", job_id,
-                     options_.job_dir_root, job_id, coordinator::format_duration(options_.log_retention));
+                     options.log_dir, job_id,
+                     coordinator::format_duration(std::chrono::duration_cast<Duration>(options.retention)));
       }
-    }
+    });
   }
   StatusOr<std::vector<std::string>> removed = remove_expired_job_logs(
       LogRetentionOptions{options_.log_dir, options_.log_retention}, clock_->unix_millis(), running);

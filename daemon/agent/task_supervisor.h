@@ -29,6 +29,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -270,6 +271,9 @@ class TaskSupervisor {
   uint64_t exits_recorded_ = 0;      // guarded by mu_
   std::thread monitor_;
   std::optional<coordinator::TimePoint> last_log_sweep_;  // monitor thread only
+  // The job directory sweep in progress or done (sweep_expired_logs); monitor thread only. Its
+  // destructor (after the monitor ended) waits for a sweep under way; it touches no member.
+  std::future<void> job_dir_sweep_;
 };
 
 }  // namespace cohort::agent
