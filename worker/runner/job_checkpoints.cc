@@ -1,6 +1,7 @@
 #include "worker/runner/job_run.h"
 
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 
@@ -37,6 +38,20 @@ Status JobRun::open_checkpoint_dir() {
   const std::string& dir = spec_.checkpoint().dir();
   std::error_code error;
   const fs::path cwd = fs::path(dir).is_relative() ? fs::current_path(error) : fs::path();
+  const char* attempt_text = std::getenv("COHORT_ATTEMPT");
+  const long attempt = attempt_text != nullptr ? std::strtol(attempt_text, nullptr, 10) : 0;
+  if (attempt > 1 && !cwd.empty()) {
+    // A restarted attempt told to start from scratch (restart_policy.from_checkpoint: false), in
+    // the job's own directory: the files there are this job's earlier attempts', superseded by
+    // this one. They go, so its saves are not refused and no later resume loads them.
+    COHORT_ASSIGN_OR_RETURN(int removed, checkpointer_->start_over());
+    if (removed > 0) {
+      spdlog::info("attempt {} starts from scratch (restart_policy.from_checkpoint is false): removed {} checkpoint "
+                   "file(s) of earlier attempts from {}",
+                   attempt, removed, (cwd / dir).string());
+    }
+    return ok_status();
+  }
   return checkpointer_
       ->check_fresh_start(
           "resume it (COHORT_RESUME=1; under cohortd, restart_policy.from_checkpoint: true resumes "

@@ -424,6 +424,37 @@ TEST(JobRunnerTest, FreshJobIntoADirectoryWithCheckpointsFailsBeforeItsFirstStep
   EXPECT_EQ(*resumed[0].resumed_from, 64);
 }
 
+TEST(JobRunnerTest, ARestartedAttemptThatDoesNotResumeStartsOverInTheJobsOwnDirectory) {
+  // Under cohortd a relative checkpoint.dir lies in the job's own directory (the ranks' working
+  // directory), kept across attempts. A restart with restart_policy.from_checkpoint: false
+  // (COHORT_ATTEMPT > 1, no COHORT_RESUME) starts from scratch: the earlier attempt's files are
+  // its own job's, superseded, not another run's to refuse.
+  v1::JobSpec spec = parse_spec(kDataParallelSpec);
+  const fs::path job_dir = fresh_dir("own");
+  const fs::path old_cwd = fs::current_path();
+  fs::current_path(job_dir);
+  spec.mutable_checkpoint()->set_dir("checkpoints");
+  spec.mutable_checkpoint()->set_interval_epochs(1);
+  spec.set_epochs(2);
+  EXPECT_EQ(run_ranks(2, spec, quiet())[0].steps, 64);  // attempt 1: iterations 32 and 64
+
+  setenv("COHORT_ATTEMPT", "2", 1);
+  spec.set_epochs(1);
+  std::string failures;
+  std::vector<JobResult> restarted = run_ranks(2, spec, quiet(), &failures);
+  unsetenv("COHORT_ATTEMPT");
+  EXPECT_EQ(failures, "");
+  EXPECT_EQ(restarted[0].steps, 32);
+
+  // Only the restarted attempt's checkpoint is left: a resume loads it, not attempt 1's 64.
+  JobRunnerOptions resume = quiet();
+  resume.resume = true;
+  std::vector<JobResult> resumed = run_ranks(2, spec, resume);
+  fs::current_path(old_cwd);
+  ASSERT_TRUE(resumed[0].resumed_from.has_value());
+  EXPECT_EQ(*resumed[0].resumed_from, 32);
+}
+
 TEST(JobRunnerTest, ErrorsNameTheFaultOnEveryRank) {
   // A graph that does not fit its data: shape validation names the layer on every rank.
   v1::JobSpec spec = parse_spec(kDataParallelSpec);

@@ -601,6 +601,31 @@ Status MultiNodeCheckpointer::check_fresh_start(const std::string& how_to_resume
       name_, directory_, name_, describe_sets(sets), how_to_resume, directory_, name_);
 }
 
+StatusOr<int> MultiNodeCheckpointer::start_over() {
+  std::error_code exists_error;
+  Status locked = fs::exists(directory_, exists_error) ? lock_directory() : ok_status();
+  COHORT_RETURN_IF_ERROR(agree(locked, "locking the checkpoint directory"));
+  int removed = 0;
+  Status local = [&]() -> Status {
+    COHORT_ASSIGN_OR_RETURN(std::vector<CheckpointFile> files, list_files());
+    for (const CheckpointFile& f : files) {
+      const std::string path =
+          (fs::path(directory_) / fmt::format("{}.iter{:012d}.rank{}of{}.pt", name_, f.iteration, f.rank, f.size))
+              .string();
+      // Ranks sharing the directory remove the same files: whoever comes second finds none.
+      if (::unlink(path.c_str()) == 0) {
+        ++removed;
+      } else if (errno != ENOENT) {
+        return errno_status("unlink(" + path + ")", errno);
+      }
+    }
+    return ok_status();
+  }();
+  COHORT_RETURN_IF_ERROR(agree(local, "removing the earlier run's checkpoints"));
+  directory_checked_ = true;  // nothing of another run is left to refuse
+  return removed;
+}
+
 std::unique_ptr<MultiNodeCheckpointer> create_multi_node_checkpointer(const std::string& name,
                                                                       comm::Communicator& comm,
                                                                       const std::string& directory,

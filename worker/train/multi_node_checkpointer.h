@@ -119,6 +119,15 @@ class MultiNodeCheckpointer {
   // error (a job runner names its own switch).
   Status check_fresh_start(const std::string& how_to_resume = "call resume() instead");
 
+  // For a run that starts from scratch in a directory that is its own (a restarted attempt of a
+  // job whose restart policy does not resume, in the job's own directory): removes every
+  // checkpoint file of this name that any rank sees (any iteration and world size), so this run's
+  // saves are not refused and a later resume() loads only this run's. Returns how many files this
+  // rank removed. Takes the directory's lock when the directory exists, like resume(), so an
+  // earlier attempt still writing it is refused. Collective and blocking; a failure on any rank
+  // is an error on every rank. Never for a directory other runs may share: check_fresh_start().
+  StatusOr<int> start_over();
+
   // This rank's complete checkpoint files' iterations, ascending (local).
   StatusOr<std::vector<int64_t>> local_iterations() const;
   // The file of this rank for `iteration`.
