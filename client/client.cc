@@ -65,8 +65,13 @@ Status Client::rpc_error(const grpc::Status& status, std::string_view rpc, const
 
 StatusOr<cohort::v1::VersionInfo> Client::server_version() {
   cohort::v1::VersionInfo info;
-  grpc::Status status = leader_->unary<cohort::v1::Info>(deadline(), &cohort::v1::Info::Stub::GetVersion,
-                                                         cohort::v1::GetVersionRequest(), &info);
+  // Reads (GetVersion, GetJob, GetMetrics, ListJobs, ListNodes, ListUsers) are safe to send twice:
+  // idempotent_unary leaves a coordinator that holds them without answering (a stopped or cut-off
+  // leader whose connection stays up) after its share of the deadline, so a CLI given every
+  // coordinator reaches the one that took over. Writes (SubmitJob, CancelJob, users, tokens, nodes)
+  // may have taken effect at the hung one and wait out their deadline there (unary).
+  grpc::Status status = leader_->idempotent_unary<cohort::v1::Info>(
+      deadline(), &cohort::v1::Info::Stub::GetVersion, cohort::v1::GetVersionRequest(), &info);
   if (!status.ok()) return rpc_error(status, "Info.GetVersion", address_);
   return info;
 }
@@ -86,8 +91,8 @@ StatusOr<cohort::v1::JobRecord> Client::get(const std::string& job_id) {
   cohort::v1::GetJobRequest request;
   request.set_job_id(job_id);
   cohort::v1::GetJobResponse response;
-  grpc::Status status = leader_->unary<cohort::v1::Coordinator>(deadline(), &cohort::v1::Coordinator::Stub::GetJob,
-                                                                request, &response);
+  grpc::Status status = leader_->idempotent_unary<cohort::v1::Coordinator>(
+      deadline(), &cohort::v1::Coordinator::Stub::GetJob, request, &response);
   if (!status.ok()) return rpc_error(status, "Coordinator.GetJob", address_);
   return response.job();
 }
@@ -99,8 +104,8 @@ StatusOr<std::vector<cohort::v1::MetricsPoint>> Client::metrics(const std::strin
   request.set_after_seq(after_seq);
   request.set_attempt(attempt);
   cohort::v1::GetMetricsResponse response;
-  grpc::Status status = leader_->unary<cohort::v1::Coordinator>(deadline(), &cohort::v1::Coordinator::Stub::GetMetrics,
-                                                                request, &response);
+  grpc::Status status = leader_->idempotent_unary<cohort::v1::Coordinator>(
+      deadline(), &cohort::v1::Coordinator::Stub::GetMetrics, request, &response);
   if (!status.ok()) return rpc_error(status, "Coordinator.GetMetrics", address_);
   return std::vector<cohort::v1::MetricsPoint>(response.points().begin(), response.points().end());
 }
@@ -116,8 +121,8 @@ StatusOr<std::vector<cohort::v1::JobRecord>> Client::list(const std::vector<coho
   std::vector<cohort::v1::JobRecord> jobs;
   while (true) {
     cohort::v1::ListJobsResponse response;
-    grpc::Status status = leader_->unary<cohort::v1::Coordinator>(deadline(), &cohort::v1::Coordinator::Stub::ListJobs,
-                                                                  request, &response);
+    grpc::Status status = leader_->idempotent_unary<cohort::v1::Coordinator>(
+        deadline(), &cohort::v1::Coordinator::Stub::ListJobs, request, &response);
     if (!status.ok()) return rpc_error(status, "Coordinator.ListJobs", address_);
     jobs.insert(jobs.end(), response.jobs().begin(), response.jobs().end());
     // A token that does not move on would loop forever: stop at the first repeat.
@@ -140,7 +145,7 @@ StatusOr<cohort::v1::JobRecord> Client::cancel(const std::string& job_id, const 
 
 StatusOr<std::vector<cohort::v1::NodeStatus>> Client::nodes() {
   cohort::v1::ListNodesResponse response;
-  grpc::Status status = leader_->unary<cohort::v1::Coordinator>(
+  grpc::Status status = leader_->idempotent_unary<cohort::v1::Coordinator>(
       deadline(), &cohort::v1::Coordinator::Stub::ListNodes, cohort::v1::ListNodesRequest(), &response);
   if (!status.ok()) return rpc_error(status, "Coordinator.ListNodes", address_);
   return std::vector<cohort::v1::NodeStatus>(response.nodes().begin(), response.nodes().end());
@@ -247,13 +252,17 @@ Status Client::logs(const std::string& job_id, int rank, bool follow, const LogC
   return ok_status();
 }
 
-// One unary Coordinator call with the client's deadline; errors name the method.
-#define COHORT_CLIENT_CALL(method, request, response)                                     \
+// One unary Coordinator call with the client's deadline through `send` (unary for a write,
+// idempotent_unary for a read: see server_version); errors name the method.
+#define COHORT_CLIENT_CALL_WITH(send, method, request, response)                          \
   do {                                                                                    \
-    grpc::Status status = leader_->unary<cohort::v1::Coordinator>(                        \
+    grpc::Status status = leader_->send<cohort::v1::Coordinator>(                         \
         deadline(), &cohort::v1::Coordinator::Stub::method, request, &response);          \
     if (!status.ok()) return rpc_error(status, "Coordinator." #method, address_);         \
   } while (0)
+#define COHORT_CLIENT_CALL(method, request, response) COHORT_CLIENT_CALL_WITH(unary, method, request, response)
+#define COHORT_CLIENT_READ(method, request, response) \
+  COHORT_CLIENT_CALL_WITH(idempotent_unary, method, request, response)
 
 StatusOr<std::string> Client::add_user(const std::string& name, bool admin) {
   cohort::v1::AddUserRequest request;
@@ -266,7 +275,7 @@ StatusOr<std::string> Client::add_user(const std::string& name, bool admin) {
 
 StatusOr<std::vector<cohort::v1::UserInfo>> Client::list_users() {
   cohort::v1::ListUsersResponse response;
-  COHORT_CLIENT_CALL(ListUsers, cohort::v1::ListUsersRequest(), response);
+  COHORT_CLIENT_READ(ListUsers, cohort::v1::ListUsersRequest(), response);
   return std::vector<cohort::v1::UserInfo>(response.users().begin(), response.users().end());
 }
 

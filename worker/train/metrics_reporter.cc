@@ -142,9 +142,13 @@ void MetricsReporter::send(const v1::Metrics& metrics) {
   request.set_attempt(options_.attempt);
   *request.mutable_metrics() = metrics;
   v1::ReportMetricsResponse response;
+  // Safe to send twice (idempotent_unary): a coordinator that holds the report without answering
+  // (a stopped leader whose connection stays up) is left after its share of the deadline, so reports
+  // reach the one that took over instead of each waiting out rpc_timeout at the hung one. At worst a
+  // report the hung leader stored before it stopped appears twice in the history, with the same step.
   Status status = from_grpc_status(
-      leader_->unary<v1::Coordinator>(std::chrono::system_clock::now() + options_.rpc_timeout,
-                                      &v1::Coordinator::Stub::ReportMetrics, request, &response),
+      leader_->idempotent_unary<v1::Coordinator>(std::chrono::system_clock::now() + options_.rpc_timeout,
+                                                 &v1::Coordinator::Stub::ReportMetrics, request, &response),
       "Coordinator.ReportMetrics", leader_->leader_address());
   std::lock_guard<std::mutex> lock(mutex_);
   if (status.ok()) {
