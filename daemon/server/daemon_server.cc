@@ -95,9 +95,12 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
       return invalid_argument_error("worker_command must start with an absolute path, e.g. {}",
                                     kDefaultWorkerPath);
     }
-    // A root agent that cannot read its workers' /proc entries (no CAP_SYS_PTRACE) would find no
-    // stopped rank and no worker left behind, silently: it refuses to start (agent_capabilities.h).
-    COHORT_RETURN_IF_ERROR(agent::check_root_agent_capabilities());
+    // A root agent without CAP_SYS_PTRACE under a hidepid /proc would find no stopped rank and no
+    // worker left behind, silently: it refuses to start; with a plain /proc only the leftover
+    // cleanup goes blind, which it says once (agent_capabilities.h).
+    std::string capability_warning;
+    COHORT_RETURN_IF_ERROR(agent::check_root_agent_capabilities(&capability_warning));
+    if (!capability_warning.empty()) spdlog::warn("{}", capability_warning);
   }
   COHORT_ASSIGN_OR_RETURN(std::string host, listen_host(options.listen));
 
