@@ -39,12 +39,20 @@ std::vector<UnfinishedSend>& unfinished_sends() {
 
 bool unfinished(const std::shared_ptr<comm::Work>& work) { return work != nullptr && !work->is_completed(); }
 
+// Unfinished after a zero wait, which cancels a transfer past its deadline (as any wait() past
+// it would), so a send whose receive never comes is not kept for ever.
+bool still_running(const std::shared_ptr<comm::Work>& work) {
+  if (!unfinished(work)) return false;
+  work->wait(comm::Duration::zero()).ignore_error();
+  return unfinished(work);
+}
+
 // Keeps `send` (when any of its works is unfinished) and lets go of those that completed.
 void keep_until_sent(UnfinishedSend send) {
   std::lock_guard<std::mutex> lock(unfinished_sends_mutex());
   auto& sends = unfinished_sends();
   sends.erase(std::remove_if(sends.begin(), sends.end(),
-                             [](const UnfinishedSend& s) { return std::none_of(s.works.begin(), s.works.end(), unfinished); }),
+                             [](const UnfinishedSend& s) { return std::none_of(s.works.begin(), s.works.end(), still_running); }),
               sends.end());
   if (std::any_of(send.works.begin(), send.works.end(), unfinished)) sends.push_back(std::move(send));
 }

@@ -207,7 +207,9 @@ class P2PWork final : public Work {
       // The debug check's header (a send) and the reply's receive are part of the message: they
       // go on too, with the buffers they use, until all of it is done.
       if (check_ && !(check_->header->is_completed() && check_->reply->is_completed())) {
-        keep_until_done(inner_, std::move(check_));
+        keep_until_done(inner_, std::move(check_), deadline_);
+      } else if (!inner_->is_completed()) {
+        keep_until_done(inner_, nullptr, deadline_);
       }
       return;
     }
@@ -351,19 +353,37 @@ class P2PWork final : public Work {
   std::mutex mutex_;
   std::optional<Status> result_;
 
-  // The debug checks of dropped sends still under way, kept until their transfers are done
-  // (swept at each call).
-  static void keep_until_done(std::shared_ptr<TransportWork> inner, std::unique_ptr<P2PCheck> check) {
+  // Dropped sends still under way (with their debug checks' transfers and buffers), kept until
+  // done or, at their deadline, cancelled as a wait() past it would (swept at each call, so a send
+  // whose receive never comes is not kept for ever).
+  struct DroppedSend {
+    std::shared_ptr<TransportWork> inner;
+    std::unique_ptr<P2PCheck> check;
+    Deadline deadline;
+    bool done() const {
+      return inner->is_completed() && (!check || (check->header->is_completed() && check->reply->is_completed()));
+    }
+  };
+  static void keep_until_done(std::shared_ptr<TransportWork> inner, std::unique_ptr<P2PCheck> check,
+                              Deadline deadline) {
     static std::mutex mutex;
-    static auto* kept = new std::vector<std::pair<std::shared_ptr<TransportWork>, std::unique_ptr<P2PCheck>>>();
+    static auto* kept = new std::vector<DroppedSend>();  // never destroyed: sends may outlive main
     std::lock_guard<std::mutex> lock(mutex);
     kept->erase(std::remove_if(kept->begin(), kept->end(),
-                               [](const auto& k) {
-                                 return k.first->is_completed() && k.second->header->is_completed() &&
-                                        k.second->reply->is_completed();
+                               [](DroppedSend& k) {
+                                 if (k.done()) return true;
+                                 if (!k.deadline.expired()) return false;
+                                 const Status late = deadline_exceeded_error(
+                                     "a dropped send timed out after {}", format_duration(k.deadline.budget()));
+                                 k.inner->cancel(late);
+                                 if (k.check) {
+                                   k.check->header->cancel(late);
+                                   k.check->reply->cancel(late);
+                                 }
+                                 return true;
                                }),
                 kept->end());
-    kept->emplace_back(std::move(inner), std::move(check));
+    kept->push_back(DroppedSend{std::move(inner), std::move(check), deadline});
   }
 };
 

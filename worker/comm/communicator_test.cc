@@ -357,6 +357,32 @@ TEST(CommunicatorTest, ASendDroppedUnfinishedStillArrives) {
   }
 }
 
+TEST(CommunicatorTest, ADroppedSendWhoseReceiveNeverComesIsCancelledAtItsDeadline) {
+  // Not kept (with its buffers) for ever: past its deadline it is cancelled, as a wait() past it
+  // would, so its message never arrives; a later send on the tag is not held up behind it.
+  CommunicatorOptions options = test_options();
+  options.timeout = std::chrono::milliseconds(300);
+  auto statuses = on_loopback(2, "flat", [](Communicator& comm) -> Status {
+    std::vector<int32_t> late(64, 1), on_time(64, 2);
+    if (comm.rank() == 0) {
+      auto dropped = comm.isend(late.data(), late.size(), DataType::kInt32, 1, 5);
+      if (dropped->is_completed()) return internal_error("the send completed before its receive was posted");
+      dropped.reset();
+      std::this_thread::sleep_for(std::chrono::milliseconds(450));  // past its deadline
+      auto next = comm.isend(on_time.data(), on_time.size(), DataType::kInt32, 1, 5);
+      next.reset();  // dropping it sweeps the kept sends: the first, expired, is cancelled
+    }
+    COHORT_RETURN_IF_ERROR(comm.barrier(CallOptions{std::chrono::seconds(5)})->wait());
+    if (comm.rank() == 1) {
+      std::vector<int32_t> got(64, 0);
+      COHORT_RETURN_IF_ERROR(comm.recv(got.data(), got.size(), DataType::kInt32, 0, 5, CallOptions{std::chrono::seconds(5)}));
+      if (got != on_time) return internal_error("received {} first, expected the later send's 2", got[0]);
+    }
+    return comm.barrier(CallOptions{std::chrono::seconds(5)})->wait();
+  }, nodes_of(2), options);
+  EXPECT_EQ(failures(statuses), "");
+}
+
 TEST(CommunicatorTest, AsyncOperationsCompleteInIssueOrderAndOverlapTheCaller) {
   auto statuses = on_loopback(3, "flat", [](Communicator& comm) -> Status {
     std::vector<std::vector<float>> buffers(20, std::vector<float>(5000));
