@@ -58,6 +58,15 @@ StatusOr<std::optional<std::string>> JobUserHolder::holder() const {
 }
 
 Status JobUserHolder::claim(const std::string& owner) {
+  // An owner-less launch (an older coordinator's) would record "" and then every other owner-less
+  // launch would share job_user with it while every real owner is refused.
+  if (owner.empty()) {
+    // The caller's context names the job (AgentService: "LaunchTasks for job '<id>' on node <n>").
+    return invalid_argument_error(
+        "the launch names no owner, so it cannot run as job_user '{}' (a coordinator older than this agent "
+        "sends launches without one; upgrade the coordinator)",
+        job_user_);
+  }
   if (shared_) return ok_status();
   std::lock_guard<std::mutex> lock(mu_);
   COHORT_ASSIGN_OR_RETURN(std::optional<std::string> held, holder());

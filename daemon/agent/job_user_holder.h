@@ -50,6 +50,8 @@ class JobUserHolder {
   // atomically, mode 0600, before this returns). FAILED_PRECONDITION naming both owners, job_user
   // and the fix when another owner holds it; the I/O error (with the path) when the file cannot be
   // read or written, so a damaged file refuses launches rather than being taken as "nobody".
+  // INVALID_ARGUMENT for an empty `owner` (even when shared): "" would otherwise hold job_user for
+  // every owner-less launch.
   // Blocking (file I/O); thread-safe.
   Status claim(const std::string& owner);
 

@@ -56,6 +56,24 @@ TEST(JobUserHolderTest, TheHoldSurvivesARestartUntilTheOperatorRemovesTheFile) {
   EXPECT_EQ(restarted.claim("alice").code(), StatusCode::kFailedPrecondition);
 }
 
+// A launch without an owner (an older coordinator's) must not take job_user: "" would then hold it
+// for every owner-less launch while each real owner is refused.
+TEST(JobUserHolderTest, AnEmptyOwnerIsRefusedAndHoldsNothing) {
+  TempDir dir;
+  JobUserHolder holder(dir.path(), "cohort-job", /*shared=*/false);
+  Status refused = holder.claim("");
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument) << refused.to_string();
+  for (const std::string expected : {"names no owner", "job_user 'cohort-job'", "upgrade the coordinator"}) {
+    EXPECT_NE(refused.message().find(expected), std::string::npos) << expected << " in " << refused.message();
+  }
+  EXPECT_FALSE(std::filesystem::exists(holder.path()));
+  EXPECT_EQ(holder.claim("").code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(holder.claim("alice").ok());
+  EXPECT_EQ(read_file(holder.path()), "alice\n");
+  EXPECT_EQ(JobUserHolder(dir.path(), "cohort-job", /*shared=*/true).claim("").code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST(JobUserHolderTest, SharedJobUserRecordsAndRefusesNothing) {
   TempDir dir;
   JobUserHolder holder(dir.path(), "cohort-job", /*shared=*/true);

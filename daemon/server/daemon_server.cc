@@ -417,7 +417,10 @@ void DaemonServer::send_launch(const coordinator::LaunchOrder& order) {
   request.set_coordinator_address(address_);
   request.set_master_port(master_port_for(order));
   request.set_job_secret(security_->attempt_secret(order.job_id, order.attempt));
-  if (StatusOr<coordinator::Job> job = coordinator_->get_job(order.job_id); job.ok()) request.set_owner(job->owner);
+  // The owner decides the Unix user the tasks run as (user_map, job_user): a launch without one
+  // is not sent (an agent running it as job_user refuses it), it fails like a refused launch.
+  StatusOr<coordinator::Job> job = coordinator_->get_job(order.job_id);
+  if (job.ok()) request.set_owner(job->owner);
   for (int local_rank = 0; local_rank < order.node.num_ranks; ++local_rank) {
     cohort::v1::Task* task = request.add_tasks();
     task->set_rank(order.node.first_rank + local_rank);
@@ -427,7 +430,12 @@ void DaemonServer::send_launch(const coordinator::LaunchOrder& order) {
   cohort::v1::LaunchTasksResponse response;
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + options_.peer_rpc_timeout);
-  Status status = from_grpc_status(agent_stub(order.node.address, order.node.node_id).LaunchTasks(&context, request, &response),
+  Status status =
+      !job.ok() ? failed_precondition_error("job {} attempt {} was not launched on node {}: its owner could not be "
+                                            "read from the job store: {}",
+                                            order.job_id, order.attempt, order.node.node_id,
+                                            job.status().to_string())
+                : from_grpc_status(agent_stub(order.node.address, order.node.node_id).LaunchTasks(&context, request, &response),
                                    "Agent.LaunchTasks", order.node.address);
   if (!status.ok()) {
     // Nothing runs there, so the attempt can never start: fail it now (the restart policy decides

@@ -108,6 +108,7 @@ class AgentServiceTest : public ::testing::Test {
     request.set_num_nodes(1);
     request.set_master_address("127.0.0.1");
     request.set_coordinator_address("10.0.0.1:7070");
+    request.set_owner("alice");  // the coordinator sends the job's owner; a launch without one is refused
     cohort::v1::Task* first = request.add_tasks();
     first->set_rank(0);
     first->set_local_rank(0);
@@ -278,6 +279,22 @@ TEST_F(AgentServiceTest, JobUserServesOneUnmappedOwnerPerNode) {
   use_worker("id -u");
   grpc::Status mapped = launch_as("bob", "bob-1");
   EXPECT_TRUE(mapped.ok()) << mapped.error_message();
+}
+
+// A launch without an owner (an older coordinator's) would otherwise make "" hold job_user.
+TEST_F(AgentServiceTest, ALaunchWithoutAnOwnerIsRefusedNamingTheJob) {
+  if (::geteuid() != 0) GTEST_SKIP() << "an agent that is not root runs no job as job_user";
+  use_worker("true");
+  cohort::v1::LaunchTasksRequest launch = request(1);
+  launch.clear_owner();
+  cohort::v1::LaunchTasksResponse response;
+  grpc::ServerContext context;
+  grpc::Status status = service_->LaunchTasks(&context, &launch, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  for (const std::string expected : {"job 'mnist-1' on node node-a", "names no owner", "job_user 'cohort-job'"}) {
+    EXPECT_NE(status.error_message().find(expected), std::string::npos) << expected << " in " << status.error_message();
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/job_user.holder"));
 }
 
 // shared_job_user: the operator accepted that unmapped owners share job_user.
