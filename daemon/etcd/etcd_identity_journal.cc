@@ -1,6 +1,7 @@
 #include "daemon/etcd/etcd_identity_journal.h"
 
 #include <algorithm>
+#include <random>
 #include <utility>
 
 #include <fmt/format.h>
@@ -151,14 +152,31 @@ Status EtcdIdentityJournal::put_join_token(const JoinTokenRecord& token) {
 }
 
 Status EtcdIdentityJournal::consume_join_token(const std::string& secret_sha256) {
+  std::random_device random;
+  return consume_join_token(secret_sha256, fmt::format("{:08x}{:08x}", random(), random()));
+}
+
+Status EtcdIdentityJournal::consume_join_token(const std::string& secret_sha256, const std::string& attempt_id) {
   const std::string key = join_token_key(secret_sha256);
+  const std::string used = used_join_token_key(secret_sha256);
   etcdserverpb::TxnRequest request;
   // The token must still be there: a missing one was used already, not lost with the leadership.
   EtcdClient::require_key(request, key);
+  // EtcdClient::call sends this same request to another member when one does not answer in time,
+  // and that one may have applied it: the marker, read back when the token is missing, tells this
+  // request's own earlier success (attempt_id) from another node's use. It lives on the leader's
+  // lease (one small key per join while this coordinator leads).
+  request.add_failure()->mutable_request_range()->set_key(used);
   request.add_success()->mutable_request_delete_range()->set_key(key);
+  etcdserverpb::PutRequest* mark = request.add_success()->mutable_request_put();
+  mark->set_key(used);
+  mark->set_value(attempt_id);
+  if (fence_ && fence_->lease != 0) mark->set_lease(fence_->lease);
   COHORT_ASSIGN_OR_RETURN(TxnResult result, client_->fenced_txn(std::move(request), fence_));
   if (result.succeeded) return ok_status();
   if (EtcdClient::key_was_missing(result)) {
+    const etcdserverpb::RangeResponse& marker = result.response.responses(1).response_range();
+    if (marker.kvs_size() == 1 && marker.kvs(0).value() == attempt_id) return ok_status();
     return permission_denied_error(
         "the join token is not valid any more: a node used it already (one token admits one node, whichever "
         "coordinator led); an admin makes a new one with `cohort node token`");

@@ -51,7 +51,12 @@ class EtcdIdentityJournal final : public coordinator::IdentityJournal {
   Status seed(const coordinator::IdentityRecords& records) override;
   Status put_user(const coordinator::UserRecord& user) override;
   Status put_join_token(const coordinator::JoinTokenRecord& token) override;
+  // A consume with a fresh attempt id (below).
   Status consume_join_token(const std::string& secret_sha256) override;
+  // One consume, named `attempt_id`: its Txn also writes used_join_token_key = attempt_id, so the
+  // same request sent again after its reply was lost (EtcdClient::call's failover) is recognised as
+  // done by this consume instead of refused as "used by another node". Public for tests.
+  Status consume_join_token(const std::string& secret_sha256, const std::string& attempt_id);
   Status delete_join_tokens(const std::vector<std::string>& secret_sha256s) override;
   Status put_certificates(const std::vector<coordinator::CertificateRecord>& certificates) override;
   std::string description() const override;
@@ -64,6 +69,10 @@ class EtcdIdentityJournal final : public coordinator::IdentityJournal {
   }
   std::string certificate_key(const std::string& serial) const {
     return identity_prefix() + "certificates/" + serial;
+  }
+  // Which consume took the token (consume_join_token); not read by load().
+  std::string used_join_token_key(const std::string& secret_sha256) const {
+    return identity_prefix() + "used_join_tokens/" + secret_sha256;
   }
   std::string seeded_key() const { return identity_prefix() + "seeded"; }
 

@@ -163,6 +163,30 @@ TEST_F(EtcdIdentityJournalTest, AJoinTokenAdmitsOneNodeEvenWhenTwoCoordinatorsHo
   EXPECT_EQ(remaining->kvs.size(), 0u);
 }
 
+TEST_F(EtcdIdentityJournalTest, AConsumeSentAgainAfterItsReplyWasLostIsNotRefusedAsUsed) {
+  // EtcdClient::call sends a Txn again to another member when the first does not answer in time;
+  // the first may have applied it. The same consume (same attempt id) twice is that retry: it must
+  // succeed, while any other consume of the token is refused.
+  const std::string prefix = "/identity-test-retry";
+  int64_t lease = 0;
+  EtcdIdentityJournal journal(client_.get(), prefix, elect(prefix + "/election", "a", &lease));
+  const std::string hash = std::string(64, 'c');
+  ASSERT_TRUE(journal.put_join_token(coordinator::JoinTokenRecord{hash, kNow + 3600'000}).ok());
+  ASSERT_TRUE(journal.consume_join_token(hash, "attempt-1").ok());  // applied; say its reply was lost
+  Status retry = journal.consume_join_token(hash, "attempt-1");
+  EXPECT_TRUE(retry.ok()) << "the retry of a consume that took effect was refused: " << retry.to_string();
+  Status other = journal.consume_join_token(hash, "attempt-2");
+  EXPECT_EQ(other.code(), StatusCode::kPermissionDenied) << other.to_string();
+  auto remaining = client_->range_prefix(journal.join_token_key(hash));
+  ASSERT_TRUE(remaining.ok());
+  EXPECT_EQ(remaining->kvs.size(), 0u);
+  // The marker goes with the leader's lease.
+  ASSERT_TRUE(client_->lease_revoke(lease).ok());
+  auto marker = client_->range_prefix(journal.used_join_token_key(hash));
+  ASSERT_TRUE(marker.ok());
+  EXPECT_EQ(marker->kvs.size(), 0u);
+}
+
 TEST_F(EtcdIdentityJournalTest, ANodeWithMoreCertificatesThanOneTxnHoldsIsRevokedWhole) {
   // etcd refuses a Txn of more than --max-txn-ops operations (128 by default, as this cluster
   // runs): 150 certificates of one node take two fenced transactions.
