@@ -698,6 +698,13 @@ Status DaemonServer::register_node() {
 }
 
 void DaemonServer::fence_tasks() {
+  // A launch under way is not among the running jobs yet: it stops its tasks once they started.
+  for (const auto& [job_id, attempt] : agent_service_->stop_launches_in_progress()) {
+    spdlog::warn("node {}: its lease was not renewed; job {} attempt {}, being launched, stops once started "
+                 "(fencing)",
+                 node_id_, job_id, attempt);
+    fenced_.insert({job_id, attempt});
+  }
   std::vector<std::string> jobs = supervisor_->running_jobs();
   if (jobs.empty()) return;
   spdlog::warn("node {}: its lease ({} ms) was not renewed; stopping the tasks of {} job(s) before registering "

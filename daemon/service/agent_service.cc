@@ -221,20 +221,32 @@ Status AgentService::launch(const cohort::v1::LaunchTasksRequest& request,
   }
   Status launched = launch_reserved(request, &job);
   bool stop_requested = false;
+  bool draining = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto pending = launching_.find(job.job_id);
     stop_requested = pending->second.stop_requested;
+    // A drain that began meanwhile listed the running jobs without this one (and may be past its
+    // stops already): its tasks must not be left to run on a stopping node.
+    draining = draining_;
     launching_.erase(pending);
+    launch_ended_.notify_all();
     if (launched.ok()) attempts_[job.job_id] = request.attempt();
   }
   if (!launched.ok()) return launched;
-  if (stop_requested) {
-    // The coordinator was told they would be stopped (StopTasks answered while this launch ran).
-    spdlog::info("agent: job {} attempt {} was stopped while it launched; stopping its tasks", job.job_id,
-                 request.attempt());
+  if (stop_requested || draining) {
+    // A stop: the coordinator was told they would be stopped (StopTasks answered, or fencing, while
+    // this launch ran). A drain: the launch fails below, so the attempt is placed elsewhere.
+    spdlog::info("agent: job {} attempt {} was {} while it launched; stopping its tasks", job.job_id,
+                 request.attempt(), stop_requested ? "stopped" : "drained");
     if (Status stopped = supervisor_->stop(job.job_id); !stopped.ok()) {
       spdlog::warn("agent: stopping job {} after its launch: {}", job.job_id, stopped.to_string());
+    }
+    if (!stop_requested) {
+      return unavailable_error(
+          "LaunchTasks for job '{}' attempt {}: node {} began draining (its cohortd is stopping) while the "
+          "launch ran; its tasks were stopped",
+          request.job_id(), request.attempt(), options_.node_id);
     }
   }
   StatusOr<std::vector<agent::TaskInfo>> tasks = supervisor_->tasks(job.job_id);
@@ -466,8 +478,23 @@ grpc::Status AgentService::NodeInfo(grpc::ServerContext* /*context*/,
 }
 
 void AgentService::start_draining() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   draining_ = true;
+  if (!launch_ended_.wait_for(lock, options_.drain_launch_wait, [this] { return launching_.empty(); })) {
+    spdlog::warn("agent: draining node {}: {} launch(es) still under way after {} ms (a hung filesystem?); "
+                 "their tasks stop as soon as they started",
+                 options_.node_id, launching_.size(), options_.drain_launch_wait.count());
+  }
+}
+
+std::vector<std::pair<std::string, int>> AgentService::stop_launches_in_progress() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<std::string, int>> stopped;
+  for (auto& [job_id, pending] : launching_) {
+    pending.stop_requested = true;
+    stopped.emplace_back(job_id, pending.attempt);
+  }
+  return stopped;
 }
 
 void AgentService::set_address(const std::string& address) {

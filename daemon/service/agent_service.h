@@ -18,10 +18,12 @@
 // Thread-safe: gRPC calls it on its handler threads concurrently.
 
 #include <chrono>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
@@ -71,6 +73,9 @@ struct AgentServiceOptions {
   // job_retention, TaskSupervisorOptions::job_dir_root). Empty: <parent of spec_dir>/jobs, i.e.
   // <data_dir>/jobs by default.
   std::string job_dir_root;
+  // How long start_draining() waits for launches under way to end (their tasks are then stopped
+  // and listed by the supervisor, so the drain stops them and reports their exits).
+  std::chrono::milliseconds drain_launch_wait = agent::kDefaultExecTimeout;
   // Directories (besides the job's own directory under the data dir) that a spec's
   // checkpoint.dir, dataset.path and torchscript_file may lie under.
   std::vector<std::string> allowed_path_roots;
@@ -130,8 +135,16 @@ class AgentService final : public cohort::v1::Agent::Service {
   void set_address(const std::string& address);
 
   // From now on LaunchTasks answers UNAVAILABLE "draining" (the daemon is stopping); tasks already
-  // running are left to the daemon's shutdown. Idempotent; thread-safe.
+  // running are left to the daemon's shutdown. A launch under way that passed the draining check
+  // stops the tasks it started and answers UNAVAILABLE too; this waits for such launches to end,
+  // at most options.drain_launch_wait, so the supervisor holds every task the drain must stop.
+  // Idempotent; thread-safe; blocking (bounded).
   void start_draining();
+
+  // Fencing (the daemon could not renew its lease): every launch under way stops its tasks as soon
+  // as they started, as if a StopTasks for it had come. Returns the (job id, attempt) of each, so
+  // their exits can be reported as fenced. Non-blocking; thread-safe.
+  std::vector<std::pair<std::string, int>> stop_launches_in_progress();
 
   // The attempt of `job_id` launched last on this node; nullopt if none. Non-blocking.
   std::optional<int> attempt_of(const std::string& job_id) const;
@@ -168,6 +181,7 @@ class AgentService final : public cohort::v1::Agent::Service {
   mutable std::mutex mu_;  // never held across disk I/O or a launch
   std::map<std::string, int> attempts_;             // guarded by mu_; job id → attempt launched last
   std::map<std::string, PendingLaunch> launching_;  // guarded by mu_; by job id
+  std::condition_variable launch_ended_;            // with mu_: an entry left launching_
   bool draining_ = false;                           // guarded by mu_
 };
 

@@ -592,5 +592,58 @@ TEST_F(AgentServiceTest, SlotsOfALaunchInProgressAreReserved) {
   ASSERT_TRUE(supervisor_->stop("slow-1").ok());
 }
 
+// A drain (or fencing) that begins while a launch is under way: the launch passed the draining
+// check before, so it must stop the tasks it started itself, and the drain waits for it to end so
+// the supervisor holds every task it must stop.
+TEST_F(AgentServiceTest, DrainingDuringABlockedLaunchLeavesNoTaskRunning) {
+  cohort::v1::LaunchTasksRequest gated = request(1);
+  gated.set_job_id("slow-1");
+  for (const char* arg : {"/bin/sh", "-c", "exec sleep 100", "gated-launch"}) gated.mutable_spec()->add_command(arg);
+  grpc::Status gated_status;
+  std::thread gated_launch([&] {
+    grpc::ServerContext gated_context;
+    cohort::v1::LaunchTasksResponse response;
+    gated_status = service_->LaunchTasks(&gated_context, &gated, &response);
+  });
+  ASSERT_TRUE(wait_until([&] { return gated_launcher_.blocked(); }));
+  auto drained = std::async(std::launch::async, [&] { service_->start_draining(); });
+  // The drain waits for the launch (up to drain_launch_wait, 30 s here).
+  EXPECT_EQ(drained.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+  gated_launcher_.open();
+  gated_launch.join();
+  EXPECT_EQ(drained.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_EQ(gated_status.error_code(), grpc::StatusCode::UNAVAILABLE) << gated_status.error_message();
+  for (const std::string expected : {"job 'slow-1' attempt 1", "node node-a began draining", "tasks were stopped"}) {
+    EXPECT_NE(gated_status.error_message().find(expected), std::string::npos)
+        << expected << " in " << gated_status.error_message();
+  }
+  EXPECT_TRUE(wait_until([&] { return supervisor_->running_tasks() == 0; })) << supervisor_->running_tasks();
+  StatusOr<std::vector<agent::TaskInfo>> tasks = supervisor_->tasks("slow-1");
+  ASSERT_TRUE(tasks.ok()) << tasks.status().to_string();
+  ASSERT_EQ(tasks->size(), 2u);
+  for (const agent::TaskInfo& task : *tasks) EXPECT_TRUE(task.exit.has_value()) << "rank " << task.rank;
+}
+
+// Fencing during a launch: the launch is told to stop its tasks once started, as a StopTasks would.
+TEST_F(AgentServiceTest, FencingDuringABlockedLaunchStopsItsTasksOnceStarted) {
+  cohort::v1::LaunchTasksRequest gated = request(2);
+  gated.set_job_id("slow-1");
+  for (const char* arg : {"/bin/sh", "-c", "exec sleep 100", "gated-launch"}) gated.mutable_spec()->add_command(arg);
+  grpc::Status gated_status;
+  std::thread gated_launch([&] {
+    grpc::ServerContext gated_context;
+    cohort::v1::LaunchTasksResponse response;
+    gated_status = service_->LaunchTasks(&gated_context, &gated, &response);
+  });
+  ASSERT_TRUE(wait_until([&] { return gated_launcher_.blocked(); }));
+  EXPECT_EQ(service_->stop_launches_in_progress(),
+            (std::vector<std::pair<std::string, int>>{{"slow-1", 2}}));
+  gated_launcher_.open();
+  gated_launch.join();
+  EXPECT_TRUE(gated_status.ok()) << gated_status.error_message();
+  EXPECT_TRUE(wait_until([&] { return supervisor_->running_tasks() == 0; })) << supervisor_->running_tasks();
+  EXPECT_TRUE(service_->stop_launches_in_progress().empty());
+}
+
 }  // namespace
 }  // namespace cohort::daemon
