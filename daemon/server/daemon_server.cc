@@ -587,12 +587,12 @@ void DaemonServer::agent_loop() {
     exits_in_flight_ = static_cast<int>(exits.size());
     lock.unlock();
     // The node certificate was renewed (DaemonSecurity's hourly check): calls present the new one.
-    // Only this thread uses coordinator_leader_.
+    // The channel object stays (set_credentials swaps under its own lock): drain() heartbeats
+    // through it from the SIGTERM path while this thread runs.
     if (const uint64_t generation = security_->node_certificate_generation();
         generation != node_certificate_generation_) {
       node_certificate_generation_ = generation;
-      coordinator_leader_ = std::make_unique<tls::LeaderChannel>(coordinator_leader_->addresses(),
-                                                                  security_->to_coordinator());
+      coordinator_leader_->set_credentials(security_->to_coordinator());
       metrics_->set_node_certificate_expiry(security_->node_certificate_info().not_after_unix);
     }
 

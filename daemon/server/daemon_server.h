@@ -354,7 +354,9 @@ class DaemonServer {
   agent::PosixProcessLauncher launcher_;
   std::unique_ptr<agent::TaskSupervisor> supervisor_;
   std::unique_ptr<AgentService> agent_service_;
-  std::unique_ptr<tls::LeaderChannel> coordinator_leader_;  // the agent's coordinators (a list: the leader)
+  // The agent's coordinators (a list: the leader). Set before the agent thread starts and never
+  // replaced (a renewal calls set_credentials): drain() uses it from another thread.
+  std::unique_ptr<tls::LeaderChannel> coordinator_leader_;
   uint64_t node_certificate_generation_ = 0;  // agent thread; what coordinator_leader_ was built with
   std::string node_id_;
   std::chrono::milliseconds heartbeat_interval_ = kRegisterRetryInterval;  // agent thread only

@@ -116,6 +116,13 @@ std::shared_ptr<grpc::Channel> LeaderChannel::channel_locked(size_t index) {
   return endpoint.channel;
 }
 
+void LeaderChannel::set_credentials(ChannelSecurity security) {
+  std::lock_guard<std::mutex> lock(mu_);
+  security_ = std::move(security);
+  // A call under way holds its own reference to the channel it uses.
+  for (Endpoint& endpoint : endpoints_) endpoint.channel = nullptr;
+}
+
 std::shared_ptr<grpc::Channel> LeaderChannel::leader_channel() {
   std::lock_guard<std::mutex> lock(mu_);
   return channel_locked(leader_);

@@ -117,6 +117,10 @@ class LeaderChannel {
   std::vector<std::string> addresses() const;
   // All addresses joined with commas (for messages).
   std::string address_list() const;
+  // Calls from now on present `security` (e.g. a renewed node certificate): every channel is made
+  // again on its next use, the known leader is kept. Calls under way finish on the channel they
+  // hold. Thread-safe: the object stays, so callers on other threads need no coordination.
+  void set_credentials(ChannelSecurity security);
   // Learns from a finished call to `address`: on UNAVAILABLE, the leader moves to the hinted
   // one, or else to the next address. Other results leave it.
   void note_result(const std::string& address, const grpc::ClientContext& context, const grpc::Status& status);
@@ -139,14 +143,14 @@ class LeaderChannel {
 
   struct Endpoint {
     std::string address;
-    std::shared_ptr<grpc::Channel> channel;  // made on first use
+    std::shared_ptr<grpc::Channel> channel;  // made on first use (again after set_credentials)
   };
   // The index of `address`, adding it when it is new (a hinted leader outside the list).
   size_t index_of_locked(const std::string& address);
   std::shared_ptr<grpc::Channel> channel_locked(size_t index);
 
-  const ChannelSecurity security_;
   mutable std::mutex mu_;
+  ChannelSecurity security_;         // guarded by mu_
   std::vector<Endpoint> endpoints_;  // guarded by mu_; only grows
   size_t leader_ = 0;                // guarded by mu_; index of the last known leader
   const size_t configured_;          // how many addresses were given

@@ -241,6 +241,57 @@ TEST(LeaderChannel, ACallThatMayNotRunTwiceWaitsOutItsDeadlineAtAHungLeader) {
   EXPECT_EQ((*channel)->leader_address(), hung.address);
 }
 
+// A renewed node certificate: set_credentials while calls run on other threads (the daemon's
+// agent thread renews, drain() heartbeats from the SIGTERM path). Calls under way finish, later
+// calls present the new credentials (here: TLS towards a plaintext server fails, plaintext again
+// succeeds) and the known leader is kept.
+TEST(LeaderChannel, CredentialsSwitchWhileCallsRunOnOtherThreads) {
+  Server standby(FakeCoordinator::Mode::kStandby);
+  Server leader(FakeCoordinator::Mode::kLeader);
+  standby.service.set_leader(leader.address);
+  auto channel = LeaderChannel::create(standby.address + "," + leader.address, plaintext());
+  ASSERT_TRUE(channel.ok());
+  ASSERT_TRUE(get_version(**channel, milliseconds(5000)).ok());
+  ASSERT_EQ((*channel)->leader_address(), leader.address);
+
+  std::atomic<bool> done{false};
+  std::atomic<int> calls{0};
+  std::atomic<int> failed{0};
+  std::vector<std::thread> callers;
+  for (int i = 0; i < 3; ++i) {
+    callers.emplace_back([&] {
+      while (!done) {
+        if (!get_version(**channel, milliseconds(5000)).ok()) ++failed;
+        ++calls;
+      }
+    });
+  }
+  const auto until = std::chrono::steady_clock::now() + milliseconds(500);
+  int switches = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    (*channel)->set_credentials(plaintext());
+    ++switches;
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+  done = true;
+  for (std::thread& caller : callers) caller.join();
+  EXPECT_GT(switches, 10);
+  EXPECT_GT(calls.load(), 0);
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ((*channel)->leader_address(), leader.address);
+
+  // The new credentials are used: TLS against the plaintext servers fails, plaintext works again.
+  const std::shared_ptr<grpc::Channel> before = (*channel)->leader_channel();
+  ChannelSecurity tls_security;
+  tls_security.ca_pem = "not a certificate";
+  (*channel)->set_credentials(tls_security);
+  EXPECT_NE((*channel)->leader_channel(), before);
+  EXPECT_FALSE(get_version(**channel, milliseconds(1000)).ok());
+  (*channel)->set_credentials(plaintext());
+  grpc::Status again = get_version(**channel, milliseconds(5000));
+  EXPECT_TRUE(again.ok()) << again.error_message();
+}
+
 TEST(LeaderChannel, OneAddressFailsFastOrFollowsANamedLeaderOnce) {
   const auto start = system_clock::now();
   auto dead = LeaderChannel::create(dead_address(), plaintext());
