@@ -460,7 +460,23 @@ StatusOr<std::string> Coordinator::submit(const cohort::v1::JobSpec& spec, const
   event.change = JobTransition{JobState::kPending, JobState::kPending, job.attempt(), job.machine.reason()};
   // Durable before acknowledged: a job the client was told about survives a crash.
   Status stored = store_->save(job, event);
-  if (!stored.ok()) return store_failed_locked(stored.with_context("cannot record job " + job.id));
+  if (!stored.ok()) {
+    // No answer (an etcd write during a leader change: UNAVAILABLE or DEADLINE_EXCEEDED) does not
+    // mean nothing was written. The client is told the submit failed and submits again, so a
+    // record that did land must go: otherwise it loads as PENDING at the next start or takeover
+    // and the job runs twice. Deleted now, or else before the store counts as writable again.
+    if (stored.code() == StatusCode::kUnavailable || stored.code() == StatusCode::kDeadlineExceeded) {
+      Status deleted = store_->delete_job(job.id);
+      if (!deleted.ok()) {
+        spdlog::warn("coordinator: job {}'s record may have been stored by a save that got no answer and "
+                     "could not be deleted yet ({}); it is deleted before the store takes changes again",
+                     job.id, deleted.to_string());
+        unrecorded_jobs_.push_back(job.id);
+      }
+    }
+    return store_failed_locked(stored.with_context(
+        fmt::format("cannot record job {} (it was not submitted; submit it again)", job.id)));
+  }
   COHORT_RETURN_IF_ERROR(scheduler_.enqueue(job.id, job.seq, request_of(job.spec)));
   const std::string id = job.id;
   jobs_.emplace(id, std::move(job));
@@ -989,6 +1005,18 @@ bool Coordinator::retry_store_locked() {
   // memory are exactly the stored ones (every change is written first), so it changes nothing but
   // proves that the store takes writes. With no job at all, no change can have been lost, and the
   // next write tests the store again.
+  // First the records of refused submits that may have landed (see submit): the store is not
+  // healthy while one could still load as a job nobody was told about.
+  while (!unrecorded_jobs_.empty()) {
+    Status deleted = store_->delete_job(unrecorded_jobs_.back());
+    if (!deleted.ok()) {
+      store_failure_ = deleted.with_context("deleting job " + unrecorded_jobs_.back() +
+                                            ", whose submit was refused, from the store");
+      next_store_retry_ = clock_->now() + options_.store_retry_interval;
+      return false;
+    }
+    unrecorded_jobs_.pop_back();
+  }
   const Job* probe = nullptr;
   for (const auto& item : jobs_) {
     if (probe == nullptr || item.second.seq > probe->seq) probe = &item.second;

@@ -450,6 +450,10 @@ class Coordinator {
   // Store health (issue 16): the write that failed, while writes fail; when to try again.
   std::optional<Status> store_failure_;
   TimePoint next_store_retry_{};
+  // Jobs whose submit was refused after a save that may have landed (no answer from the store):
+  // deleted from the store before it counts as writable again, so no record the client was told
+  // failed loads as PENDING at the next start or takeover (retry_store_locked).
+  std::vector<std::string> unrecorded_jobs_;
   // Nodes found gone whose attempts could not be failed because a write failed: node id → reason.
   std::map<std::string, std::string> lost_nodes_;
   // The node records the store holds (JobStore::put_node), by node id: loaded at open, kept in step

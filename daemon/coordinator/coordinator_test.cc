@@ -1140,5 +1140,101 @@ TEST(CoordinatorRetentionTest, DeletedNewestJobKeepsItsIdRetiredAcrossRestarts) 
   EXPECT_GT(events->front().seq, 2) << "event seqs of the deleted job are not reused";
 }
 
+// The SQLite store, except that a save can be made to land and then answer UNAVAILABLE (an etcd
+// write committed whose reply was lost in a leader change), and deletes can be refused.
+struct LostReplyControl {
+  bool lose_next_save_reply = false;
+  bool refuse_deletes = false;
+};
+
+class LostReplyStore final : public JobStore {
+ public:
+  LostReplyStore(std::unique_ptr<JobStore> inner, LostReplyControl* control)
+      : inner_(std::move(inner)), control_(control) {}
+  Status upsert_job(const Job& job) override { return inner_->upsert_job(job); }
+  Status append_event(const JobEvent& event) override { return inner_->append_event(event); }
+  Status save(const Job& job, const JobEvent& event) override {
+    COHORT_RETURN_IF_ERROR(inner_->save(job, event));
+    if (!control_->lose_next_save_reply) return ok_status();
+    control_->lose_next_save_reply = false;
+    return unavailable_error("etcd Txn: no answer within the deadline (test: the write landed)");
+  }
+  Status append_metrics(const std::string& job_id, const MetricsRecord& record, int64_t max_rows) override {
+    return inner_->append_metrics(job_id, record, max_rows);
+  }
+  StatusOr<std::vector<MetricsRecord>> load_metrics(const std::string& job_id, int64_t after_seq,
+                                                    int attempt) const override {
+    return inner_->load_metrics(job_id, after_seq, attempt);
+  }
+  Status delete_job(const std::string& job_id) override {
+    if (control_->refuse_deletes) return unavailable_error("etcd Txn: no member answered (test)");
+    return inner_->delete_job(job_id);
+  }
+  Status put_node(const NodeInfo& node) override { return inner_->put_node(node); }
+  Status delete_node(const std::string& node_id) override { return inner_->delete_node(node_id); }
+  StatusOr<Snapshot> load_all() const override { return inner_->load_all(); }
+  const std::string& path() const override { return inner_->path(); }
+
+ private:
+  std::unique_ptr<JobStore> inner_;
+  LostReplyControl* control_;
+};
+
+class LostSaveReplyTest : public ::testing::TestWithParam<bool> {
+ protected:
+  std::unique_ptr<Coordinator> open() {
+    CoordinatorOptions options;
+    options.data_dir = dir_.path();
+    options.open_store = [this]() -> StatusOr<std::unique_ptr<JobStore>> {
+      COHORT_ASSIGN_OR_RETURN(std::unique_ptr<JobStore> inner, JobStore::open(dir_.path()));
+      return std::unique_ptr<JobStore>(std::make_unique<LostReplyStore>(std::move(inner), &control_));
+    };
+    auto coordinator = Coordinator::open(options, &clock_);
+    EXPECT_TRUE(coordinator.ok()) << coordinator.status().to_string();
+    return coordinator.ok() ? std::move(*coordinator) : nullptr;
+  }
+  TempDir dir_;
+  FakeClock clock_;
+  LostReplyControl control_;
+};
+
+TEST_P(LostSaveReplyTest, ASubmitWhoseSaveLandedWithoutAnAnswerLeavesNoSecondJobAfterARestart) {
+  // GetParam(): the delete right after the lost reply fails too, so it happens at the store retry.
+  const bool delete_fails_at_first = GetParam();
+  std::vector<std::string> accepted;
+  {
+    auto coordinator = open();
+    ASSERT_NE(coordinator, nullptr);
+    control_.lose_next_save_reply = true;
+    control_.refuse_deletes = delete_fails_at_first;
+    auto refused = coordinator->submit(valid_spec("train", 1, 1));
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable) << refused.status().to_string();
+    EXPECT_TRUE(coordinator->list_jobs().empty());
+    if (delete_fails_at_first) {
+      clock_.advance(kDefaultStoreRetryInterval);
+      coordinator->tick();
+      EXPECT_EQ(coordinator->store_status().code(), StatusCode::kUnavailable)
+          << "the store counts as writable while a refused submit's record may still be in it";
+      control_.refuse_deletes = false;
+    }
+    clock_.advance(kDefaultStoreRetryInterval);
+    coordinator->tick();
+    ASSERT_TRUE(coordinator->store_status().ok()) << coordinator->store_status().to_string();
+    // The client was told the submit failed: it submits again.
+    auto again = coordinator->submit(valid_spec("train", 1, 1));
+    ASSERT_TRUE(again.ok()) << again.status().to_string();
+    accepted.push_back(*again);
+  }
+  // The next start (or takeover) loads only the job the client was told about.
+  auto reopened = open();
+  ASSERT_NE(reopened, nullptr);
+  std::vector<std::string> loaded;
+  for (const Job& job : reopened->list_jobs()) loaded.push_back(job.id);
+  EXPECT_EQ(loaded, accepted) << "a refused submit's record loaded as a job of its own (it would run twice)";
+}
+
+INSTANTIATE_TEST_SUITE_P(DeleteAtOnceOrAtTheRetry, LostSaveReplyTest, ::testing::Bool());
+
 }  // namespace
 }  // namespace cohort::coordinator
