@@ -497,12 +497,19 @@ void DaemonServer::send_stop(const coordinator::StopOrder& order, int failures) 
   request.set_reason(order.reason);
   cohort::v1::StopTasksResponse response;
   grpc::ClientContext context;
-  // The agent answers once its tasks are reaped: up to its grace period plus the SIGKILL wait.
+  // The agent answers once its tasks are reaped: up to its grace period plus the SIGKILL wait. A
+  // retry goes to a node that did not answer before: it gets one call's time, so an unreachable
+  // node holds the dispatch thread (and every launch behind it) no longer than a launch would; a
+  // stop it cuts short is sent again and finds the tasks stopping or gone.
   context.set_deadline(std::chrono::system_clock::now() + options_.peer_rpc_timeout +
-                       options_.stop_grace_period + agent::kKillWaitTimeout);
+                       (failures > 0 ? std::chrono::milliseconds(0)
+                                     : std::chrono::duration_cast<std::chrono::milliseconds>(
+                                           options_.stop_grace_period + agent::kKillWaitTimeout)));
   Status status = from_grpc_status(agent_stub(order.address, order.node_id).StopTasks(&context, request, &response),
                                    "Agent.StopTasks", order.address);
-  if (status.ok()) {
+  // NOT_FOUND: the agent holds no task of the job (the launch never reached it, or the tasks ended
+  // and were forgotten), so nothing of the attempt runs there: the stop is done.
+  if (status.ok() || status.code() == StatusCode::kNotFound) {
     if (failures > 0) {
       spdlog::info("stop of job {} attempt {} on node {} taken after {} failed tr{}", order.job_id, order.attempt,
                    order.node_id, failures, failures == 1 ? "y" : "ies");
@@ -514,6 +521,13 @@ void DaemonServer::send_stop(const coordinator::StopOrder& order, int failures) 
   if (status.code() == StatusCode::kInvalidArgument || status.code() == StatusCode::kUnimplemented) {
     spdlog::error("stop of job {} attempt {} on node {} failed and is not sent again: {}", order.job_id,
                   order.attempt, order.node_id, status.to_string());
+    return;
+  }
+  if (failures + 1 >= kMaxStopTries) {
+    spdlog::error("stop of job {} attempt {} on node {} failed {} times and is not sent again: {}; if its tasks "
+                  "still run there, its agent stops them itself once the node loses its lease, and so does the node's "
+                  "next registration; otherwise kill the job's processes on node {} by hand",
+                  order.job_id, order.attempt, order.node_id, failures + 1, status.to_string(), order.node_id);
     return;
   }
   std::chrono::milliseconds wait = kStopRetryInterval;
@@ -546,6 +560,15 @@ void DaemonServer::retry_stops() {
     if (!node.awaiting_registration) registered[node.info.node_id] = node.info.address;
   }
   for (const PendingStop& pending : due) {
+    {
+      // Shutdown waits for this thread: it must not wait out one call per pending stop.
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) {
+        spdlog::info("stop of job {} attempt {} on node {} not sent again: cohortd is shutting down",
+                     pending.order.job_id, pending.order.attempt, pending.order.node_id);
+        continue;
+      }
+    }
     auto node = registered.find(pending.order.node_id);
     if (node == registered.end() || node->second != pending.order.address) {
       spdlog::warn("stop of job {} attempt {} on node {} dropped after {} failed tr{}: the node {}", pending.order.job_id,

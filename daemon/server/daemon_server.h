@@ -94,12 +94,18 @@ inline constexpr std::chrono::milliseconds kDefaultPeerRpcTimeout = std::chrono:
 // How long an agent waits before trying RegisterNode (or a failed exit report) again.
 inline constexpr std::chrono::milliseconds kRegisterRetryInterval = std::chrono::seconds(1);
 // A stop order the agent did not take (no answer, a TLS handshake failing under load) is sent
-// again after this, doubling each time up to kMaxStopRetryInterval, until the agent takes it or its
-// node is gone (lost, removed, or registered again at another address: the registration then
-// reconciles what it runs). Without it the tasks of a cancelled or failed attempt run on, holding
-// their slots.
+// again after this, doubling each time up to kMaxStopRetryInterval, until the agent takes it (an
+// agent that holds nothing of the job answers NOT_FOUND, which counts as taken), its node is gone
+// (lost, removed, or registered again at another address: the registration then reconciles what it
+// runs), or it was sent kMaxStopTries times. Without it the tasks of a cancelled or failed attempt
+// run on, holding their slots.
 inline constexpr std::chrono::milliseconds kStopRetryInterval = std::chrono::seconds(1);
 inline constexpr std::chrono::milliseconds kMaxStopRetryInterval = std::chrono::seconds(30);
+// Sends of one stop order at most (the first and its retries), then it is dropped with an error: a
+// node that stays unreachable loses its lease and its agent stops its tasks itself (fencing), and
+// when it registers again the registration's orders stop the attempts that are over. Retrying for
+// ever instead would hold the single dispatch thread once per retry, delaying every launch.
+inline constexpr int kMaxStopTries = 3;
 // The shortest interval between client keepalive pings the server accepts without data flowing;
 // below the CLI's 30 s keepalive (client/client.h), so its idle streams are not cut.
 inline constexpr std::chrono::milliseconds kMinClientPingInterval = std::chrono::seconds(10);
@@ -311,10 +317,10 @@ class DaemonServer {
   // The MASTER_PORT of the order's attempt (picked free on this host the first time).
   int master_port_for(const coordinator::LaunchOrder& order);
   // Sends one StopTasks; when the agent does not take it, queues it in stop_retries_ (see
-  // kStopRetryInterval). `failures`: how many times this order failed before.
+  // kStopRetryInterval, kMaxStopTries). `failures`: how many times this order failed before.
   void send_stop(const coordinator::StopOrder& order, int failures = 0);
-  // Sends the stop orders in stop_retries_ that are due, dropping those whose node is gone.
-  // Dispatch thread only.
+  // Sends the stop orders in stop_retries_ that are due, dropping those whose node is gone; none
+  // once shutdown began. Dispatch thread only.
   void retry_stops();
   // The Agent stub for the node `node_id` at `address` (mutual TLS with the coordinator's certificate).
   cohort::v1::Agent::Stub& agent_stub(const std::string& address, const std::string& node_id);

@@ -522,12 +522,14 @@ TEST_F(CoordinatorServerTest, ShutdownEndsAWatchPromptly) {
 }
 
 // An agent of node `node_id` that takes every launch and refuses the first `refused_stops` stops
-// with UNAVAILABLE (what a TLS handshake failing under load or a missed deadline looks like), served
-// with the node's certificate from the cluster CA, as a real agent is.
+// with `refusal` (UNAVAILABLE: what a TLS handshake failing under load or a missed deadline looks
+// like; NOT_FOUND: what an agent holding no task of the job answers), served with the node's
+// certificate from the cluster CA, as a real agent is.
 class FlakyStopAgent final : public cohort::v1::Agent::Service {
  public:
-  FlakyStopAgent(DaemonServer& coordinator, const std::string& node_id, int refused_stops)
-      : refused_stops_(refused_stops) {
+  FlakyStopAgent(DaemonServer& coordinator, const std::string& node_id, int refused_stops,
+                 grpc::StatusCode refusal = grpc::StatusCode::UNAVAILABLE)
+      : refused_stops_(refused_stops), refusal_(refusal) {
     const tls::ChannelSecurity node = testing::node_security(coordinator, node_id);
     grpc::SslServerCredentialsOptions ssl(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
     ssl.pem_root_certs = node.ca_pem;
@@ -551,7 +553,7 @@ class FlakyStopAgent final : public cohort::v1::Agent::Service {
     stops_.push_back(request->job_id() + "/" + std::to_string(request->attempt()));
     changed_.notify_all();
     if (static_cast<int>(stops_.size()) <= refused_stops_)
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "handshake failed (test)");
+      return grpc::Status(refusal_, "stop refused (test)");
     return grpc::Status::OK;
   }
 
@@ -564,6 +566,7 @@ class FlakyStopAgent final : public cohort::v1::Agent::Service {
 
  private:
   const int refused_stops_;
+  const grpc::StatusCode refusal_;
   int port_ = 0;
   std::unique_ptr<grpc::Server> server_;
   std::mutex mu_;
@@ -576,6 +579,21 @@ class CoordinatorDispatchTest : public CoordinatorServerTest {
   void SetUp() override {
     send_orders_ = true;
     start_server();
+  }
+
+  // Registers node-a with `agent` behind it, runs a one-rank job there and cancels it; its id.
+  std::string run_and_cancel(const FlakyStopAgent& agent) {
+    register_node("node-a", 1, agent.port());
+    std::string job_id;
+    EXPECT_TRUE(submit(valid_spec("cancelled", 1, 1), &job_id).ok());
+    EXPECT_EQ(wait_for_state(job_id, cohort::v1::RUNNING).state(), cohort::v1::RUNNING);
+    cohort::v1::CancelJobRequest cancel;
+    cancel.set_job_id(job_id);
+    cohort::v1::CancelJobResponse response;
+    grpc::ClientContext context;
+    set_deadline(&context);
+    EXPECT_TRUE(coordinator_->CancelJob(&context, cancel, &response).ok());
+    return job_id;
   }
 };
 
@@ -599,6 +617,30 @@ TEST_F(CoordinatorDispatchTest, AStopTheAgentDidNotTakeIsSentAgainUntilItDoes) {
   EXPECT_GE(std::chrono::steady_clock::now() - cancelled, kStopRetryInterval * 3 - std::chrono::milliseconds(100));
   // Taken the third time: no more.
   EXPECT_EQ(agent.wait_for_stops(4, kStopRetryInterval * 5).size(), 3u);
+}
+
+TEST_F(CoordinatorDispatchTest, AStopAnsweredNotFoundIsNotSentAgain) {
+  // The agent holds nothing of the job (e.g. a launch that timed out never reached it): taken.
+  FlakyStopAgent agent(*server_, "node-a", /*refused_stops=*/1000, grpc::StatusCode::NOT_FOUND);
+  ASSERT_GT(agent.port(), 0);
+  const std::string job_id = run_and_cancel(agent);
+  ASSERT_EQ(agent.wait_for_stops(1, kRpcTimeout), std::vector<std::string>{job_id + "/1"});
+  // A retry would come after kStopRetryInterval.
+  EXPECT_EQ(agent.wait_for_stops(2, kStopRetryInterval * 3).size(), 1u);
+}
+
+TEST_F(CoordinatorDispatchTest, AStopNeverTakenIsDroppedAfterKMaxStopTries) {
+  FlakyStopAgent agent(*server_, "node-a", /*refused_stops=*/1000);
+  ASSERT_GT(agent.port(), 0);
+  const std::string job_id = run_and_cancel(agent);
+  // Sent after 0, 1 and 3 s (kStopRetryInterval, doubling); the node stays registered meanwhile
+  // (its lease is kDefaultNodeLease), so only the bound ends the retries.
+  ASSERT_EQ(kMaxStopTries, 3);
+  EXPECT_EQ(agent.wait_for_stops(kMaxStopTries, kRpcTimeout),
+            std::vector<std::string>(kMaxStopTries, job_id + "/1"));
+  // Unbounded, the next would come 4 s after the last.
+  EXPECT_EQ(agent.wait_for_stops(kMaxStopTries + 1, kStopRetryInterval * 6).size(),
+            static_cast<size_t>(kMaxStopTries));
 }
 
 TEST(DaemonServerTest, AnAddressInUseIsUnavailable) {
