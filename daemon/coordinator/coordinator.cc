@@ -176,12 +176,26 @@ std::shared_ptr<Rendezvous> Coordinator::recover_rendezvous_locked(const Job& jo
 
 // ---- nodes ----
 
-StatusOr<AgentOrders> Coordinator::register_node(NodeInfo info, const std::vector<RunningAttempt>& running) {
+StatusOr<AgentOrders> Coordinator::register_node(NodeInfo info, const std::vector<RunningAttempt>& running,
+                                                 AgentOrders* unsent) {
   COHORT_RETURN_IF_ERROR(NodeRegistry::validate(info));
-  std::lock_guard<std::mutex> lock(mu_);
+  AgentOrders orders;
+  Status status;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    status = register_node_locked(std::move(info), running, orders);
+  }
+  if (status.ok()) return orders;
+  // A later write failed after earlier ones were stored (an exit taken, an attempt failed): the
+  // stops those decided must still go out, or that attempt's tasks on other nodes run on.
+  if (unsent != nullptr) *unsent = std::move(orders);
+  return status;
+}
+
+Status Coordinator::register_node_locked(NodeInfo info, const std::vector<RunningAttempt>& running,
+                                         AgentOrders& orders) {
   // Reconciliation may fail attempts; the agent registers again until the store takes writes.
   COHORT_RETURN_IF_ERROR(check_store_locked());
-  AgentOrders orders;
   const std::string id = info.node_id;
   const std::string address = info.address;
   // A node only restored from the store's records registers for the first time with this coordinator.
@@ -321,7 +335,7 @@ StatusOr<AgentOrders> Coordinator::register_node(NodeInfo info, const std::vecto
   }
   spdlog::info("coordinator: node {} {} ({} running attempt(s) kept, {} stop order(s))", id,
                was_alive ? "registered again" : "registered", kept.size(), orders.stops.size());
-  return orders;
+  return Status();
 }
 
 void Coordinator::expire_unreconciled_locked(AgentOrders& orders) {

@@ -216,8 +216,11 @@ class Coordinator {
   //  - ranks placed there that the agent neither runs nor reports exited are lost (the agent
   //    restarted or forgot them): the attempt fails as on a lost node, and the orders stop its
   //    other tasks.
-  // INVALID_ARGUMENT for malformed info.
-  StatusOr<AgentOrders> register_node(NodeInfo info, const std::vector<RunningAttempt>& running = {});
+  // INVALID_ARGUMENT for malformed info. When a store write fails part way (UNAVAILABLE; the agent
+  // registers again), what was already decided and stored stays, and so must its orders (stops of
+  // an attempt whose failure was stored): they go to `unsent` when given, for the caller to send.
+  StatusOr<AgentOrders> register_node(NodeInfo info, const std::vector<RunningAttempt>& running = {},
+                                      AgentOrders* unsent = nullptr);
   // Renews a node's lease. NOT_FOUND: the node must register again.
   Status heartbeat(const std::string& node_id, bool unschedulable = false);
   // Drops a node now, as if its lease had run out (`cohort node revoke`): its attempts fail over
@@ -357,6 +360,8 @@ class Coordinator {
   Coordinator(CoordinatorOptions options, const Clock* clock, std::unique_ptr<JobStore> store);
 
   Status recover_locked(JobStore::Snapshot snapshot);
+  // register_node's work under mu_; `orders` collects its orders, also those decided before an error.
+  Status register_node_locked(NodeInfo info, const std::vector<RunningAttempt>& running, AgentOrders& orders);
   // The Rendezvous of a recovered PLACED / RUNNING attempt, with what the store's journal of it
   // holds (a takeover on a shared store); empty when there is none or it cannot be read (logged).
   std::shared_ptr<Rendezvous> recover_rendezvous_locked(const Job& job, const Placement& placement);

@@ -1145,6 +1145,7 @@ TEST(CoordinatorRetentionTest, DeletedNewestJobKeepsItsIdRetiredAcrossRestarts) 
 struct LostReplyControl {
   bool lose_next_save_reply = false;
   bool refuse_deletes = false;
+  std::string refuse_saves_of;  // a job id whose saves are refused (not written)
 };
 
 class LostReplyStore final : public JobStore {
@@ -1154,6 +1155,7 @@ class LostReplyStore final : public JobStore {
   Status upsert_job(const Job& job) override { return inner_->upsert_job(job); }
   Status append_event(const JobEvent& event) override { return inner_->append_event(event); }
   Status save(const Job& job, const JobEvent& event) override {
+    if (job.id == control_->refuse_saves_of) return unavailable_error("etcd Txn: no member answered (test)");
     COHORT_RETURN_IF_ERROR(inner_->save(job, event));
     if (!control_->lose_next_save_reply) return ok_status();
     control_->lose_next_save_reply = false;
@@ -1235,6 +1237,42 @@ TEST_P(LostSaveReplyTest, ASubmitWhoseSaveLandedWithoutAnAnswerLeavesNoSecondJob
 }
 
 INSTANTIATE_TEST_SUITE_P(DeleteAtOnceOrAtTheRetry, LostSaveReplyTest, ::testing::Bool());
+
+class RegisterRefusedSaveTest : public LostSaveReplyTest {};
+
+TEST_F(RegisterRefusedSaveTest, ARegistrationWhoseLaterWriteFailsStillGivesTheOrdersOfWhatItStored) {
+  auto coordinator = open();
+  ASSERT_NE(coordinator, nullptr);
+  for (const char* node : {"node-a", "node-b"}) ASSERT_TRUE(coordinator->register_node(node_info(node, 2)).ok());
+  auto first = coordinator->submit(valid_spec("first", 2, 1));
+  auto second = coordinator->submit(valid_spec("second", 2, 1));
+  ASSERT_TRUE(first.ok() && second.ok());
+  std::map<std::string, int> rank_on_a;  // job id -> its rank on node-a
+  for (const LaunchOrder& launch : coordinator->tick().launches) {
+    ASSERT_TRUE(coordinator->report_tasks_started(launch.node.node_id, launch.job_id, launch.attempt).ok());
+    if (launch.node.node_id == "node-a") rank_on_a[launch.job_id] = launch.node.first_rank;
+  }
+  ASSERT_EQ(rank_on_a.size(), 2u);
+  // node-a registers again with both jobs' ranks there failed. The first job's failure is stored
+  // (attempts are reconciled in job id order); the second's save is refused.
+  control_.refuse_saves_of = *second;
+  AgentOrders unsent;
+  auto orders = coordinator->register_node(node_info("node-a", 2),
+                                           {RunningAttempt{*first, 1, {}, {seen_exit(rank_on_a[*first], 1)}},
+                                            RunningAttempt{*second, 1, {}, {seen_exit(rank_on_a[*second], 1)}}},
+                                           &unsent);
+  ASSERT_FALSE(orders.ok());
+  EXPECT_EQ(orders.status().code(), StatusCode::kUnavailable) << orders.status().to_string();
+  auto stored = coordinator->get_job(*first);
+  ASSERT_TRUE(stored.ok());
+  EXPECT_NE(stored->state(), JobState::kRunning) << "the first job's failure was not taken";
+  // Its rank on node-b runs on unless the stop decided with that failure is sent.
+  bool stops_first_on_b = false;
+  for (const StopOrder& stop : unsent.stops) {
+    stops_first_on_b = stops_first_on_b || (stop.node_id == "node-b" && stop.job_id == *first);
+  }
+  EXPECT_TRUE(stops_first_on_b) << "the orders decided before the refused write were dropped";
+}
 
 }  // namespace
 }  // namespace cohort::coordinator

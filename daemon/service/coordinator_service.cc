@@ -107,8 +107,13 @@ grpc::Status CoordinatorService::RegisterNode(grpc::ServerContext* context,
     }
     running.push_back(std::move(held));
   }
-  StatusOr<AgentOrders> orders = coordinator_->register_node(from_proto(request->node()), running);
-  if (!orders.ok()) return to_grpc_status(orders.status());
+  AgentOrders unsent;
+  StatusOr<AgentOrders> orders = coordinator_->register_node(from_proto(request->node()), running, &unsent);
+  if (!orders.ok()) {
+    // Orders decided before a store write failed (stops of an attempt whose failure was stored).
+    dispatch(std::move(unsent));
+    return to_grpc_status(orders.status());
+  }
   dispatch(std::move(orders).value());
   const int64_t lease_ms = coordinator_->node_lease().count();
   response->set_lease_ms(lease_ms);
