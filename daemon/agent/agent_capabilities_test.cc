@@ -16,6 +16,8 @@
 
 #include <gtest/gtest.h>
 
+#include "daemon/agent/test_util.h"
+
 namespace cohort::agent {
 namespace {
 
@@ -23,40 +25,19 @@ namespace {
 // its effective set (capset; the permitted set keeps it, as an operator's bounding set would not,
 // but only the effective set counts), as "ok", "warning <message>" or "<code> <message>".
 std::string check_without(int capability) {
-  int fds[2];
-  if (::pipe(fds) != 0) return "pipe failed";
-  const pid_t child = ::fork();
-  if (child == 0) {
-    ::close(fds[0]);
-    std::string line;
+  return testing::line_from_child([capability]() -> std::string {
     __user_cap_header_struct header{};
     header.version = _LINUX_CAPABILITY_VERSION_3;
     __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
-    if (::syscall(SYS_capget, &header, data) != 0) {
-      line = "capget failed";
-    } else {
-      data[capability / 32].effective &= ~(1u << (capability % 32));
-      if (::syscall(SYS_capset, &header, data) != 0) {
-        line = "capset failed";
-      } else {
-        std::string warning;
-        Status status = check_root_agent_capabilities(&warning);
-        line = !status.ok()       ? std::to_string(static_cast<int>(status.code())) + " " + status.message()
-               : warning.empty() ? "ok"
-                                 : "warning " + warning;
-      }
-    }
-    const ssize_t written = ::write(fds[1], line.data(), line.size());
-    ::_exit(written == static_cast<ssize_t>(line.size()) ? 0 : 1);
-  }
-  ::close(fds[1]);
-  std::string line;
-  char buffer[1024];
-  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof(buffer))) > 0;) line.append(buffer, static_cast<size_t>(n));
-  ::close(fds[0]);
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  return line;
+    if (::syscall(SYS_capget, &header, data) != 0) return "capget failed";
+    data[capability / 32].effective &= ~(1u << (capability % 32));
+    if (::syscall(SYS_capset, &header, data) != 0) return "capset failed";
+    std::string warning;
+    Status status = check_root_agent_capabilities(&warning);
+    return !status.ok()       ? std::to_string(static_cast<int>(status.code())) + " " + status.message()
+           : warning.empty() ? "ok"
+                             : "warning " + warning;
+  });
 }
 
 // This test's own /proc: a hidepid mount makes the forked child's check a refusal.

@@ -6,6 +6,8 @@
 #include <dirent.h>
 #include <stdlib.h>
 #include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -28,6 +30,33 @@ inline constexpr std::chrono::milliseconds kTestWaitTimeout = std::chrono::secon
 
 // A fresh directory for one test, removed afterwards (the coordinator tests' helper).
 using TempDir = coordinator::testing::TempDir;
+
+// The line `body` returns when run in a forked child, sent back through a pipe: for checks that
+// first change the process's identity or capabilities, which must not leak into the test.
+inline std::string line_from_child(const std::function<std::string()>& body) {
+  int fds[2];
+  if (::pipe(fds) != 0) return "pipe failed";
+  const pid_t child = ::fork();
+  if (child < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return "fork failed";
+  }
+  if (child == 0) {
+    ::close(fds[0]);
+    const std::string line = body();
+    const ssize_t written = ::write(fds[1], line.data(), line.size());
+    ::_exit(written == static_cast<ssize_t>(line.size()) ? 0 : 1);
+  }
+  ::close(fds[1]);
+  std::string line;
+  char buffer[1024];
+  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof(buffer))) > 0;) line.append(buffer, static_cast<size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return line;
+}
 
 // Polls `condition` every few milliseconds until it holds or `timeout` passes.
 inline bool wait_until(const std::function<bool()>& condition,

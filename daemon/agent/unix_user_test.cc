@@ -13,6 +13,8 @@
 
 #include <gtest/gtest.h>
 
+#include "daemon/agent/test_util.h"
+
 namespace cohort::agent {
 namespace {
 
@@ -29,29 +31,13 @@ std::string answer(const JobUserOptions& options) {
 std::string answer_as(const std::string& name, const JobUserOptions& options) {
   StatusOr<UnixUser> user = lookup_unix_user(name);
   if (!user.ok()) return "no user " + name;
-  int fds[2];
-  if (::pipe(fds) != 0) return "pipe failed";
-  const pid_t child = ::fork();
-  if (child == 0) {
-    ::close(fds[0]);
-    std::string line;
+  return testing::line_from_child([&]() -> std::string {
     if (::setgroups(0, nullptr) != 0 || ::setresgid(user->gid, user->gid, user->gid) != 0 ||
         ::setresuid(user->uid, user->uid, user->uid) != 0) {
-      line = "cannot drop to " + name;
-    } else {
-      line = answer(options);
+      return "cannot drop to " + name;
     }
-    const ssize_t written = ::write(fds[1], line.data(), line.size());
-    ::_exit(written == static_cast<ssize_t>(line.size()) ? 0 : 1);
-  }
-  ::close(fds[1]);
-  std::string line;
-  char buffer[1024];
-  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof(buffer))) > 0;) line.append(buffer, static_cast<size_t>(n));
-  ::close(fds[0]);
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  return line;
+    return answer(options);
+  });
 }
 
 std::string answer_unprivileged(const JobUserOptions& options) {

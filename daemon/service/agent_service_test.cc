@@ -514,25 +514,21 @@ TEST_F(AgentServiceTest, ALaunchBlockedInExecHoldsUpNoOtherJob) {
     return service_->LaunchTasks(&third_context, &third, &response);
   });
   EXPECT_EQ(third_launch.wait_for(kBound), std::future_status::ready) << "a launch waited for another job's launch";
-  auto stop = std::async(std::launch::async, [&] {
-    grpc::ServerContext stop_context;
-    cohort::v1::StopTasksRequest stop_request;
-    stop_request.set_job_id("mnist-1");
-    stop_request.set_attempt(1);
-    cohort::v1::StopTasksResponse response;
-    grpc::Status status = service_->StopTasks(&stop_context, &stop_request, &response);
-    return std::make_pair(status.ok(), response.signalled());
-  });
+  // StopTasks of attempt 1 of `job` on another thread: (OK?, tasks signalled).
+  auto stop_async = [&](const std::string& job) {
+    return std::async(std::launch::async, [this, job] {
+      grpc::ServerContext stop_context;
+      cohort::v1::StopTasksRequest stop_request;
+      stop_request.set_job_id(job);
+      stop_request.set_attempt(1);
+      cohort::v1::StopTasksResponse response;
+      grpc::Status status = service_->StopTasks(&stop_context, &stop_request, &response);
+      return std::make_pair(status.ok(), response.signalled());
+    });
+  };
+  auto stop = stop_async("mnist-1");
   EXPECT_EQ(stop.wait_for(kBound), std::future_status::ready) << "StopTasks waited for another job's launch";
-  auto stop_gated = std::async(std::launch::async, [&] {
-    grpc::ServerContext stop_context;
-    cohort::v1::StopTasksRequest stop_request;
-    stop_request.set_job_id("slow-1");
-    stop_request.set_attempt(1);
-    cohort::v1::StopTasksResponse response;
-    grpc::Status status = service_->StopTasks(&stop_context, &stop_request, &response);
-    return std::make_pair(status.ok(), response.signalled());
-  });
+  auto stop_gated = stop_async("slow-1");
   EXPECT_EQ(stop_gated.wait_for(kBound), std::future_status::ready) << "StopTasks waited for its own job's launch";
   gated_launcher_.open();
   gated_launch.join();
