@@ -98,6 +98,25 @@ class AgentServiceTest : public ::testing::Test {
     service_ = std::make_unique<AgentService>(supervisor_.get(), service_options_);
   }
 
+  // Job slow-1's launch of `attempt`, its tasks sleeping: for the gated launcher to hold.
+  cohort::v1::LaunchTasksRequest gated_request(int attempt) {
+    cohort::v1::LaunchTasksRequest gated = request(attempt);
+    gated.set_job_id("slow-1");
+    for (const char* arg : {"/bin/sh", "-c", "exec sleep 100", "gated-launch"}) gated.mutable_spec()->add_command(arg);
+    return gated;
+  }
+
+  // LaunchTasks of `launch` on its own thread (the caller joins it); its status into `status`,
+  // its response into `response` when given.
+  std::thread launch_on_thread(const cohort::v1::LaunchTasksRequest& launch, grpc::Status* status,
+                               cohort::v1::LaunchTasksResponse* response = nullptr) {
+    return std::thread([this, &launch, status, response] {
+      grpc::ServerContext context;
+      cohort::v1::LaunchTasksResponse ignored;
+      *status = service_->LaunchTasks(&context, &launch, response != nullptr ? response : &ignored);
+    });
+  }
+
   cohort::v1::LaunchTasksRequest request(int attempt) {
     cohort::v1::LaunchTasksRequest request;
     request.set_job_id("mnist-1");
@@ -486,19 +505,11 @@ TEST_F(AgentServiceTest, ALaunchBlockedInExecHoldsUpNoOtherJob) {
   cohort::v1::LaunchTasksResponse launched;
   ASSERT_TRUE(service_->LaunchTasks(&context, &running, &launched).ok());
 
-  cohort::v1::LaunchTasksRequest gated = request(1);
-  gated.set_job_id("slow-1");
-  gated.mutable_spec()->add_command("/bin/sh");
-  gated.mutable_spec()->add_command("-c");
-  gated.mutable_spec()->add_command("exec sleep 100");
-  gated.mutable_spec()->add_command("gated-launch");
+  cohort::v1::LaunchTasksRequest gated = gated_request(1);
   gated.mutable_tasks()->RemoveLast();
   cohort::v1::LaunchTasksResponse gated_response;
   grpc::Status gated_status;
-  std::thread gated_launch([&] {
-    grpc::ServerContext gated_context;
-    gated_status = service_->LaunchTasks(&gated_context, &gated, &gated_response);
-  });
+  std::thread gated_launch = launch_on_thread(gated, &gated_status, &gated_response);
   ASSERT_TRUE(wait_until([&] { return gated_launcher_.blocked(); }));
 
   // Each would have waited for the gated launch while LaunchTasks held the service's lock.
@@ -548,20 +559,14 @@ TEST_F(AgentServiceTest, ALaunchBlockedInExecHoldsUpNoOtherJob) {
 
 // The slots a launch in progress reserved count for the next one: two launches never both fit.
 TEST_F(AgentServiceTest, SlotsOfALaunchInProgressAreReserved) {
-  cohort::v1::LaunchTasksRequest gated = request(1);
-  gated.set_job_id("slow-1");
-  for (const char* arg : {"/bin/sh", "-c", "exec sleep 100", "gated-launch"}) gated.mutable_spec()->add_command(arg);
+  cohort::v1::LaunchTasksRequest gated = gated_request(1);
   // Three of the four slots.
   cohort::v1::Task* third = gated.add_tasks();
   third->set_rank(2);
   third->set_local_rank(2);
   gated.set_world_size(3);
   grpc::Status gated_status;
-  std::thread gated_launch([&] {
-    grpc::ServerContext gated_context;
-    cohort::v1::LaunchTasksResponse response;
-    gated_status = service_->LaunchTasks(&gated_context, &gated, &response);
-  });
+  std::thread gated_launch = launch_on_thread(gated, &gated_status);
   ASSERT_TRUE(wait_until([&] { return gated_launcher_.blocked(); }));
   cohort::v1::LaunchTasksRequest other = request(1);  // two tasks
   cohort::v1::LaunchTasksRequest again = gated;
@@ -592,15 +597,9 @@ TEST_F(AgentServiceTest, SlotsOfALaunchInProgressAreReserved) {
 // check before, so it must stop the tasks it started itself, and the drain waits for it to end so
 // the supervisor holds every task it must stop.
 TEST_F(AgentServiceTest, DrainingDuringABlockedLaunchLeavesNoTaskRunning) {
-  cohort::v1::LaunchTasksRequest gated = request(1);
-  gated.set_job_id("slow-1");
-  for (const char* arg : {"/bin/sh", "-c", "exec sleep 100", "gated-launch"}) gated.mutable_spec()->add_command(arg);
+  cohort::v1::LaunchTasksRequest gated = gated_request(1);
   grpc::Status gated_status;
-  std::thread gated_launch([&] {
-    grpc::ServerContext gated_context;
-    cohort::v1::LaunchTasksResponse response;
-    gated_status = service_->LaunchTasks(&gated_context, &gated, &response);
-  });
+  std::thread gated_launch = launch_on_thread(gated, &gated_status);
   ASSERT_TRUE(wait_until([&] { return gated_launcher_.blocked(); }));
   auto drained = std::async(std::launch::async, [&] { service_->start_draining(); });
   // The drain waits for the launch (up to drain_launch_wait, 30 s here).
@@ -622,15 +621,9 @@ TEST_F(AgentServiceTest, DrainingDuringABlockedLaunchLeavesNoTaskRunning) {
 
 // Fencing during a launch: the launch is told to stop its tasks once started, as a StopTasks would.
 TEST_F(AgentServiceTest, FencingDuringABlockedLaunchStopsItsTasksOnceStarted) {
-  cohort::v1::LaunchTasksRequest gated = request(2);
-  gated.set_job_id("slow-1");
-  for (const char* arg : {"/bin/sh", "-c", "exec sleep 100", "gated-launch"}) gated.mutable_spec()->add_command(arg);
+  cohort::v1::LaunchTasksRequest gated = gated_request(2);
   grpc::Status gated_status;
-  std::thread gated_launch([&] {
-    grpc::ServerContext gated_context;
-    cohort::v1::LaunchTasksResponse response;
-    gated_status = service_->LaunchTasks(&gated_context, &gated, &response);
-  });
+  std::thread gated_launch = launch_on_thread(gated, &gated_status);
   ASSERT_TRUE(wait_until([&] { return gated_launcher_.blocked(); }));
   EXPECT_EQ(service_->stop_launches_in_progress(),
             (std::vector<std::pair<std::string, int>>{{"slow-1", 2}}));
