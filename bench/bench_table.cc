@@ -59,6 +59,16 @@ OpCounts op_counts(const std::string& op, size_t count, int ranks) {
   return {count, count};
 }
 
+BenchOp bench_op(const std::string& op) {
+  if (op == "allreduce") return BenchOp::kAllreduce;
+  if (op == "broadcast") return BenchOp::kBroadcast;
+  if (op == "reduce") return BenchOp::kReduce;
+  if (op == "allgather") return BenchOp::kAllgather;
+  if (op == "reduce_scatter") return BenchOp::kReduceScatter;
+  if (op == "pingpong") return BenchOp::kPingpong;
+  return BenchOp::kAlltoall;
+}
+
 size_t block_multiple(const std::string& op, int ranks) {
   return (op == "reduce_scatter" || op == "alltoall") && ranks > 0 ? static_cast<size_t>(ranks) : 1;
 }

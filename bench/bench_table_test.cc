@@ -47,5 +47,15 @@ TEST(BenchTableTest, OpCountsMatchBetweenCohortAndPeers) {
   EXPECT_EQ(block_multiple("broadcast", 4), 1u);
 }
 
+TEST(BenchTableTest, OpNamesResolveToTheirOwnCall) {
+  EXPECT_EQ(bench_op("allreduce"), BenchOp::kAllreduce);
+  EXPECT_EQ(bench_op("broadcast"), BenchOp::kBroadcast);
+  EXPECT_EQ(bench_op("reduce"), BenchOp::kReduce);
+  EXPECT_EQ(bench_op("allgather"), BenchOp::kAllgather);
+  EXPECT_EQ(bench_op("reduce_scatter"), BenchOp::kReduceScatter);
+  EXPECT_EQ(bench_op("alltoall"), BenchOp::kAlltoall);
+  EXPECT_EQ(bench_op("pingpong"), BenchOp::kPingpong);
+}
+
 }  // namespace
 }  // namespace cohort::bench

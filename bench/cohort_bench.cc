@@ -46,6 +46,7 @@ namespace {
 using cohort::Status;
 using cohort::StatusOr;
 using cohort::ok_status;
+using cohort::bench::BenchOp;
 using namespace cohort::comm;  // NOLINT(build/namespaces): a benchmark main
 
 constexpr const char* kChildEnv = "COHORT_BENCH_CHILD";
@@ -163,7 +164,13 @@ bool validate(Options* o, std::string* error) {
 class BenchRank {
  public:
   BenchRank(Communicator& comm, const Options& o, DataType dtype, ReduceOp redop)
-      : comm_(comm), o_(o), dtype_(dtype), redop_(redop), n_(comm.size()), me_(comm.rank()) {}
+      : comm_(comm),
+        o_(o),
+        op_(cohort::bench::bench_op(o.op)),
+        dtype_(dtype),
+        redop_(redop),
+        n_(comm.size()),
+        me_(comm.rank()) {}
 
   Status run() {
     size_t esize = element_size(dtype_);
@@ -210,7 +217,7 @@ class BenchRank {
   // One operation, finished. pingpong: rank 0 sends `count` elements to rank 1, which receives
   // them and sends them back (the other ranks idle): MPI's and UCX's point-to-point latency test.
   Status run_once(size_t count) {
-    if (o_.op != "pingpong") return issue(count)->wait();
+    if (op_ != BenchOp::kPingpong) return issue(count)->wait();
     if (n_ < 2) return cohort::invalid_argument_error("--op pingpong needs at least 2 ranks, not {}", n_);
     CallOptions call{std::chrono::seconds(o_.timeout_s), true};
     if (o_.algo == "shm") {
@@ -242,12 +249,14 @@ class BenchRank {
       // pure_nccl runs every op as NCCL calls; the host kinds stage through pinned host memory.
     }
 #endif
-    if (o_.op == "allreduce") return comm_.allreduce(s, r, count, dtype_, redop_, call);
-    if (o_.op == "broadcast") return comm_.broadcast(r, count, dtype_, o_.root, call);
-    if (o_.op == "reduce") return comm_.reduce(s, r, count, dtype_, redop_, o_.root, call);
-    if (o_.op == "allgather") return comm_.allgather(s, r, cohort::bench::op_counts(o_.op, count, n_).send, dtype_, call);
-    if (o_.op == "reduce_scatter") return comm_.reduce_scatter(s, r, cohort::bench::op_counts(o_.op, count, n_).recv, dtype_, redop_, call);
-    return comm_.alltoall(s, r, count / n_, dtype_, call);
+    switch (op_) {
+      case BenchOp::kAllreduce: return comm_.allreduce(s, r, count, dtype_, redop_, call);
+      case BenchOp::kBroadcast: return comm_.broadcast(r, count, dtype_, o_.root, call);
+      case BenchOp::kReduce: return comm_.reduce(s, r, count, dtype_, redop_, o_.root, call);
+      case BenchOp::kAllgather: return comm_.allgather(s, r, counts_.send, dtype_, call);
+      case BenchOp::kReduceScatter: return comm_.reduce_scatter(s, r, counts_.recv, dtype_, redop_, call);
+      default: return comm_.alltoall(s, r, count / n_, dtype_, call);
+    }
   }
 
   long count_wrong(size_t count) {
@@ -287,7 +296,8 @@ class BenchRank {
 
   Status run_size(size_t count) {
     size_t esize = element_size(dtype_);
-    size_t recv_count = o_.op == "allgather" ? cohort::bench::op_counts(o_.op, count, n_).recv : count;
+    counts_ = cohort::bench::op_counts(o_.op, count, n_);
+    size_t recv_count = op_ == BenchOp::kAllgather ? counts_.recv : count;
     send_.assign(count * esize, 0);
     recv_.assign(recv_count * esize, 0);
     fill(count);
@@ -361,9 +371,11 @@ class BenchRank {
 
   Communicator& comm_;
   const Options& o_;
+  const cohort::bench::BenchOp op_;
   const DataType dtype_;
   const ReduceOp redop_;
   const int n_, me_;
+  cohort::bench::OpCounts counts_;  // this size's (run_size)
   std::vector<uint8_t> send_, recv_;
 #if COHORT_CUDA
  public:

@@ -104,14 +104,15 @@ class MpiRank {
   }
 
   void issue() {
+    using cohort::bench::BenchOp;
     const int send = static_cast<int>(counts_.send), recv = static_cast<int>(counts_.recv);
-    if (o_.op == "allreduce") {
+    if (op_ == BenchOp::kAllreduce) {
       MPI_Allreduce(send_.data(), recv_.data(), send, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    } else if (o_.op == "broadcast") {
+    } else if (op_ == BenchOp::kBroadcast) {
       MPI_Bcast(recv_.data(), recv, MPI_FLOAT, kRoot, MPI_COMM_WORLD);
-    } else if (o_.op == "allgather") {
+    } else if (op_ == BenchOp::kAllgather) {
       MPI_Allgather(send_.data(), send, MPI_FLOAT, recv_.data(), send, MPI_FLOAT, MPI_COMM_WORLD);
-    } else if (o_.op == "pingpong") {
+    } else if (op_ == BenchOp::kPingpong) {
       // Rank 0 sends to rank 1, which sends it back; other ranks idle.
       if (rank_ == 0) {
         MPI_Send(send_.data(), send, MPI_FLOAT, 1, 0, MPI_COMM_WORLD);
@@ -145,6 +146,7 @@ class MpiRank {
   }
 
   const Options& o_;
+  const cohort::bench::BenchOp op_ = cohort::bench::bench_op(o_.op);  // resolved once (bench_table.h)
   const int rank_, size_;
   cohort::bench::OpCounts counts_;
   std::vector<float> send_, recv_;
