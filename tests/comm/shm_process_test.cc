@@ -280,18 +280,19 @@ void set_single_copy_env(const char* cma, const char* broadcast, const char* all
 
 TEST_F(ShmProcessTest, BroadcastsAndAllgathersInsideTheWindowsAreCopiedOnceWithProcessVmReadv) {
   if (std::string why = cross_memory_attach_refused(); !why.empty()) GTEST_SKIP() << why;
-  // COHORT_SHM_CMA=1: also with more ranks than this machine's CPUs (3 ranks on 2 cores).
-  // 2 ranks with the default windows; 3 with both windows opened to every size from 64 KiB.
+  // Single copy is opt-in (two copies through the segment measured faster): 2 ranks with bounded
+  // windows, COHORT_SHM_CMA unset (2 ranks on at least 2 CPUs need no more); 3 with
+  // COHORT_SHM_CMA=1 (more ranks than this machine's CPUs) and both windows opened to every size
+  // from 64 KiB.
   for (int size : {2, 3}) {
     ProcessRanks ranks(dir_.path());
     ranks.fork_ranks(size, [&](int rank) -> Status {
-      const bool defaults = size == 2;
-      set_single_copy_env("1", defaults ? nullptr : "65536", defaults ? nullptr : "65536");
+      const bool bounded = size == 2;
+      set_single_copy_env(bounded ? nullptr : "1", bounded ? "65536:2097152" : "65536",
+                          bounded ? "65536:524288" : "65536");
       COHORT_ASSIGN_OR_RETURN(auto comm, make(rank, size, "flat", Algorithm::kShm, seconds(30)));
-      const SharedMemoryEngine::SingleCopyWindow broadcast{kShmSingleCopyBroadcastMin,
-                                                           defaults ? kShmSingleCopyBroadcastMax : SIZE_MAX};
-      const SharedMemoryEngine::SingleCopyWindow allgather{kShmSingleCopyAllgatherMin,
-                                                           defaults ? kShmSingleCopyAllgatherMax : SIZE_MAX};
+      const SharedMemoryEngine::SingleCopyWindow broadcast{65536, bounded ? size_t{2097152} : SIZE_MAX};
+      const SharedMemoryEngine::SingleCopyWindow allgather{65536, bounded ? size_t{524288} : SIZE_MAX};
       // 400 B, 128 KiB, 1 MiB and 16 MiB + 12 B of int32 per broadcast and per allgather block.
       for (size_t count : {size_t{100}, size_t{1} << 15, size_t{1} << 18, (size_t{1} << 22) + 3}) {
         const size_t bytes = count * sizeof(int32_t);
@@ -314,17 +315,20 @@ TEST_F(ShmProcessTest, BroadcastsAndAllgathersInsideTheWindowsAreCopiedOnceWithP
   }
 }
 
-TEST_F(ShmProcessTest, SingleCopyOffOnAnyRankOrByDefaultWithThreeRanksKeepsTwoCopiesAndStaysCorrect) {
+TEST_F(ShmProcessTest, SingleCopyOffOnAnyRankOrByDefaultKeepsTwoCopiesAndStaysCorrect) {
   // COHORT_SHM_CMA=0 on every rank, or on rank 1 only while the others ask for single copy at
   // every size from 64 KiB: the ranks agree at setup, so none goes single-copy. Unset, 3 ranks
-  // keep two copies too (single copy is measured to win only with 2 ranks).
-  for (const std::string variant : {"every rank", "rank 1 only", "unset"}) {
+  // keep two copies too, even with windows set. With nothing set, 2 ranks keep two copies at
+  // every size: single copy is opt-in (two copies through the segment were measured faster).
+  for (const std::string variant : {"every rank", "rank 1 only", "unset", "nothing set, 2 ranks"}) {
     ProcessRanks ranks(dir_.path());
-    ranks.fork_ranks(3, [&](int rank) -> Status {
-      const char* cma = variant == "unset" ? nullptr : variant == "every rank" || rank == 1 ? "0" : "1";
-      set_single_copy_env(cma, "65536", "65536");
-      COHORT_ASSIGN_OR_RETURN(auto comm, make(rank, 3, "flat", Algorithm::kShm, seconds(30)));
-      COHORT_RETURN_IF_ERROR(broadcast_and_allgather(*comm, rank, 3, (size_t{1} << 18) + 5));
+    const bool defaults = variant == "nothing set, 2 ranks";
+    const int size = defaults ? 2 : 3;
+    ranks.fork_ranks(size, [&](int rank) -> Status {
+      const char* cma = variant == "unset" || defaults ? nullptr : variant == "every rank" || rank == 1 ? "0" : "1";
+      set_single_copy_env(cma, defaults ? nullptr : "65536", defaults ? nullptr : "65536");
+      COHORT_ASSIGN_OR_RETURN(auto comm, make(rank, size, "flat", Algorithm::kShm, seconds(30)));
+      COHORT_RETURN_IF_ERROR(broadcast_and_allgather(*comm, rank, size, (size_t{1} << 18) + 5));
       COHORT_RETURN_IF_ERROR(testing::run_collective_matrix(*comm, {1000, 140001}));
       if (uint64_t n = SharedMemoryEngine::single_copy_operations(); n != 0) {
         return internal_error("{} operations went single-copy ({})", n, variant);
@@ -421,9 +425,9 @@ TEST_F(ShmProcessTest, SingleCopyBroadcastRootWaitsForAStoppedReaderUntilTheTime
   ProcessRanks ranks(dir_.path());
   constexpr Duration kTimeout = seconds(2);
   ranks.fork_ranks(3, [&](int rank) -> Status {
-    set_single_copy_env("1", nullptr, nullptr);  // 3 ranks on 2 cores: forced on, default windows
+    set_single_copy_env("1", "65536", nullptr);  // 3 ranks on 2 cores: forced on, broadcasts from 64 KiB
     COHORT_ASSIGN_OR_RETURN(auto comm, make(rank, 3, "flat", Algorithm::kShm, kTimeout));
-    std::vector<int32_t> buf(kShmSingleCopyBroadcastMin, rank == 0 ? 42 : -1);  // 256 KiB
+    std::vector<int32_t> buf(65536, rank == 0 ? 42 : -1);  // 256 KiB
     // The path is the single copy: the same size went that way while all three ran.
     const uint64_t before = SharedMemoryEngine::single_copy_operations();
     COHORT_RETURN_IF_ERROR(comm->broadcast(buf.data(), buf.size(), DataType::kInt32, 0)->wait());
@@ -458,7 +462,7 @@ TEST_F(ShmProcessTest, SingleCopyBroadcastRootWaitsForAStoppedReaderUntilTheTime
 }
 
 TEST_F(ShmProcessTest, KilledRankInsideSingleCopyBroadcastsIsNamedByItsPeer) {
-  // 2 ranks, 1 MiB broadcasts (single copy by default): whichever rank dies mid-stream, the root
+  // 2 ranks, 1 MiB broadcasts (single copy inside its window): whichever rank dies mid-stream, the root
   // whose buffer is read or the reader, its peer fails naming
   // it within the timeout instead of hanging or copying from a dead process.
   if (std::string why = cross_memory_attach_refused(); !why.empty()) GTEST_SKIP() << why;
@@ -466,7 +470,7 @@ TEST_F(ShmProcessTest, KilledRankInsideSingleCopyBroadcastsIsNamedByItsPeer) {
     ProcessRanks ranks(dir_.path());
     constexpr Duration kTimeout = seconds(5);
     ranks.fork_ranks(2, [&](int rank) -> Status {
-      set_single_copy_env(nullptr, nullptr, nullptr);
+      set_single_copy_env(nullptr, "65536:2097152", nullptr);
       COHORT_ASSIGN_OR_RETURN(auto comm, make(rank, 2, "flat", Algorithm::kShm, kTimeout));
       std::vector<float> x(1 << 18, rank == 0 ? 2.0f : 0.0f);
       const uint64_t before = SharedMemoryEngine::single_copy_operations();
@@ -522,9 +526,9 @@ TEST_F(ShmProcessTest, ALateReaderOfAGivenUpSingleCopyOperationFailsInsteadOfRea
     constexpr Duration kTimeout = seconds(1);  // the late operation's; setup and warm-up get 20 s
     const bool broadcast = std::string(op) == "broadcast";
     ranks.fork_ranks(2, [&](int rank) -> Status {
-      set_single_copy_env("1", nullptr, nullptr);
+      set_single_copy_env("1", "65536", "65536");
       COHORT_ASSIGN_OR_RETURN(auto comm, make(rank, 2, "flat", Algorithm::kShm, seconds(20)));
-      const size_t count = kShmSingleCopyBroadcastMin / sizeof(int32_t);  // 64 KiB: inside both windows
+      const size_t count = 65536 / sizeof(int32_t);  // 64 KiB: inside both windows
       std::vector<int32_t> send(count, rank == 0 ? 42 : 7), recv(2 * count, -1);
       auto run = [&](CallOptions call) {
         return broadcast ? comm->broadcast(send.data(), count, DataType::kInt32, 0, call)->wait()

@@ -212,8 +212,7 @@ StatusOr<std::unique_ptr<SharedMemoryEngine>> SharedMemoryEngine::create(int ran
   // here would leave its peers waiting out the whole setup timeout for a segment name.
   std::chrono::microseconds spin_time = kSpinTime, poll_time = kPurePollTime;
   bool single_copy = true, forced_single_copy = false;
-  SingleCopyWindow broadcast_window{kShmSingleCopyBroadcastMin, kShmSingleCopyBroadcastMax};
-  SingleCopyWindow allgather_window{kShmSingleCopyAllgatherMin, kShmSingleCopyAllgatherMax};
+  SingleCopyWindow broadcast_window, allgather_window;  // empty: single copy is opt-in (see the header)
   const Status settings = [&]() -> Status {
     // The wait policy's two times, overridable for measuring it on a given machine (bench/README.md).
     for (auto [name, value] :
@@ -238,7 +237,8 @@ StatusOr<std::unique_ptr<SharedMemoryEngine>> SharedMemoryEngine::create(int ran
         return invalid_argument_error(
             "COHORT_SHM_CMA='{}' is not 0 (every byte through the segment, two copies) or 1 (single copy with "
             "process_vm_readv where every rank can, with any number of ranks); unset: single copy only for 2 "
-            "ranks on at least 2 CPUs", text);
+            "ranks on at least 2 CPUs. Either way only inside the windows COHORT_SHM_CMA_BROADCAST_BYTES / "
+            "COHORT_SHM_CMA_ALLGATHER_BYTES open (none by default)", text);
       }
     }
     for (auto [name, window] : {std::pair{"COHORT_SHM_CMA_BROADCAST_BYTES", &broadcast_window},
@@ -297,6 +297,8 @@ StatusOr<std::unique_ptr<SharedMemoryEngine>> SharedMemoryEngine::create(int ran
       (size > 2 || size > static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))))) {
     single_copy = false;
   }
+  // No window opened here (the default): no probe, and no PR_SET_PTRACER for a copy never made.
+  if (broadcast_window.min > broadcast_window.max && allgather_window.min > allgather_window.max) single_copy = false;
   const size_t bytes = kDataOffset + static_cast<size_t>(size) * (kSlotBytes + kRingBytes);
   char name[kNameBytes] = {};
   std::string failure;
@@ -345,7 +347,9 @@ StatusOr<std::unique_ptr<SharedMemoryEngine>> SharedMemoryEngine::create(int ran
       failure = fmt::format("{} has {} bytes, expected {}", name, st.st_size, bytes);
     }
     if (failure.empty()) {
-      void* mapped = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      // MAP_POPULATE: every page is mapped now, not at its first touch inside a collective (posts
+      // move through the whole slot, post_area; a page's first touch costs a fault per process).
+      void* mapped = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
       if (mapped == MAP_FAILED)
         failure = fmt::format("mmap of {} ({} bytes) failed: {}", name, bytes, std::strerror(errno));
       else
@@ -420,7 +424,10 @@ Status SharedMemoryEngine::agree_on_single_copy(bool wanted, SingleCopyWindow br
   // which every rank has passed) and states its verdict in its Control; one barrier later all
   // ranks see the same verdicts and decide alike.
   std::string why;
-  if (!wanted) why = "turned off here (COHORT_SHM_CMA=0, or more than 2 ranks or ranks than CPUs without COHORT_SHM_CMA=1)";
+  if (!wanted) {
+    why = "turned off here (no COHORT_SHM_CMA_*_BYTES window, COHORT_SHM_CMA=0, or more than 2 ranks or ranks "
+          "than CPUs without COHORT_SHM_CMA=1)";
+  }
   for (int p = 0; p < size_ && why.empty(); ++p) {
     if (p == rank_) continue;
     Control& c = control(p);
@@ -639,8 +646,18 @@ uint8_t* SharedMemoryEngine::ring_entry(int r, uint32_t generation) const {
          static_cast<size_t>(generation % kShmRingEntries) * kShmInlineBytes;
 }
 
-uint8_t* SharedMemoryEngine::post_area(int r, int bank, size_t bytes) const {
-  return bytes <= kShmInlineBytes ? control(r).inline_data[bank] : input(r, bank);
+uint8_t* SharedMemoryEngine::post_area(int r, uint32_t phase, size_t bytes) const {
+  const int bank = static_cast<int>(phase & 1u);
+  if (bytes <= kShmInlineBytes) return control(r).inline_data[bank];
+  if (bytes < kShmRotateMinBytes) return input(r, bank);
+  // The bank's input and result regions, in page-aligned places of `bytes`, one after another on
+  // each use of the bank (every second phase): a region is written again only after the whole
+  // bank was, by when the peers have read on past it (kShmRotateMinBytes). Any place in the bank
+  // is free to write in `phase`: every peer has ended phase - 1, and with it every read of this
+  // bank's earlier contents (the protocol in the header).
+  const size_t stride = (bytes + 4095) & ~size_t{4095};
+  const size_t places = 2 * kShmChunkBytes / stride;
+  return input(r, bank) + ((phase >> 1) % places) * stride;
 }
 
 uint8_t* SharedMemoryEngine::result(int r, int bank) const { return input(r, bank) + kShmChunkBytes; }
@@ -668,6 +685,13 @@ Status SharedMemoryEngine::wait_for(int peer, uint32_t target, Deadline deadline
   // the first miss when the peer last published from this CPU, or when oversubscribed; it does
   // not yield early otherwise, since on a busy machine a yield hands the core to another
   // program's process, possibly for a whole time slice.
+  // A first short poll before any clock or CPU reading: at 8 B the peer has usually arrived by
+  // then, and those readings took about 5 % of a 2-rank 8 B reduce_scatter (perf). Oversubscribed,
+  // one look: the peer is likely waiting for this core.
+  for (int i = 0, n = oversubscribed_ ? 1 : 16; i < n; ++i) {
+    if (reached()) return ok_status();
+    cpu_relax();
+  }
   const int here = sched_getcpu();
   auto colocated = [&] { return here >= 0 && c.cpu.load(std::memory_order_relaxed) == here; };
   const auto start = Clock::now();
@@ -771,12 +795,12 @@ Status SharedMemoryEngine::allreduce(const void* send, void* recv, size_t count,
     // Small: one barrier; each rank reduces the whole message straight into its output, slot by
     // slot in rank order, so every rank's result is bit-identical.
     const size_t n = count * esize;
-    const int b = bank();
-    std::memcpy(post_area(rank_, b, n), in, n);
+    const uint32_t phase = arrived_;
+    std::memcpy(post_area(rank_, phase, n), in, n);
     COHORT_RETURN_IF_ERROR(step(deadline, what));
     if (wants) {
-      reduce_to(out, post_area(0, b, n), post_area(1, b, n), count, dtype, op);
-      for (int p = 2; p < size_; ++p) reduce_into(out, post_area(p, b, n), count, dtype, op);
+      reduce_to(out, post_area(0, phase, n), post_area(1, phase, n), count, dtype, op);
+      for (int p = 2; p < size_; ++p) reduce_into(out, post_area(p, phase, n), count, dtype, op);
     }
     return ok_status();
   }
@@ -841,10 +865,10 @@ Status SharedMemoryEngine::reduce_scatterv(const void* send, void* recv, const s
   // One chunk of at most kShmInlineBytes travels in the flag's line (post_area).
   const size_t posted = chunks == 1 ? total * esize : kShmChunkBytes;
   for (size_t t = 0; t <= chunks; ++t) {
-    const int b = bank(), pb = 1 - b;
+    const uint32_t phase = arrived_, previous = phase - 1;  // previous: the peers' posts of chunk t-1
     if (t < chunks) {
       size_t first = t * chunk_elems, n = std::min(chunk_elems, total - first);
-      std::memcpy(post_area(rank_, b, posted), in + first * esize, n * esize);
+      std::memcpy(post_area(rank_, phase, posted), in + first * esize, n * esize);
     }
     if (t >= 1) {
       size_t first = (t - 1) * chunk_elems, last = std::min(total, first + chunk_elems);
@@ -852,8 +876,9 @@ Status SharedMemoryEngine::reduce_scatterv(const void* send, void* recv, const s
       if (lo < hi) {
         uint8_t* dst = out + (lo - mine_begin) * esize;
         size_t offset = (lo - first) * esize;
-        reduce_to(dst, post_area(0, pb, posted) + offset, post_area(1, pb, posted) + offset, hi - lo, dtype, op);
-        for (int p = 2; p < size_; ++p) reduce_into(dst, post_area(p, pb, posted) + offset, hi - lo, dtype, op);
+        reduce_to(dst, post_area(0, previous, posted) + offset, post_area(1, previous, posted) + offset, hi - lo,
+                  dtype, op);
+        for (int p = 2; p < size_; ++p) reduce_into(dst, post_area(p, previous, posted) + offset, hi - lo, dtype, op);
       }
     }
     if (t < chunks) COHORT_RETURN_IF_ERROR(step(deadline, "reduce_scatter"));
@@ -863,19 +888,22 @@ Status SharedMemoryEngine::reduce_scatterv(const void* send, void* recv, const s
 
 Status SharedMemoryEngine::stream(const uint8_t* source, const std::vector<size_t>& lengths,
                                   const Consume& consume, Deadline deadline, const char* op, uint8_t* own_out) {
-  size_t chunks = 0;
-  for (size_t n : lengths) chunks = std::max(chunks, chunks_of(n));
+  size_t chunks = 0, longest = 0;
+  for (size_t n : lengths) chunks = std::max(chunks, chunks_of(n)), longest = std::max(longest, n);
   if (chunks == 0) return ok_status();
+  // Every rank's posts take places of the same size (post_area), known to all: the lengths are.
+  const size_t posted = std::min(kShmChunkBytes, longest);
   COHORT_RETURN_IF_ERROR(writable(deadline, op));
   for (size_t t = 0; t <= chunks; ++t) {
-    const int b = bank(), pb = 1 - b;
+    const uint32_t phase = arrived_, previous_phase = phase - 1;
     size_t first = t * kShmChunkBytes;
     if (t < chunks && first < lengths[rank_]) {
       size_t n = std::min(kShmChunkBytes, lengths[rank_] - first);
+      uint8_t* slot = post_area(rank_, phase, posted);
       if (own_out != nullptr) {
-        copy_in_and_stream_out(input(rank_, b), own_out + first, source + first, n);
+        copy_in_and_stream_out(slot, own_out + first, source + first, n);
       } else {
-        std::memcpy(input(rank_, b), source + first, n);
+        std::memcpy(slot, source + first, n);
         // This rank's own part, chunk by chunk while the source chunk is still in cache (one pass
         // over the whole source first read it from memory twice).
         consume(rank_, first, source + first, n);
@@ -885,7 +913,7 @@ Status SharedMemoryEngine::stream(const uint8_t* source, const std::vector<size_
       size_t previous = (t - 1) * kShmChunkBytes;
       for (int p = 0; p < size_; ++p) {
         if (p == rank_ || previous >= lengths[p]) continue;
-        consume(p, previous, input(p, pb), std::min(kShmChunkBytes, lengths[p] - previous));
+        consume(p, previous, post_area(p, previous_phase, posted), std::min(kShmChunkBytes, lengths[p] - previous));
       }
     }
     if (t < chunks) COHORT_RETURN_IF_ERROR(step(deadline, op));
@@ -929,17 +957,18 @@ Status SharedMemoryEngine::broadcast(void* buf, size_t bytes, int root, Deadline
   }
   if (broadcast_window_.covers(bytes)) return broadcast_single_copy(buf, bytes, root, deadline);
   const size_t piece = broadcast_piece(bytes);
+  const size_t posted = std::min(piece, bytes);  // a place of the piece's size (a 1 KiB message: 1 KiB)
   const bool streaming = bytes >= kShmStreamingStoreBytes;
   for (size_t first = 0; first < bytes; first += piece) {
     const size_t n = std::min(piece, bytes - first);
     if (rank_ == root) {
       COHORT_RETURN_IF_ERROR(writable(deadline, "broadcast"));
-      std::memcpy(input(rank_, bank()), data + first, n);
+      std::memcpy(post_area(rank_, arrived_, posted), data + first, n);
       COHORT_RETURN_IF_ERROR(publish("broadcast"));
     } else {
       COHORT_RETURN_IF_ERROR(publish("broadcast"));
       COHORT_RETURN_IF_ERROR(await(root, arrived_, deadline, "broadcast"));
-      copy_out(data + first, input(root, 1 - bank()), n, streaming);
+      copy_out(data + first, post_area(root, arrived_ - 1, posted), n, streaming);  // the root's last phase
     }
   }
   return ok_status();
@@ -959,12 +988,13 @@ Status SharedMemoryEngine::gatherv(const void* send, void* recv, const std::vect
     const auto* in = static_cast<const uint8_t*>(send);
     uint8_t* out = static_cast<uint8_t*>(recv);
     const size_t mine = std::accumulate(bytes.begin(), bytes.begin() + rank_, size_t{0});
-    std::memcpy(post_area(rank_, bank(), bytes[rank_]), in, bytes[rank_]);
+    const uint32_t phase = arrived_;
+    std::memcpy(post_area(rank_, phase, bytes[rank_]), in, bytes[rank_]);
     if (out + mine != in) std::memcpy(out + mine, in, bytes[rank_]);
     COHORT_RETURN_IF_ERROR(step(deadline, "allgather"));
     size_t offset = 0;
     for (int p = 0; p < size_; ++p) {
-      if (p != rank_) std::memcpy(out + offset, post_area(p, 1 - bank(), bytes[p]), bytes[p]);
+      if (p != rank_) std::memcpy(out + offset, post_area(p, phase, bytes[p]), bytes[p]);
       offset += bytes[p];
     }
     return ok_status();

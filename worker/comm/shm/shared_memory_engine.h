@@ -28,8 +28,8 @@
 // peer's process is alive (its pid and start time in /proc), so a dead rank becomes UNAVAILABLE
 // naming it and a stopped one DEADLINE_EXCEEDED naming it, never a hang.
 //
-// Single copy (CMA). Broadcasts and allgathers inside a size window (kShmSingleCopy*) skip the
-// segment in groups of 2 ranks on at least 2 CPUs (any group with COHORT_SHM_CMA=1): each rank
+// Single copy (CMA), opt-in (see its windows below). Broadcasts and allgathers inside a size window
+// skip the segment in groups of 2 ranks on at least 2 CPUs (any group with COHORT_SHM_CMA=1): each rank
 // whose data is read publishes the address and length of its buffer in its Control and ends its
 // phase, and its peers read straight from that buffer into theirs with process_vm_readv (Linux
 // cross-memory attach, as OpenMPI's vader BTL does for large messages): one copy instead of two.
@@ -88,24 +88,24 @@ inline constexpr size_t kShmBroadcastMinPieceBytes = 8 * 1024;
 inline constexpr size_t kShmStreamingStoreBytes = 8 * 1024 * 1024;
 // Bytes per rank that travel inside the flag's cache line instead of the slot (see Control).
 inline constexpr size_t kShmInlineBytes = 16;
+// Posts of at least this many bytes move through their bank (post_area): phase by phase a rank
+// writes lines its peers have not read lately. Writing a line a peer has just read means taking
+// it out of that peer's cache first, which made writes into the segment 3-4x slower than a
+// memcpy (2 processes on the 2-core EPYC, 1 MiB in 256 KiB pieces, into two alternating regions:
+// 95-100 us per MiB; moving through 4 MiB: 30 us; 32 KiB: 3.5 -> 0.9 us; bench/README.md,
+// 2026-11-24). At 4 KiB it made no difference.
+inline constexpr size_t kShmRotateMinBytes = 8 * 1024;
 // Entries of a rank's broadcast ring: how far (minus 2) a root may run ahead of its slowest
 // reader with broadcasts of at most kShmInlineBytes.
 inline constexpr size_t kShmRingEntries = 64;
-// The windows of single copy (CMA, see above): whole-message bytes, where every rank can (and by
-// default only 2 ranks on at least 2 CPUs; COHORT_SHM_CMA=1: any group, =0: never);
-// COHORT_SHM_CMA_BROADCAST_BYTES / COHORT_SHM_CMA_ALLGATHER_BYTES = MIN[:MAX] or off override
-// them. Measured on the 2-core EPYC, 2 ranks (bench/README.md, 2026-11-24): a broadcast of
-// 64 KiB-2 MiB took 0.62-0.85x the time of the two pipelined copies with the reader copying it
-// all (0.35-0.85x while the root also wrote part, since taken out), from 4 MiB 1.2-2.4x
-// (process_vm_readv copies page by page at about 6 GB/s; two streaming copies run on two cores
-// at once), and below 32 KiB 2-5x (the system call and a second flag cost more than the copy);
-// an allgather 0.6-0.95x at 64-512 KiB, 1.2-1.6x from 1 MiB (two copies there take
-// one barrier and copy from cache). With 4 ranks on 2 cores single copy (readers only) lost from
-// 512 KiB (1.5-2.2x): P - 1 kernel copies cost more CPU than one copy in and P - 1 user copies out.
-inline constexpr size_t kShmSingleCopyBroadcastMin = 64 * 1024;
-inline constexpr size_t kShmSingleCopyBroadcastMax = 2 * 1024 * 1024;
-inline constexpr size_t kShmSingleCopyAllgatherMin = 64 * 1024;
-inline constexpr size_t kShmSingleCopyAllgatherMax = 512 * 1024;
+// Single copy (CMA, see above) is opt-in: its windows (whole-message bytes) are empty unless
+// COHORT_SHM_CMA_BROADCAST_BYTES / COHORT_SHM_CMA_ALLGATHER_BYTES = MIN[:MAX] open them, and then
+// apply only where every rank can, in groups of 2 ranks on at least 2 CPUs (COHORT_SHM_CMA=1: any
+// group, =0: never). It used to be on for broadcasts of 64 KiB-2 MiB and allgathers of
+// 64-512 KiB at 2 ranks, where it beat the two copies through the segment. Since posts move
+// through their bank (kShmRotateMinBytes), the two copies beat it at every size measured, 2 ranks
+// on the 2-core EPYC (bench/README.md, 2026-11-24 12:00): process_vm_readv pins and copies page
+// by page, 32 KiB in 3.6 us against memcpy's 0.6 us; 1 MiB in 82-104 us against 22 us.
 // Group sizes above this use the transport (the segment and the flag scans grow with P).
 inline constexpr int kShmMaxRanks = 64;
 // Longest FUTEX_WAIT before the waiter rechecks its deadline and the peer's liveness.
@@ -179,9 +179,11 @@ class SharedMemoryEngine {
   // Bank `bank` of rank r's slot: its input region, and its result region.
   uint8_t* input(int r, int bank) const;
   uint8_t* result(int r, int bank) const;
-  // Where rank r posts `bytes` in `bank`: its Control's inline line when they fit, else input().
-  // Writer and readers pass the same `bytes`, so they agree.
-  uint8_t* post_area(int r, int bank, size_t bytes) const;
+  // Where rank r posts `bytes` (at most kShmChunkBytes) in its phase `phase` (bank phase % 2): its
+  // Control's inline line when they fit, else a region of the bank that moves on every phase of
+  // that bank (see kShmRotateMinBytes). Writer and readers pass the same phase and `bytes`, so
+  // they agree.
+  uint8_t* post_area(int r, uint32_t phase, size_t bytes) const;
   // Rank r's broadcast-ring entry for the phase `generation`.
   uint8_t* ring_entry(int r, uint32_t generation) const;
   // The bank this rank writes in the current step; peers' data of the previous step is in 1 - it.
