@@ -157,6 +157,7 @@ StatusOr<std::shared_ptr<TaskSupervisor::Task>> TaskSupervisor::start_task(const
   launch.env = environment_for(job, rank, local_rank);
   launch.working_dir = job.working_dir;
   launch.run_as = job.run_as;
+  launch.exec_timeout = options_.exec_timeout;
   // Both streams go to one log, interleaved as they arrive, which is how people read a rank.
   std::shared_ptr<LogCapture> capture = task->log;
   launch.on_stdout = [capture](std::string_view bytes) { capture->append(bytes); };

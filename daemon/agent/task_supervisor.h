@@ -119,6 +119,8 @@ struct TaskSupervisorOptions {
   // How often ranks are asked to beat (COHORT_HEARTBEAT_INTERVAL_MS beside COHORT_HEARTBEAT_FILE);
   // keep it well under heartbeat_timeout (DaemonConfig requires at most half).
   Duration heartbeat_interval = kDefaultRankHeartbeatInterval;
+  // Each task's exec handshake deadline (LaunchOptions::exec_timeout; daemon config exec_timeout_ms).
+  Duration exec_timeout = kDefaultExecTimeout;
 };
 
 // The tasks of one job that run on this node.

@@ -43,6 +43,11 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::open(CoordinatorOptions opti
     return invalid_argument_error("the coordinator needs a data directory for its job records (--data-dir)");
   }
   COHORT_RETURN_IF_ERROR(validate_path_roots(options.allowed_path_roots));
+  if (options.start_timeout <= Duration(0)) {
+    return invalid_argument_error("CoordinatorOptions::start_timeout is {} ms; it must be positive (daemon config "
+                                  "start_timeout_ms)",
+                                  options.start_timeout.count());
+  }
   COHORT_RETURN_IF_ERROR(validate_allowed_commands(options.allowed_commands));
   COHORT_ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store,
                           options.open_store ? options.open_store() : JobStore::open(options.data_dir));
@@ -208,14 +213,7 @@ Status Coordinator::register_node_locked(NodeInfo info, const std::vector<Runnin
   for (const RunningAttempt& attempt : running) {
     const AttemptKey key{attempt.job_id, attempt.attempt};
     reported[key] = &attempt;
-    auto it = attempts_.find(key);
-    const NodeAssignment* node = it != attempts_.end() ? it->second.placement.find_node(id) : nullptr;
-    bool live_here = false;
-    for (int rank = node != nullptr ? node->first_rank : 0; node != nullptr && rank < node->first_rank + node->num_ranks;
-         ++rank) {
-      live_here = live_here || it->second.live_ranks.count(rank) != 0;
-    }
-    if (live_here || attempt.ranks.empty()) continue;
+    if (attempt.ranks.empty() || has_live_rank_on_locked(key, id)) continue;
     spdlog::warn("coordinator: node {} still runs job {} attempt {}, which the coordinator no longer runs there; "
                  "stopping it",
                  id, attempt.job_id, attempt.attempt);
@@ -432,6 +430,56 @@ void Coordinator::expire_unstarted_locked(AgentOrders& orders) {
 Status Coordinator::heartbeat(const std::string& node_id, bool unschedulable) {
   std::lock_guard<std::mutex> lock(mu_);
   return nodes_.heartbeat(node_id, clock_->now(), unschedulable);
+}
+
+// Reconciliation on every heartbeat: the bounded StopTasks retries of the dispatch thread are the
+// fast path; this is the backstop for a stop that never arrived while the node stays registered.
+//
+// Ordering, so that a launch in flight is never stopped (a heartbeat's list is the agent's
+// snapshot at some time S, judged here under mu_ at a later time J):
+//  - Only what the agent reported is judged, and nothing follows from what it left out. An attempt
+//    this coordinator just PLACED, whose launch order has not reached the agent or is being carried
+//    out there (the agent leaves launches under way out of its list), is not in the list, so it is
+//    neither stopped nor taken for lost (the start deadline and the launch's own report cover that).
+//  - A reported attempt that is active here (PLACED or RUNNING, a live rank on this node) is kept,
+//    also when this node's "tasks started" report has not come yet: the agent may have started the
+//    tasks and listed them before the dispatch thread got the LaunchTasks answer.
+//  - The other judgments are final within this coordinator: an attempt that is over (its job
+//    finished, cancelled, failed, or at a later attempt) never becomes active again, and an exited
+//    rank never becomes live again; so whatever happened between S and J, those tasks must not run.
+//  - Not yet made (the job unknown, an attempt number beyond the job's current one, or the job
+//    PENDING at the reported attempt): this coordinator sends a launch only after the attempt is
+//    PLACED in memory (under mu_, before the order leaves), so tasks it launched are never in this
+//    state; these ran on a coordinator whose records are gone (a restored store; or the job was
+//    deleted after its retention). Only here is the judgment not final: after a restore a submit may
+//    hand out that job id again, and a job PENDING at that attempt is about to be placed, perhaps on
+//    this node. The stop is safe all the same, because the agent stops only the tasks of the very
+//    launch it reported (AgentService::stop_reported compares the launch), never a launch of the
+//    same job and attempt that began after its snapshot: the coordinator's own launch, when it
+//    comes, is left alone.
+// HA: only a leader answers heartbeats (LeaderGate refuses standbys, and CoordinatorService drops the
+// stops of a heartbeat during which this coordinator lost its leadership); a leader's state is what
+// its store holds, so what it finds over is over for its successor too.
+StatusOr<std::vector<StopOrder>> Coordinator::heartbeat(const std::string& node_id, bool unschedulable,
+                                                        const std::vector<RunningAttempt>& running) {
+  std::lock_guard<std::mutex> lock(mu_);
+  COHORT_RETURN_IF_ERROR(nodes_.heartbeat(node_id, clock_->now(), unschedulable));
+  std::vector<StopOrder> stops;
+  if (shutting_down_) return stops;
+  for (const RunningAttempt& attempt : running) {
+    if (attempt.ranks.empty()) continue;  // nothing of it runs there
+    const AttemptKey key{attempt.job_id, attempt.attempt};
+    const std::string why = over_on_node_locked(key, node_id);
+    if (why.empty()) continue;
+    // Info, not a warning: a heartbeat during an ordinary stop's grace period lands here too.
+    spdlog::info("coordinator: node {}'s heartbeat reports job {} attempt {} running (rank(s) {}), which it must "
+                 "not run: {}; stopping it",
+                 node_id, key.first, key.second, fmt::join(attempt.ranks, ", "), why);
+    stops.push_back(StopOrder{node_id, "", key.first, key.second,
+                              fmt::format("node {} still runs job {} attempt {}: {}", node_id, key.first,
+                                          key.second, why)});
+  }
+  return stops;
 }
 
 std::vector<NodeStatus> Coordinator::list_nodes() const {
@@ -947,6 +995,41 @@ bool Coordinator::is_active_locked(const AttemptKey& key) const {
   auto it = jobs_.find(key.first);
   if (it == jobs_.end() || it->second.attempt() != key.second) return false;
   return it->second.state() == JobState::kPlaced || it->second.state() == JobState::kRunning;
+}
+
+bool Coordinator::has_live_rank_on_locked(const AttemptKey& key, const std::string& node_id) const {
+  auto it = attempts_.find(key);
+  if (it == attempts_.end()) return false;
+  const NodeAssignment* node = it->second.placement.find_node(node_id);
+  if (node == nullptr) return false;
+  for (int rank = node->first_rank; rank < node->first_rank + node->num_ranks; ++rank) {
+    if (it->second.live_ranks.count(rank) != 0) return true;
+  }
+  return false;
+}
+
+std::string Coordinator::over_on_node_locked(const AttemptKey& key, const std::string& node_id) const {
+  auto it = jobs_.find(key.first);
+  if (it == jobs_.end()) {
+    return fmt::format("the coordinator has no job {} (deleted after its retention, or its record was lost when "
+                       "the job store was restored)",
+                       key.first);
+  }
+  const Job& job = it->second;
+  if (key.second > job.attempt()) {
+    return fmt::format("the coordinator knows job {} only up to attempt {} (its record was lost when the job store "
+                       "was restored)",
+                       key.first, job.attempt());
+  }
+  if (key.second < job.attempt()) return fmt::format("job {} is at attempt {} now", key.first, job.attempt());
+  if (!is_active_locked(key)) {
+    return fmt::format("the job is {}: {}", job_state_name(job.state()), job.machine.reason());
+  }
+  if (!has_live_rank_on_locked(key, node_id)) {
+    return fmt::format("none of its ranks placed on node {} counts as running any more (placed on {})", node_id,
+                       job.placement.node_list());
+  }
+  return "";
 }
 
 Status Coordinator::record_locked(Job& job, Job next, const JobTransition& change) {

@@ -223,6 +223,19 @@ class Coordinator {
                                       AgentOrders* unsent = nullptr);
   // Renews a node's lease. NOT_FOUND: the node must register again.
   Status heartbeat(const std::string& node_id, bool unschedulable = false);
+  // The same, from an agent that reports what it runs now (HeartbeatRequest.running): returns a stop
+  // for each reported attempt with ranks still running that this coordinator no longer runs on the
+  // node, so tasks whose StopTasks never arrived (every retry failed, a partition) stop while the
+  // node stays registered instead of running on until fencing or its next registration. An
+  // attempt is stopped when the job is unknown (deleted after its retention, or its record lost when
+  // the store was restored), the attempt is newer than any this coordinator made (a restored store)
+  // or older than the job's current one (superseded), the job is no longer PLACED or RUNNING at that
+  // attempt (finished, cancelled, failed), or none of the attempt's ranks on the node is live any
+  // more. Nothing is inferred from what the report leaves out. The stops' `address` is empty: they
+  // travel in the heartbeat's reply. The lease is renewed first; NOT_FOUND orders nothing. Needs no
+  // store write.
+  StatusOr<std::vector<StopOrder>> heartbeat(const std::string& node_id, bool unschedulable,
+                                             const std::vector<RunningAttempt>& running);
   // Drops a node now, as if its lease had run out (`cohort node revoke`): its attempts fail over
   // by their restart policy. No orders go to the node itself.
   AgentOrders remove_node(const std::string& node_id, const std::string& reason);
@@ -370,6 +383,10 @@ class Coordinator {
   Status check_attempt_locked(const Job& job, int attempt) const;
   // Whether `key` is the job's current attempt and still PLACED or RUNNING.
   bool is_active_locked(const AttemptKey& key) const;
+  // Whether attempt `key` holds slots and a rank of it placed on `node_id` has not exited.
+  bool has_live_rank_on_locked(const AttemptKey& key, const std::string& node_id) const;
+  // Why node `node_id` must not run attempt `key` (for a heartbeat's stop); empty when it may.
+  std::string over_on_node_locked(const AttemptKey& key, const std::string& node_id) const;
 
   // Moves the job to `to` (after `edit` changed other fields of the new record) and records it.
   // Write first (issue 16): the new record and its event are stored before the job in memory

@@ -814,6 +814,127 @@ TEST_F(CoordinatorTest, AnAttemptWhoseNodeNeverReportsItsTasksStartedFailsAtTheS
   EXPECT_EQ(free_slots("node-a"), 1);
 }
 
+// Heartbeat reconciliation: the backstop for stops that never arrived while the node stays registered.
+
+TEST_F(CoordinatorTest, AHeartbeatStillReportingACancelledJobWhoseStopsAllFailedIsToldToStopIt) {
+  add_node("node-a", 1);
+  add_node("node-b", 1);
+  const std::string id = submit(valid_spec("cancelled", 1, 1));
+  tick_and_start();
+  const std::string placed_on = job(id).placement.nodes.at(0).node_id;
+  const std::string other = placed_on == "node-a" ? "node-b" : "node-a";
+  auto cancelled = coordinator_->cancel(id, "");
+  ASSERT_TRUE(cancelled.ok());
+  ASSERT_EQ(stopped_nodes(*cancelled), std::vector<std::string>{placed_on});
+  // Every send of that stop failed (the agent answered UNAVAILABLE past kMaxStopTries); the node
+  // stays registered and keeps heartbeating with the task still running.
+  clock_.advance(seconds(5));
+  ASSERT_TRUE(coordinator_->heartbeat(other).ok());
+  auto stops = coordinator_->heartbeat(placed_on, false, {RunningAttempt{id, 1, {0}}});
+  ASSERT_TRUE(stops.ok()) << stops.status().to_string();
+  ASSERT_EQ(stops->size(), 1u);
+  EXPECT_EQ((*stops)[0].node_id, placed_on);
+  EXPECT_EQ((*stops)[0].job_id, id);
+  EXPECT_EQ((*stops)[0].attempt, 1);
+  EXPECT_TRUE(contains((*stops)[0].reason, "the job is CANCELLED")) << (*stops)[0].reason;
+  // The heartbeat renewed the lease: past the original one the node is still there.
+  clock_.advance(kLease - seconds(1));
+  ASSERT_TRUE(coordinator_->heartbeat(other).ok());
+  EXPECT_TRUE(coordinator_->tick().empty());
+  EXPECT_EQ(free_slots(placed_on), 0) << "its task still runs there";
+  // Told again at every heartbeat until its exit comes; then nothing is left to stop.
+  stops = coordinator_->heartbeat(placed_on, false, {RunningAttempt{id, 1, {0}}});
+  ASSERT_TRUE(stops.ok());
+  EXPECT_EQ(stops->size(), 1u);
+  exit_task(placed_on, id, 1, 0, 0, 15);
+  EXPECT_EQ(free_slots(placed_on), 1);
+  stops = coordinator_->heartbeat(placed_on, false, {});
+  ASSERT_TRUE(stops.ok());
+  EXPECT_TRUE(stops->empty());
+  // The other node runs nothing of it and reports nothing: nothing for it either.
+  stops = coordinator_->heartbeat(other, false, {});
+  ASSERT_TRUE(stops.ok());
+  EXPECT_TRUE(stops->empty());
+}
+
+TEST_F(CoordinatorTest, AHeartbeatStillReportingASupersededAttemptIsToldToStopItAndKeepsTheNewOne) {
+  add_node("node-a", 1);
+  add_node("node-b", 1);
+  add_node("node-c", 1);
+  cohort::v1::JobSpec spec = valid_spec("superseded", 2, 1);
+  spec.mutable_restart_policy()->set_max_restarts(1);
+  const std::string id = submit(spec);
+  tick_and_start();
+  const std::string a = job(id).placement.nodes.at(0).node_id;
+  const std::string b = job(id).placement.nodes.at(1).node_id;
+  // Rank 1 fails; the stop of rank 0 on the first node never arrives.
+  ASSERT_EQ(stopped_nodes(exit_task(b, id, 1, 1, 1)), std::vector<std::string>{a});
+  ASSERT_EQ(job(id).attempt(), 2);
+  auto stops = coordinator_->heartbeat(a, false, {RunningAttempt{id, 1, {0}}});
+  ASSERT_TRUE(stops.ok()) << stops.status().to_string();
+  ASSERT_EQ(stops->size(), 1u);
+  EXPECT_EQ((*stops)[0].attempt, 1);
+  EXPECT_TRUE(contains((*stops)[0].reason, "is at attempt 2 now")) << (*stops)[0].reason;
+  // Attempt 2 runs on the nodes that are free; a heartbeat reporting it is left alone.
+  tick_and_start();
+  ASSERT_EQ(job(id).state(), JobState::kRunning);
+  const NodeAssignment second = job(id).placement.nodes.at(0);
+  stops = coordinator_->heartbeat(second.node_id, false, {RunningAttempt{id, 2, {second.first_rank}}});
+  ASSERT_TRUE(stops.ok());
+  EXPECT_TRUE(stops->empty());
+}
+
+TEST_F(CoordinatorTest, AJustPlacedAttemptIsNotStoppedWhetherOrNotTheHeartbeatReportsIt) {
+  add_node("node-a", 1);
+  const std::string id = submit(valid_spec("placed", 1, 1));
+  AgentOrders placed = coordinator_->tick();
+  ASSERT_EQ(placed.launches.size(), 1u);
+  ASSERT_EQ(job(id).state(), JobState::kPlaced);
+  // The launch order has not reached the agent (or is being carried out there): its heartbeat lists
+  // nothing. That is neither a stop nor a loss.
+  auto stops = coordinator_->heartbeat("node-a", false, {});
+  ASSERT_TRUE(stops.ok()) << stops.status().to_string();
+  EXPECT_TRUE(stops->empty());
+  EXPECT_EQ(job(id).state(), JobState::kPlaced);
+  // The agent started the tasks and its heartbeat lists them before the dispatch thread has the
+  // launch's answer (so before report_tasks_started): still the coordinator's, kept.
+  stops = coordinator_->heartbeat("node-a", false, {RunningAttempt{id, 1, {0}}});
+  ASSERT_TRUE(stops.ok());
+  EXPECT_TRUE(stops->empty());
+  EXPECT_EQ(job(id).state(), JobState::kPlaced);
+  EXPECT_EQ(free_slots("node-a"), 0);
+  ASSERT_TRUE(coordinator_->report_tasks_started("node-a", id, 1).ok());
+  EXPECT_EQ(job(id).state(), JobState::kRunning);
+  stops = coordinator_->heartbeat("node-a", false, {RunningAttempt{id, 1, {0}}});
+  ASSERT_TRUE(stops.ok());
+  EXPECT_TRUE(stops->empty());
+}
+
+TEST_F(CoordinatorTest, AHeartbeatReportingAnAttemptTheCoordinatorDoesNotKnowIsToldToStopIt) {
+  add_node("node-a", 2);
+  const std::string id = submit(valid_spec("known", 1, 1));
+  tick_and_start();
+  // Tasks of a job the coordinator has no record of (its store was restored from an older copy), of
+  // an attempt newer than any it made, and one whose ranks all ended (nothing to stop).
+  auto stops = coordinator_->heartbeat(
+      "node-a", false,
+      {RunningAttempt{id, 1, {0}}, RunningAttempt{"ghost-7", 1, {0, 1}}, RunningAttempt{id, 3, {0}},
+       RunningAttempt{"ended-8", 1, {}}});
+  ASSERT_TRUE(stops.ok()) << stops.status().to_string();
+  ASSERT_EQ(stops->size(), 2u);
+  EXPECT_EQ((*stops)[0].job_id, "ghost-7");
+  EXPECT_EQ((*stops)[0].attempt, 1);
+  EXPECT_TRUE(contains((*stops)[0].reason, "has no job ghost-7")) << (*stops)[0].reason;
+  EXPECT_EQ((*stops)[1].job_id, id);
+  EXPECT_EQ((*stops)[1].attempt, 3);
+  EXPECT_TRUE(contains((*stops)[1].reason, "only up to attempt 1")) << (*stops)[1].reason;
+  // Judging what a node runs changed nothing here.
+  EXPECT_EQ(job(id).state(), JobState::kRunning);
+  // A node that is not registered must register (NOT_FOUND), which reconciles it; no stops.
+  auto unknown = coordinator_->heartbeat("node-z", false, {RunningAttempt{"ghost-7", 1, {0}}});
+  EXPECT_EQ(unknown.status().code(), StatusCode::kNotFound);
+}
+
 TEST_F(CoordinatorTest, ARecoveredAttemptANodeNeverReportsFailsWhenTheReconcileWindowEnds) {
   add_node("node-a", 1);
   add_node("node-b", 1);

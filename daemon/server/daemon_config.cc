@@ -23,6 +23,13 @@ constexpr const char* kLogLevels[] = {"trace", "debug", "info", "warn", "error",
 // (tests and chaos runs) to an hour (a rank allowed to sit stopped longer is not being watched).
 constexpr long long kMinHangLimitMs = 100;
 constexpr long long kMaxHangLimitMs = 3600LL * 1000;
+// start_timeout_ms: shorter than this would fail attempts whose launches merely wait behind others
+// (orders go out one at a time) on a busy cluster.
+constexpr long long kMinStartTimeoutMs = 10 * 1000;
+// exec_timeout_ms: a healthy exec, even of a large binary on a slow network filesystem, takes well
+// under a second; past an hour a hung mount is not being watched any more.
+constexpr long long kMinExecTimeoutMs = 1000;
+constexpr long long kMaxExecTimeoutMs = 3600LL * 1000;
 // job_retention's range: shorter would delete a job while someone still looks at it; longer is a typo.
 constexpr std::chrono::milliseconds kMinJobRetention = std::chrono::minutes(10);
 constexpr std::chrono::milliseconds kMaxJobRetention = std::chrono::hours(24 * 3650);
@@ -88,6 +95,13 @@ const std::vector<DaemonSetting>& daemon_settings() {
       {"stop_grace_ms", "--stop-grace-ms", "MS", "SIGTERM to SIGKILL when stopping tasks (agent)"},
       {"shutdown_grace_ms", "--shutdown-grace-ms", "MS", "how long shutdown lets in-flight calls finish"},
       {"peer_rpc_timeout_ms", "--peer-rpc-timeout-ms", "MS", "deadline of one call between daemons"},
+      {"start_timeout_ms", "--start-timeout-ms", "MS",
+       "coordinator: a placed attempt whose nodes have not all reported its tasks started this long after its "
+       "placement fails, naming those nodes (default 300000; 10000..86400000, and more than "
+       "peer_rpc_timeout_ms)"},
+      {"exec_timeout_ms", "--exec-timeout-ms", "MS",
+       "agent: a task that has not exec'd its program this long after its fork (its working_dir or command on "
+       "a hung mount) fails its launch and is killed (default 30000; 1000..3600000)"},
       {"log_level", "--log-level", "LEVEL", "trace, debug, info, warn, error or off"},
       {"stopped_task_limit_ms", "--stopped-task-limit-ms", "MS",
        "agent: a rank stopped this long (SIGSTOP, SIGTSTP, a tracer: process state T) is killed and its "
@@ -213,6 +227,11 @@ Status DaemonConfig::set(const std::string& key, const std::string& value, const
     return set_milliseconds(0, options_.shutdown_grace);
   } else if (key == "peer_rpc_timeout_ms") {
     return set_milliseconds(1, options_.peer_rpc_timeout);
+  } else if (key == "start_timeout_ms") {
+    return set_milliseconds(kMinStartTimeoutMs, options_.start_timeout);
+  } else if (key == "exec_timeout_ms") {
+    COHORT_ASSIGN_OR_RETURN(long long ms, parse_integer(value, kMinExecTimeoutMs, kMaxExecTimeoutMs, where, key));
+    options_.exec_timeout = milliseconds(ms);
   } else if (key == "stopped_task_limit_ms" || key == "task_heartbeat_timeout_ms") {
     // 0 turns the check off; otherwise at least kMinHangLimitMs, or a loaded machine's scheduling
     // delay would pass for a hang.
@@ -400,6 +419,13 @@ StatusOr<DaemonServerOptions> DaemonConfig::options() const {
         "would get a healthy rank killed; raise the timeout or shorten the interval",
         std::chrono::duration_cast<std::chrono::milliseconds>(options_.task_heartbeat_timeout).count(),
         std::chrono::duration_cast<std::chrono::milliseconds>(options_.task_heartbeat_interval).count());
+  }
+  if (options_.start_timeout <= options_.peer_rpc_timeout) {
+    // A launch call alone may take peer_rpc_timeout: attempts would fail before their answer came.
+    return invalid_argument_error(
+        "start_timeout_ms ({} ms) must be more than peer_rpc_timeout_ms ({} ms): a launch call may take that "
+        "long before its node reports the tasks started; raise start_timeout_ms",
+        options_.start_timeout.count(), options_.peer_rpc_timeout.count());
   }
   if (options_.role == DaemonRole::kAgent && options_.coordinator_address.empty()) {
     return invalid_argument_error(

@@ -70,6 +70,43 @@ TEST(DaemonConfigTest, EtcdCompactionIntervalDefaultsToFiveMinutesAndZeroTurnsIt
       << bad.to_string();
 }
 
+TEST(DaemonConfigTest, StartAndExecTimeoutsAreKeysAndFlagsAndBadValuesNameTheKeyAndValue) {
+  DaemonConfig config;
+  ASSERT_TRUE(config.apply_yaml("role: all\ndata_dir: /d\n", "c.yaml").ok());
+  EXPECT_EQ(config.options()->start_timeout, coordinator::kDefaultStartTimeout);
+  EXPECT_EQ(config.options()->exec_timeout, agent::kDefaultExecTimeout);
+  ASSERT_TRUE(config.apply_yaml("start_timeout_ms: 600000\nexec_timeout_ms: 5000\n", "c.yaml").ok());
+  EXPECT_EQ(config.options()->start_timeout.count(), 600000);
+  EXPECT_EQ(config.options()->exec_timeout.count(), 5000);
+  ASSERT_TRUE(config.apply_flag("--start-timeout-ms", "60000").ok());
+  ASSERT_TRUE(config.apply_flag("--exec-timeout-ms", "90000").ok());
+  EXPECT_EQ(config.options()->start_timeout.count(), 60000);
+  EXPECT_EQ(config.options()->exec_timeout.count(), 90000);
+
+  Status bad = config.apply_yaml("start_timeout_ms: 500\nexec_timeout_ms: soon\n", "c.yaml");
+  ASSERT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("c.yaml:1: start_timeout_ms: '500' is not a whole number in 10000..86400000"),
+            std::string::npos)
+      << bad.message();
+  EXPECT_NE(bad.message().find("c.yaml:2: exec_timeout_ms: 'soon' is not a whole number in 1000..3600000"),
+            std::string::npos)
+      << bad.message();
+  Status zero = config.apply_flag("--exec-timeout-ms", "0");
+  EXPECT_NE(zero.message().find("--exec-timeout-ms: exec_timeout_ms: '0' is not a whole number"), std::string::npos)
+      << zero.message();
+  // The refused values left the last good ones.
+  EXPECT_EQ(config.options()->start_timeout.count(), 60000);
+  EXPECT_EQ(config.options()->exec_timeout.count(), 90000);
+
+  // A start deadline a single launch call can outlast is refused, naming both keys.
+  ASSERT_TRUE(config.apply_yaml("start_timeout_ms: 20000\npeer_rpc_timeout_ms: 30000\n", "c.yaml").ok());
+  Status short_start = config.options().status();
+  EXPECT_EQ(short_start.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(short_start.message().find("start_timeout_ms (20000 ms) must be more than peer_rpc_timeout_ms (30000 ms)"),
+            std::string::npos)
+      << short_start.message();
+}
+
 TEST(DaemonConfigTest, EveryProblemIsReportedWithFileAndLine) {
   DaemonConfig config;
   Status status = config.apply_yaml(

@@ -185,6 +185,7 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
     supervisor_options.stopped_task_limit = server->options_.stopped_task_limit;
     supervisor_options.heartbeat_timeout = server->options_.task_heartbeat_timeout;
     supervisor_options.heartbeat_interval = server->options_.task_heartbeat_interval;
+    supervisor_options.exec_timeout = server->options_.exec_timeout;
     // The node id and addresses are known only once the port is bound; the supervisor gets the
     // coordinator address it can know now (COHORT_COORDINATOR), the node id below.
     supervisor_options.coordinator_address = server->options_.coordinator_address;
@@ -220,6 +221,8 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
     agent_options.run_jobs_as_daemon_user = server->options_.run_jobs_as_daemon_user;
     agent_options.allowed_path_roots = server->options_.allowed_path_roots;
     agent_options.allowed_commands = server->options_.allowed_commands;
+    // A launch under way ends within its tasks' exec deadlines: the drain waits that long for it.
+    agent_options.drain_launch_wait = server->options_.exec_timeout;
     server->agent_service_ = std::make_unique<AgentService>(server->supervisor_.get(), agent_options);
     builder.RegisterService(server->agent_service_.get());
   }
@@ -525,8 +528,10 @@ void DaemonServer::send_stop(const coordinator::StopOrder& order, int failures) 
   }
   if (failures + 1 >= kMaxStopTries) {
     spdlog::error("stop of job {} attempt {} on node {} failed {} times and is not sent again: {}; if its tasks "
-                  "still run there, its agent stops them itself once the node loses its lease, and so does the node's "
-                  "next registration; otherwise kill the job's processes on node {} by hand",
+                  "still run there, the reply to the node's next heartbeat that gets through stops them (its agent "
+                  "reports what it runs), and so do the node's next registration and, once the node loses its "
+                  "lease, its agent itself; an agent too old to report what it runs gets only the last two, "
+                  "otherwise kill the job's processes on node {} by hand",
                   order.job_id, order.attempt, order.node_id, failures + 1, status.to_string(), order.node_id);
     return;
   }
@@ -744,14 +749,58 @@ Status DaemonServer::heartbeat() {
   cohort::v1::HeartbeatRequest request;
   request.set_node_id(node_id_);
   request.set_unschedulable(draining_);
+  // What runs here now: the coordinator answers with stops for what it no longer runs here (the
+  // backstop for a StopTasks that never arrived). Each attempt's launch is kept, so that a stop acts
+  // only on the tasks reported, never on a launch that began after this list was made.
+  std::map<std::pair<std::string, int>, uint64_t> reported;
+  request.set_running_reported(true);
+  for (const AgentService::RunningLaunch& launch : agent_service_->running_launches()) {
+    cohort::v1::RunningAttempt* running = request.add_running();
+    running->set_job_id(launch.job_id);
+    running->set_attempt(launch.attempt);
+    for (int rank : launch.ranks) running->add_ranks(rank);
+    reported[{launch.job_id, launch.attempt}] = launch.launch;
+  }
   cohort::v1::HeartbeatResponse response;
   // Safe to send twice, so a leader that holds it without answering (stopped, cut off) costs only
   // its share of the deadline and the channel moves on to the coordinator that took over; waiting
-  // out the whole deadline there would run down the lease and fence every task here.
+  // out the whole deadline there would run down the lease and fence every task here. (A repeated
+  // heartbeat judges the same list again and gives the same stops.)
   const grpc::Status beat = coordinator_leader_->idempotent_unary<cohort::v1::Coordinator>(
       std::chrono::system_clock::now() + options_.peer_rpc_timeout, &cohort::v1::Coordinator::Stub::Heartbeat, request,
       &response);
-  return from_grpc_status(beat, "Coordinator.Heartbeat", coordinator_leader_->leader_address());
+  COHORT_RETURN_IF_ERROR(from_grpc_status(beat, "Coordinator.Heartbeat", coordinator_leader_->leader_address()));
+  for (const cohort::v1::HeartbeatStop& stop : response.stops()) {
+    auto it = reported.find({stop.job_id(), stop.attempt()});
+    if (it == reported.end()) {
+      spdlog::warn("node {}: the coordinator's heartbeat reply orders job {} attempt {} stopped, which this "
+                   "heartbeat did not report; ignored",
+                   node_id_, stop.job_id(), stop.attempt());
+      continue;
+    }
+    stop_on_heartbeat_reply(stop.job_id(), stop.attempt(), it->second, stop.reason());
+  }
+  return ok_status();
+}
+
+void DaemonServer::stop_on_heartbeat_reply(const std::string& job_id, int attempt, uint64_t launch,
+                                           const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) return;  // the supervisor's destructor stops everything
+  for (auto it = reply_stops_.begin(); it != reply_stops_.end();) {
+    it = it->second.wait_for(std::chrono::seconds(0)) == std::future_status::ready ? reply_stops_.erase(it)
+                                                                                    : std::next(it);
+  }
+  // One under way waits out the stop grace period; later heartbeats order the same stop again.
+  std::future<void>& stopping = reply_stops_[{job_id, attempt}];
+  if (stopping.valid()) return;
+  stopping = std::async(std::launch::async, [this, job_id, attempt, launch, reason] {
+    StatusOr<int> stopped = agent_service_->stop_reported(job_id, attempt, launch, reason);
+    if (!stopped.ok()) {
+      spdlog::warn("node {}: stopping job {} attempt {} as the coordinator's heartbeat reply ordered failed: {}",
+                   node_id_, job_id, attempt, stopped.status().to_string());
+    }
+  });
 }
 
 std::string DaemonServer::fenced_detail() const {
@@ -864,6 +913,14 @@ void DaemonServer::shutdown_once() {
   if (tick_thread_.joinable()) tick_thread_.join();
   if (dispatch_thread_.joinable()) dispatch_thread_.join();
   if (agent_thread_.joinable()) agent_thread_.join();
+  // Heartbeat replies' stops under way finish (each within the stop grace period) before the
+  // supervisor goes; stopping_ keeps new ones from starting.
+  std::map<std::pair<std::string, int>, std::future<void>> reply_stops;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    reply_stops.swap(reply_stops_);
+  }
+  reply_stops.clear();
   // Wakes WatchJob streams and rendezvous waiters with UNAVAILABLE, so the drain below is quick.
   {
     std::lock_guard<std::mutex> leadership(leadership_mu_);
@@ -946,10 +1003,14 @@ Status DaemonServer::open_coordinator() {
     };
   }
   coordinator_options.job_retention = options_.job_retention;
+  coordinator_options.start_timeout = options_.start_timeout;
   COHORT_ASSIGN_OR_RETURN(coordinator_, coordinator::Coordinator::open(coordinator_options, &clock_));
   coordinator_service_ = std::make_unique<CoordinatorService>(
       coordinator_.get(), &clock_, security_.get(),
       [this](coordinator::AgentOrders orders) { dispatch(std::move(orders)); });
+  // Heartbeat stops come only from a leader (issue 16): the gate refuses standbys, and this catches a
+  // heartbeat during which the leadership was lost.
+  coordinator_service_->set_leading([this] { return gate_->leading(); });
   rendezvous_service_ = std::make_unique<RendezvousService>(coordinator_.get(), security_.get());
   metrics_->add_collectable(std::make_shared<metrics::CoordinatorCollector>(coordinator_.get(), &clock_));
   return ok_status();

@@ -15,8 +15,9 @@
 // answers NOT_FOUND (the coordinator restarted or declared the node lost), and reports each task
 // exit (ReportTaskExit). The supervisor's exit callback only queues the exit; the agent thread
 // sends it, so no RPC runs inside the callback. RegisterNode lists the attempts the node still
-// runs, so the coordinator keeps what it owns and stops the rest; an agent that could not renew its
-// lease for a whole lease stops all its tasks first (fencing, issue 16).
+// runs, so the coordinator keeps what it owns and stops the rest; so does every heartbeat, whose
+// reply's stops the agent carries out (the backstop for a StopTasks that never arrived). An agent
+// that could not renew its lease for a whole lease stops all its tasks first (fencing, issue 16).
 //
 // Every role serves cohort.v1.Info, grpc.health.v1 with a status per service (health_state.h) and
 // gRPC server reflection (grpc.reflection.v1alpha, to any authenticated caller).
@@ -42,6 +43,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -101,10 +103,16 @@ inline constexpr std::chrono::milliseconds kRegisterRetryInterval = std::chrono:
 // run on, holding their slots.
 inline constexpr std::chrono::milliseconds kStopRetryInterval = std::chrono::seconds(1);
 inline constexpr std::chrono::milliseconds kMaxStopRetryInterval = std::chrono::seconds(30);
-// Sends of one stop order at most (the first and its retries), then it is dropped with an error: a
-// node that stays unreachable loses its lease and its agent stops its tasks itself (fencing), and
-// when it registers again the registration's orders stop the attempts that are over. Retrying for
-// ever instead would hold the single dispatch thread once per retry, delaying every launch.
+// Sends of one stop order at most (the first and its retries), then it is dropped with an error.
+// These retries are the fast path; the node's heartbeats are the backstop: each reports what the
+// agent runs, and the coordinator's reply orders stopped what it no longer runs there
+// (Coordinator::heartbeat), so an agent that answered UNAVAILABLE longer than the retries lasted,
+// or was cut off for a while, stops the tasks at its first heartbeat that gets through (every
+// lease / kHeartbeatsPerLease) while its node stays registered. A node that stays unreachable
+// loses its lease and its agent stops its tasks itself (fencing); when it registers again, the
+// registration's orders stop the attempts that are over. (An agent older than the heartbeat's
+// report gets only those two.) Retrying for ever instead would hold the single dispatch thread
+// once per retry, delaying every launch.
 inline constexpr int kMaxStopTries = 3;
 // The shortest interval between client keepalive pings the server accepts without data flowing;
 // below the CLI's 30 s keepalive (client/client.h), so its idle streams are not cut.
@@ -159,6 +167,13 @@ struct DaemonServerOptions {
   agent::Duration task_heartbeat_timeout = agent::kDefaultHeartbeatTimeout;
   agent::Duration task_heartbeat_interval = kDefaultRankHeartbeatInterval;  // asked of every rank
   std::chrono::milliseconds peer_rpc_timeout = kDefaultPeerRpcTimeout;  // one call to a peer
+  // Coordinator: how long a placed attempt's nodes have to report its tasks started before it fails
+  // naming them (daemon config start_timeout_ms; CoordinatorOptions::start_timeout).
+  coordinator::Duration start_timeout = coordinator::kDefaultStartTimeout;
+  // Agent: how long one task may take from fork to exec (its chdir and execve, which a hung mount
+  // blocks) before its launch fails (daemon config exec_timeout_ms; agent::LaunchOptions). The
+  // drain waits as long for launches under way.
+  std::chrono::milliseconds exec_timeout = agent::kDefaultExecTimeout;
   std::chrono::milliseconds max_loop_silence = kDefaultMaxLoopSilence;  // see healthy()
   // Jobs (agent roles): who the ranks run as, and where spec paths may point.
   std::string job_user = "cohort-job";          // Unix user for owners without a user_map entry
@@ -329,6 +344,10 @@ class DaemonServer {
   void agent_loop();
   Status register_node();
   Status heartbeat();
+  // Carries out, on a thread of its own (it blocks up to the stop grace period), a stop the
+  // coordinator's heartbeat reply ordered for an attempt that heartbeat reported from launch
+  // `launch` (AgentService::stop_reported); nothing when one for the attempt is still under way.
+  void stop_on_heartbeat_reply(const std::string& job_id, int attempt, uint64_t launch, const std::string& reason);
   Status report_exit(const agent::TaskExit& exit);
   // What an exit report says of a task this agent stopped because its lease ran out (fencing).
   std::string fenced_detail() const;
@@ -390,6 +409,8 @@ class DaemonServer {
   int exits_in_flight_ = 0;                 // guarded by mu_; exits the agent thread is reporting now
   std::condition_variable exits_reported_;  // the agent thread finished a batch of exit reports
   std::map<std::string, std::unique_ptr<cohort::v1::Agent::Stub>> agent_stubs_;  // dispatch thread only
+  // Stops ordered by heartbeat replies, being carried out, by (job id, attempt); guarded by mu_.
+  std::map<std::pair<std::string, int>, std::future<void>> reply_stops_;
   // Stop orders an agent did not take, with when to send each again; dispatch thread only.
   struct PendingStop {
     coordinator::StopOrder order;

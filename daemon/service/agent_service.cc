@@ -231,7 +231,7 @@ Status AgentService::launch(const cohort::v1::LaunchTasksRequest& request,
     draining = draining_;
     launching_.erase(pending);
     launch_ended_.notify_all();
-    if (launched.ok()) attempts_[job.job_id] = request.attempt();
+    if (launched.ok()) attempts_[job.job_id] = Launched{request.attempt(), next_launch_++};
   }
   if (!launched.ok()) return launched;
   if (stop_requested || draining) {
@@ -376,14 +376,78 @@ grpc::Status AgentService::StopTasks(grpc::ServerContext* /*context*/,
     response->set_signalled(0);
     return grpc::Status::OK;
   }
-  StatusOr<std::vector<agent::TaskInfo>> tasks = supervisor_->tasks(request->job_id());
-  if (!tasks.ok()) return to_grpc_status(tasks.status());
-  int running = 0;
-  for (const agent::TaskInfo& task : *tasks) running += task.exit.has_value() ? 0 : 1;
-  Status stopped = supervisor_->stop(request->job_id());
-  if (!stopped.ok()) return to_grpc_status(stopped);
-  response->set_signalled(running);
+  StatusOr<int> signalled = stop_job(request->job_id());
+  if (!signalled.ok()) return to_grpc_status(signalled.status());
+  response->set_signalled(*signalled);
   return grpc::Status::OK;
+}
+
+StatusOr<int> AgentService::stop_job(const std::string& job_id) {
+  COHORT_ASSIGN_OR_RETURN(std::vector<agent::TaskInfo> tasks, supervisor_->tasks(job_id));
+  int running = 0;
+  for (const agent::TaskInfo& task : tasks) running += task.exit.has_value() ? 0 : 1;
+  COHORT_RETURN_IF_ERROR(supervisor_->stop(job_id));
+  return running;
+}
+
+std::vector<AgentService::RunningLaunch> AgentService::running_launches() const {
+  std::map<std::string, Launched> launched;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [job_id, launch] : attempts_) {
+      if (launching_.count(job_id) == 0) launched.emplace(job_id, launch);
+    }
+  }
+  std::vector<RunningLaunch> running;
+  for (const std::string& job_id : supervisor_->running_jobs()) {
+    auto it = launched.find(job_id);
+    if (it == launched.end()) continue;  // being launched, or started by no LaunchTasks of this service
+    StatusOr<std::vector<agent::TaskInfo>> tasks = supervisor_->tasks(job_id);
+    if (!tasks.ok()) continue;  // forgotten meanwhile
+    RunningLaunch attempt{job_id, it->second.attempt, it->second.launch, {}};
+    for (const agent::TaskInfo& task : *tasks) {
+      if (!task.exit.has_value()) attempt.ranks.push_back(task.rank);
+    }
+    if (!attempt.ranks.empty()) running.push_back(std::move(attempt));
+  }
+  // A launch that began and ended while the tasks were read may have replaced them: its tasks must
+  // not be reported as the launch read before (its attempt may differ).
+  std::lock_guard<std::mutex> lock(mu_);
+  running.erase(std::remove_if(running.begin(), running.end(),
+                               [this](const RunningLaunch& attempt) {
+                                 auto it = attempts_.find(attempt.job_id);
+                                 return launching_.count(attempt.job_id) != 0 || it == attempts_.end() ||
+                                        it->second.launch != attempt.launch;
+                               }),
+                running.end());
+  return running;
+}
+
+StatusOr<int> AgentService::stop_reported(const std::string& job_id, int attempt, uint64_t launch,
+                                          const std::string& reason) {
+  COHORT_RETURN_IF_ERROR(agent::validate_job_id(job_id, "a heartbeat's stop"));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = attempts_.find(job_id);
+    if (launching_.count(job_id) != 0 || it == attempts_.end() || it->second.attempt != attempt ||
+        it->second.launch != launch) {
+      // What the heartbeat reported is gone already; the launch since is the coordinator's to judge
+      // at the next heartbeat.
+      spdlog::info("agent: the coordinator's stop of job {} attempt {} on node {} is not carried out: the tasks "
+                   "it was about have been replaced by another launch ({})",
+                   job_id, attempt, options_.node_id, reason);
+      return 0;
+    }
+  }
+  // A launch of the job that begins from here on is refused while these tasks run (the supervisor
+  // holds one set of tasks per job); only one that begins and ends in the instant after they all
+  // exited by themselves could be stopped instead, the window StopTasks has too.
+  COHORT_ASSIGN_OR_RETURN(int signalled, stop_job(job_id));
+  if (signalled > 0) {
+    spdlog::info("agent: stopped {} task(s) of job {} attempt {} on node {} on the coordinator's heartbeat reply: {}",
+                 signalled, job_id, attempt, options_.node_id, reason);
+  }
+  return signalled;
 }
 
 grpc::Status AgentService::StreamLogs(grpc::ServerContext* context,
@@ -506,7 +570,7 @@ std::optional<int> AgentService::attempt_of(const std::string& job_id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = attempts_.find(job_id);
   if (it == attempts_.end()) return std::nullopt;
-  return it->second;
+  return it->second.attempt;
 }
 
 }  // namespace cohort::daemon

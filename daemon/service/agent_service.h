@@ -149,11 +149,32 @@ class AgentService final : public cohort::v1::Agent::Service {
   // The attempt of `job_id` launched last on this node; nullopt if none. Non-blocking.
   std::optional<int> attempt_of(const std::string& job_id) const;
 
+  // An attempt with tasks running here, as a heartbeat reports it (HeartbeatRequest.running).
+  struct RunningLaunch {
+    std::string job_id;
+    int attempt = 0;
+    uint64_t launch = 0;     // which launch of this agent started them (for stop_reported)
+    std::vector<int> ranks;  // the ranks still running
+  };
+  // The attempts whose tasks run here now, by job id. A job being launched right now is left out
+  // (until its launch ends the supervisor's tasks may be either attempt's), and so are jobs whose
+  // tasks all ended. Non-blocking.
+  std::vector<RunningLaunch> running_launches() const;
+  // Carries out a stop that the coordinator's heartbeat reply ordered for an attempt that heartbeat
+  // reported (`launch` from running_launches()), as StopTasks does (TERM, KILL after the grace period;
+  // blocks until the tasks are reaped). Only the tasks of that very launch are stopped: when a
+  // launch of the job is under way, or another one began since (even of the same attempt: a
+  // coordinator whose records were restored may hand the job id out again), nothing is, and 0 is
+  // returned. Returns how many tasks were still running and got signalled.
+  StatusOr<int> stop_reported(const std::string& job_id, int attempt, uint64_t launch, const std::string& reason);
+
   // The node as RegisterNode and NodeInfo describe it. Blocking (the inventory probe).
   StatusOr<cohort::v1::NodeInfo> describe_node() const;
 
  private:
   Status launch(const cohort::v1::LaunchTasksRequest& request, cohort::v1::LaunchTasksResponse* response);
+  // Stops every task of `job_id` the supervisor holds; how many were still running. Blocking.
+  StatusOr<int> stop_job(const std::string& job_id);
   // The part of a launch after its slots were reserved (launching_): the job user's claim, the
   // job's directories and spec file, the supervisor's launch. Blocking (disk, fork/exec); called
   // without mu_.
@@ -178,8 +199,15 @@ class AgentService final : public cohort::v1::Agent::Service {
     bool stop_requested = false;  // a StopTasks for this attempt came meanwhile: stopped once started
   };
 
+  // A launch that ended with its tasks started.
+  struct Launched {
+    int attempt = 0;
+    uint64_t launch = 0;  // from next_launch_: tells two launches of the same attempt apart
+  };
+
   mutable std::mutex mu_;  // never held across disk I/O or a launch
-  std::map<std::string, int> attempts_;             // guarded by mu_; job id → attempt launched last
+  std::map<std::string, Launched> attempts_;        // guarded by mu_; job id → the launch that ended last
+  uint64_t next_launch_ = 1;                        // guarded by mu_
   std::map<std::string, PendingLaunch> launching_;  // guarded by mu_; by job id
   std::condition_variable launch_ended_;            // with mu_: an entry left launching_
   bool draining_ = false;                           // guarded by mu_

@@ -5,6 +5,7 @@
 
 #include "daemon/service/agent_service.h"
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -491,6 +492,77 @@ TEST_F(AgentServiceTest, StopTasksForAnotherAttemptLeavesTheRunningOneAlone) {
   ASSERT_TRUE(service_->StopTasks(&context, &stop, &stopped).ok());
   EXPECT_EQ(stopped.signalled(), 2);
   EXPECT_EQ(supervisor_->running_tasks(), 0);
+}
+
+// Heartbeat reconciliation, the agent's side: the running attempts it reports, and a reply's stop
+// carried out on the very tasks reported (real processes), never on a launch that began since.
+TEST_F(AgentServiceTest, AHeartbeatReplysStopEndsTheReportedTasksButNoLaterLaunchOfTheAttempt) {
+  use_worker("exec sleep 100");
+  cohort::v1::LaunchTasksRequest launch = request(1);
+  cohort::v1::LaunchTasksResponse launched;
+  grpc::ServerContext context;
+  ASSERT_TRUE(service_->LaunchTasks(&context, &launch, &launched).ok());
+  std::vector<AgentService::RunningLaunch> reported = service_->running_launches();
+  ASSERT_EQ(reported.size(), 1u);
+  EXPECT_EQ(reported[0].job_id, "mnist-1");
+  EXPECT_EQ(reported[0].attempt, 1);
+  EXPECT_EQ(reported[0].ranks, (std::vector<int>{0, 1}));
+  const uint64_t first = reported[0].launch;
+
+  // The reply to that heartbeat orders attempt 1 stopped (its job was cancelled and every StopTasks
+  // failed): both processes end as on StopTasks.
+  StatusOr<int> stopped = service_->stop_reported("mnist-1", 1, first, "the job is CANCELLED");
+  ASSERT_TRUE(stopped.ok()) << stopped.status().to_string();
+  EXPECT_EQ(*stopped, 2);
+  EXPECT_EQ(supervisor_->running_tasks(), 0);
+  StatusOr<std::vector<agent::TaskInfo>> tasks = supervisor_->tasks("mnist-1");
+  ASSERT_TRUE(tasks.ok());
+  for (const agent::TaskInfo& task : *tasks) {
+    ASSERT_TRUE(task.exit.has_value()) << "rank " << task.rank;
+    EXPECT_EQ(task.exit->signal, SIGTERM) << "rank " << task.rank;
+  }
+  EXPECT_TRUE(service_->running_launches().empty());
+
+  // The same attempt launched again (a coordinator whose records were restored hands the job id
+  // out again): a stop judged on the first launch's report, arriving late, leaves it running.
+  ASSERT_TRUE(service_->LaunchTasks(&context, &launch, &launched).ok());
+  stopped = service_->stop_reported("mnist-1", 1, first, "late");
+  ASSERT_TRUE(stopped.ok()) << stopped.status().to_string();
+  EXPECT_EQ(*stopped, 0);
+  EXPECT_EQ(supervisor_->running_tasks(), 2);
+  reported = service_->running_launches();
+  ASSERT_EQ(reported.size(), 1u);
+  EXPECT_NE(reported[0].launch, first);
+  // Nor does a stop of another attempt of the job.
+  EXPECT_EQ(service_->stop_reported("mnist-1", 2, reported[0].launch, "other attempt").value_or(-1), 0);
+  EXPECT_EQ(supervisor_->running_tasks(), 2);
+  EXPECT_EQ(service_->stop_reported("mnist-1", 1, reported[0].launch, "its own").value_or(-1), 2);
+  EXPECT_EQ(supervisor_->running_tasks(), 0);
+}
+
+TEST_F(AgentServiceTest, ALaunchUnderWayIsNotReportedAndAHeartbeatStopDoesNotTouchIt) {
+  const cohort::v1::LaunchTasksRequest gated = gated_request(1);
+  grpc::Status status;
+  std::thread launching = launch_on_thread(gated, &status);
+  // Expectations only until the launch is let go and joined.
+  EXPECT_TRUE(wait_until([&] { return gated_launcher_.blocked(); }, kTestWaitTimeout));
+  // Until the launch ends the supervisor's tasks could be either attempt's: left out of the report.
+  EXPECT_TRUE(service_->running_launches().empty());
+  // A stop from a reply about an earlier report (whatever launch it names) does not mark the launch
+  // under way stopped, as StopTasks for that attempt would.
+  for (uint64_t launch : {uint64_t{0}, uint64_t{1}, uint64_t{2}}) {
+    StatusOr<int> stopped = service_->stop_reported("slow-1", 1, launch, "stale");
+    EXPECT_TRUE(stopped.ok()) << stopped.status().to_string();
+    EXPECT_EQ(stopped.value_or(-1), 0);
+  }
+  gated_launcher_.open();
+  launching.join();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(supervisor_->running_tasks(), 2);
+  const std::vector<AgentService::RunningLaunch> reported = service_->running_launches();
+  ASSERT_EQ(reported.size(), 1u);
+  EXPECT_EQ(reported[0].job_id, "slow-1");
+  EXPECT_EQ(service_->stop_reported("slow-1", 1, reported[0].launch, "now").value_or(-1), 2);
 }
 
 

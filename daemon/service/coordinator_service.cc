@@ -127,7 +127,35 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* context,
   COHORT_GRPC_CALLER(caller, context);
   Status status = require_node_id(request->node_id());
   if (status.ok()) status = security::require_node(caller, request->node_id());
-  if (status.ok()) status = coordinator_->heartbeat(request->node_id(), request->unschedulable());
+  if (status.ok() && !request->running_reported()) {
+    // An older agent: what it runs is not known, so nothing is stopped.
+    status = coordinator_->heartbeat(request->node_id(), request->unschedulable());
+  } else if (status.ok()) {
+    std::vector<coordinator::RunningAttempt> running;
+    for (const cohort::v1::RunningAttempt& attempt : request->running()) {
+      status = require_job_id(attempt.job_id());
+      if (!status.ok()) return to_grpc_status(status.with_context("Heartbeat of node " + request->node_id()));
+      running.push_back(coordinator::RunningAttempt{
+          attempt.job_id(), attempt.attempt(), std::vector<int>(attempt.ranks().begin(), attempt.ranks().end())});
+    }
+    StatusOr<std::vector<coordinator::StopOrder>> stops =
+        coordinator_->heartbeat(request->node_id(), request->unschedulable(), running);
+    status = stops.status();
+    // Judged on this coordinator's state; once another leads, that state may be behind its store.
+    if (status.ok() && !stops->empty() && leading_ && !leading_()) {
+      return to_grpc_status(unavailable_error(
+          "this coordinator lost its leadership while node {}'s heartbeat ran; heartbeat the new leader",
+          request->node_id()));
+    }
+    if (stops.ok()) {
+      for (const coordinator::StopOrder& stop : *stops) {
+        cohort::v1::HeartbeatStop* out = response->add_stops();
+        out->set_job_id(stop.job_id);
+        out->set_attempt(stop.attempt);
+        out->set_reason(stop.reason);
+      }
+    }
+  }
   if (!status.ok()) return to_grpc_status(status);
   response->set_lease_ms(coordinator_->node_lease().count());
   return grpc::Status::OK;

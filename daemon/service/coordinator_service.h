@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <functional>
+#include <utility>
 
 #include "cohort/v1/agent.grpc.pb.h"
 #include "cohort/v1/coordinator.grpc.pb.h"
@@ -77,6 +78,10 @@ class CoordinatorService final : public cohort::v1::Coordinator::Service {
 
   // The address new credentials files name (the server's, once bound). Call before serving.
   void set_address(const std::string& address) { address_ = address; }
+  // Whether this coordinator leads now (HA: LeaderGate::leading); unset, it always does. A heartbeat
+  // during which it lost its leadership gets no stops (UNAVAILABLE instead): its successor owns the
+  // node's tasks now. Call before serving.
+  void set_leading(std::function<bool()> leading) { leading_ = std::move(leading); }
 
   // Users and nodes (identity_rpcs.cc).
   grpc::Status AddUser(grpc::ServerContext* context, const cohort::v1::AddUserRequest* request,
@@ -104,6 +109,7 @@ class CoordinatorService final : public cohort::v1::Coordinator::Service {
   security::DaemonSecurity* const security_;
   std::string address_;
   const OrdersHandler orders_;
+  std::function<bool()> leading_;  // set before serving, then only read
 };
 
 }  // namespace cohort::daemon

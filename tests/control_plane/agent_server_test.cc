@@ -92,6 +92,52 @@ class AgentServerTest : public ::testing::Test {
     return testing::wait_for_job_state(*coordinator_, id, state);
   }
 
+  // The pids the job's two sleeping ranks wrote (the shell execs sleep, so they are sleep's), each
+  // checked running; fails the test if one never comes.
+  std::vector<pid_t> running_pids() {
+    std::vector<pid_t> pids;
+    const auto give_up = std::chrono::steady_clock::now() + kTimeout;
+    for (int rank = 0; rank < 2; ++rank) {
+      const std::string path = pid_dir_.path() + "/" + std::to_string(rank);
+      pid_t pid = 0;
+      while (pid == 0 && std::chrono::steady_clock::now() < give_up) {
+        if (FILE* file = std::fopen(path.c_str(), "r")) {
+          if (std::fscanf(file, "%d", &pid) != 1) pid = 0;
+          std::fclose(file);
+        }
+        if (pid == 0) std::this_thread::sleep_for(kPollInterval);
+      }
+      EXPECT_GT(pid, 0) << "rank " << rank << " never wrote its pid";
+      EXPECT_EQ(kill(pid, 0), 0) << "rank " << rank << " is not running";
+      if (pid > 0) pids.push_back(pid);
+    }
+    return pids;
+  }
+
+  // Waits (kTimeout at most) until none of `pids` exists any more: the agent reaps what it stops.
+  void expect_gone(const std::vector<pid_t>& pids, const std::string& after) {
+    const auto give_up = std::chrono::steady_clock::now() + kTimeout;
+    for (pid_t pid : pids) {
+      while (kill(pid, 0) == 0 && std::chrono::steady_clock::now() < give_up)
+        std::this_thread::sleep_for(kPollInterval);
+      EXPECT_NE(kill(pid, 0), 0) << "pid " << pid << " still runs after " << after;
+    }
+  }
+
+  // Waits (kTimeout at most) until the agent has both slots free again.
+  void expect_slots_free() {
+    cohort::v1::NodeInfo node;
+    const auto give_up = std::chrono::steady_clock::now() + kTimeout;
+    do {
+      grpc::ClientContext poll;
+      set_deadline(&poll);
+      ASSERT_TRUE(agent_->NodeInfo(&poll, {}, &node).ok());
+      if (node.free_slots() == 2) break;
+      std::this_thread::sleep_for(kPollInterval);
+    } while (std::chrono::steady_clock::now() < give_up);
+    EXPECT_EQ(node.free_slots(), 2);
+  }
+
   std::string read_logs(const std::string& id, int rank) {
     cohort::v1::StreamLogsRequest request;
     request.set_job_id(id);
@@ -138,23 +184,8 @@ TEST_F(AgentServerTest, RankExitingNonZeroFailsTheJobNamingTheRank) {
 TEST_F(AgentServerTest, CancelStopsBothRanks) {
   const std::string id = submit("sleep");
   ASSERT_EQ(wait_for_state(id, cohort::v1::RUNNING).state(), cohort::v1::RUNNING);
-  // Both workers wrote their pid (the shell execs sleep, so it is sleep's pid).
-  std::vector<pid_t> pids;
-  const auto give_up = std::chrono::steady_clock::now() + kTimeout;
-  for (int rank = 0; rank < 2; ++rank) {
-    const std::string path = pid_dir_.path() + "/" + std::to_string(rank);
-    pid_t pid = 0;
-    while (pid == 0 && std::chrono::steady_clock::now() < give_up) {
-      if (FILE* file = std::fopen(path.c_str(), "r")) {
-        if (std::fscanf(file, "%d", &pid) != 1) pid = 0;
-        std::fclose(file);
-      }
-      if (pid == 0) std::this_thread::sleep_for(kPollInterval);
-    }
-    ASSERT_GT(pid, 0) << "rank " << rank << " never wrote its pid";
-    EXPECT_EQ(kill(pid, 0), 0) << "rank " << rank << " is not running";
-    pids.push_back(pid);
-  }
+  const std::vector<pid_t> pids = running_pids();
+  ASSERT_EQ(pids.size(), 2u);
 
   cohort::v1::CancelJobRequest request;
   request.set_job_id(id);
@@ -165,24 +196,30 @@ TEST_F(AgentServerTest, CancelStopsBothRanks) {
   grpc::Status status = coordinator_->CancelJob(&context, request, &response);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(wait_for_state(id, cohort::v1::CANCELLED).state(), cohort::v1::CANCELLED);
+  expect_gone(pids, "the cancel");
+  expect_slots_free();
+}
 
-  // The agent reaps what it stops, so a stopped rank's pid no longer exists.
-  for (pid_t pid : pids) {
-    while (kill(pid, 0) == 0 && std::chrono::steady_clock::now() < give_up)
-      std::this_thread::sleep_for(kPollInterval);
-    EXPECT_NE(kill(pid, 0), 0) << "pid " << pid << " still runs after the cancel";
-  }
-  // Both slots are free again.
-  cohort::v1::NodeInfo node;
-  const auto slots_give_up = std::chrono::steady_clock::now() + kTimeout;
-  do {
-    grpc::ClientContext poll;
-    set_deadline(&poll);
-    ASSERT_TRUE(agent_->NodeInfo(&poll, {}, &node).ok());
-    if (node.free_slots() == 2) break;
+// The backstop for a stop that never arrived: the job is cancelled in the coordinator but its
+// StopTasks order is dropped (as when every try failed). The node stays registered, and the reply
+// to its next heartbeat, which lists both ranks, stops them: the real processes end within about
+// one heartbeat interval (lease / 3, 5 s), far before their sleep would.
+TEST_F(AgentServerTest, RanksWhoseStopNeverArrivedAreStoppedByTheNextHeartbeatsReply) {
+  const std::string id = submit("sleep");
+  ASSERT_EQ(wait_for_state(id, cohort::v1::RUNNING).state(), cohort::v1::RUNNING);
+  const std::vector<pid_t> pids = running_pids();
+  ASSERT_EQ(pids.size(), 2u);
+  StatusOr<coordinator::AgentOrders> orders = server_->coordinator().cancel(id, "test: its stop is lost");
+  ASSERT_TRUE(orders.ok()) << orders.status().to_string();
+  ASSERT_EQ(orders->stops.size(), 1u);  // never sent
+  EXPECT_EQ(wait_for_state(id, cohort::v1::CANCELLED).state(), cohort::v1::CANCELLED);
+  expect_gone(pids, "the heartbeat that reported them");
+  expect_slots_free();
+  // Their exits were reported, so the coordinator holds the node's slots no longer either.
+  const auto give_up = std::chrono::steady_clock::now() + kTimeout;
+  while (server_->coordinator().list_nodes().at(0).free_slots != 2 && std::chrono::steady_clock::now() < give_up)
     std::this_thread::sleep_for(kPollInterval);
-  } while (std::chrono::steady_clock::now() < slots_give_up);
-  EXPECT_EQ(node.free_slots(), 2);
+  EXPECT_EQ(server_->coordinator().list_nodes().at(0).free_slots, 2);
 }
 
 // The two roles in separate servers: an agent registers with a coordinator elsewhere, which

@@ -643,6 +643,45 @@ TEST_F(CoordinatorDispatchTest, AStopNeverTakenIsDroppedAfterKMaxStopTries) {
             static_cast<size_t>(kMaxStopTries));
 }
 
+// Once the stop's retries ran out, the node's heartbeat is the backstop: still registered, its agent
+// reports the cancelled job's task running and the reply orders it stopped. An older agent's
+// heartbeat (no report) gets nothing, nor does a report that no longer lists the task.
+TEST_F(CoordinatorDispatchTest, AHeartbeatReportingATaskWhoseStopsAllFailedGetsItsStopInTheReply) {
+  FlakyStopAgent agent(*server_, "node-a", /*refused_stops=*/1000);
+  ASSERT_GT(agent.port(), 0);
+  const std::string job_id = run_and_cancel(agent);
+  ASSERT_EQ(agent.wait_for_stops(kMaxStopTries, kRpcTimeout).size(), static_cast<size_t>(kMaxStopTries));
+  auto heartbeat = [&](bool reported, const std::vector<int>& ranks, cohort::v1::HeartbeatResponse* response) {
+    cohort::v1::HeartbeatRequest request;
+    request.set_node_id("node-a");
+    request.set_running_reported(reported);
+    if (!ranks.empty()) {
+      cohort::v1::RunningAttempt* running = request.add_running();
+      running->set_job_id(job_id);
+      running->set_attempt(1);
+      for (int rank : ranks) running->add_ranks(rank);
+    }
+    grpc::ClientContext context;
+    set_deadline(&context);
+    return node_stub("node-a").Heartbeat(&context, request, response);
+  };
+  cohort::v1::HeartbeatResponse old_agent;
+  ASSERT_TRUE(heartbeat(false, {}, &old_agent).ok());
+  EXPECT_GT(old_agent.lease_ms(), 0);
+  EXPECT_EQ(old_agent.stops_size(), 0);
+  cohort::v1::HeartbeatResponse reply;
+  grpc::Status status = heartbeat(true, {0}, &reply);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_GT(reply.lease_ms(), 0);
+  ASSERT_EQ(reply.stops_size(), 1);
+  EXPECT_EQ(reply.stops(0).job_id(), job_id);
+  EXPECT_EQ(reply.stops(0).attempt(), 1);
+  EXPECT_NE(reply.stops(0).reason().find("the job is CANCELLED"), std::string::npos) << reply.stops(0).reason();
+  cohort::v1::HeartbeatResponse nothing_left;
+  ASSERT_TRUE(heartbeat(true, {}, &nothing_left).ok());
+  EXPECT_EQ(nothing_left.stops_size(), 0);
+}
+
 TEST(DaemonServerTest, AnAddressInUseIsUnavailable) {
   TempDir first_dir;
   TempDir second_dir;
