@@ -40,6 +40,13 @@ for capability in CAP_SETUID CAP_SETGID CAP_KILL CAP_CHOWN CAP_SYS_PTRACE; do
     exit 1
   fi
 done
+# Task containment (daemon/agent/task_cgroups.h) needs the unit's cgroup delegated to cohortd and
+# writable: without it cohortd falls back to process groups, which a worker's setsid escapes.
+if ! grep -q '^Delegate=yes' "$unit" || grep -q '^ProtectControlGroups=yes' "$unit"; then
+  echo "FAIL: deploy/cohortd.service needs Delegate=yes and no ProtectControlGroups=yes, so that cohortd can" \
+    "contain each worker in a cgroup of its own (daemon/agent/task_cgroups.h)" >&2
+  exit 1
+fi
 # The settings GPUs and UCX do not survive stay out (deploy/README.md says why).
 for setting in MemoryDenyWriteExecute=yes PrivateDevices=yes PrivateUsers=yes DynamicUser=yes; do
   if grep -q "^$setting" "$unit"; then

@@ -51,6 +51,7 @@ enum class ChildStage : int {
   kNoNewPrivs = 7,
   kDeathSignal = 8,
   kRlimit = 9,
+  kCgroup = 10,
 };
 struct ChildError {
   ChildStage stage;
@@ -128,6 +129,7 @@ struct ChildPlan {
   const UnixUser* run_as;   // nullptr: keep the launcher's user
   const std::vector<ChildLimit>* limits;
   pid_t parent;  // the launcher's pid, to notice that it died before the death signal was armed
+  int cgroup_procs_fd;  // the task cgroup's cgroup.procs, open for writing; -1: no cgroup
   int stdin_fd;
   int stdout_fd;
   int stderr_fd;
@@ -137,6 +139,12 @@ struct ChildPlan {
 // Runs in the child between fork and exec: async-signal-safe calls only.
 [[noreturn]] void exec_child(const ChildPlan& plan) {
   if (::setpgid(0, 0) != 0) fail_child(plan.error_fd, ChildStage::kSetpgid);
+  // Into the task's cgroup first, while still the launcher's user (moving needs write access to
+  // cgroup.procs, which the job's user must not have) and before anything that could fork: all
+  // the task ever starts is born inside it. "0" is the writing process itself.
+  if (plan.cgroup_procs_fd >= 0 && ::write(plan.cgroup_procs_fd, "0", 1) != 1) {
+    fail_child(plan.error_fd, ChildStage::kCgroup);
+  }
   // The supervisor may block signals in its threads; workers start with a clean slate.
   sigset_t empty;
   sigemptyset(&empty);
@@ -195,6 +203,8 @@ std::string describe_child_failure(ChildStage stage, const LaunchOptions& option
       return fmt::format("prctl(PR_SET_PDEATHSIG) for {}", path);
     case ChildStage::kRlimit:
       return fmt::format("setrlimit for {}", path);
+    case ChildStage::kCgroup:
+      return fmt::format("moving the child for {} into its cgroup (cgroup.procs)", path);
     case ChildStage::kExec:
       break;
   }
@@ -210,6 +220,9 @@ std::string child_failure_hint(ChildStage stage, const LaunchOptions& options) {
     case ChildStage::kSetgid:
     case ChildStage::kSetuid:
       return "; switching users needs an agent running as root (CAP_SETUID, CAP_SETGID)";
+    case ChildStage::kCgroup:
+      return "; the agent's cgroup subtree must stay writable by it (under systemd: Delegate=yes); the "
+             "agent's start-up log says which cgroup it uses";
     case ChildStage::kExec:
       return options.run_as.has_value()
                  ? "; check that the path exists and that it and every directory above it are executable "
@@ -238,23 +251,27 @@ bool process_is_stopped(pid_t pid) {
 class PosixProcessHandle final : public ProcessHandle {
  public:
   PosixProcessHandle(pid_t pid, int stdout_fd, int stderr_fd, OutputCallback on_stdout,
-                     OutputCallback on_stderr)
+                     OutputCallback on_stderr, std::unique_ptr<TaskCgroup> cgroup)
       : pid_(pid),
         stdout_fd_(stdout_fd),
         stderr_fd_(stderr_fd),
         on_stdout_(std::move(on_stdout)),
-        on_stderr_(std::move(on_stderr)) {
+        on_stderr_(std::move(on_stderr)),
+        cgroup_(std::move(cgroup)) {
     reader_ = std::thread([this] { read_output(); });
   }
 
   ~PosixProcessHandle() override {
     if (!poll_exit().has_value()) {
-      signal_group(SIGKILL).ignore_error();
+      kill_all().ignore_error();
       int wait_status = 0;
       while (::waitpid(pid_, &wait_status, 0) < 0 && errno == EINTR) {
       }
     }
     // A reaped leader's group is not signalled here: its id may since belong to another group.
+    // Its cgroup is the task's own: what is left in it is killed and the cgroup removed (bounded),
+    // which also ends the stragglers that hold the pipes.
+    cgroup_.reset();
     // A straggler that still holds the pipes only delays the reader until stop_reader_.
     stop_reader_.store(true);
     join_reader();
@@ -289,6 +306,8 @@ class PosixProcessHandle final : public ProcessHandle {
       return exit_;
     }
     ::kill(-pid_, SIGKILL);  // ESRCH: the leader was alone
+    // And whatever left the group (setsid, a double fork): the task's cgroup holds it still.
+    if (cgroup_ != nullptr) cgroup_->kill().ignore_error();
     int wait_status = 0;
     pid_t result = 0;
     while ((result = ::waitpid(pid_, &wait_status, 0)) < 0 && errno == EINTR) {
@@ -303,6 +322,27 @@ class PosixProcessHandle final : public ProcessHandle {
     if (exit_.has_value()) return false;
     return process_is_stopped(pid_);
   }
+
+  Status kill_all() override {
+    Status signalled = signal_group(SIGKILL);
+    // Outside mu_ (the freezer fallback may wait): the cgroup cannot name another task's processes.
+    if (cgroup_ != nullptr) COHORT_RETURN_IF_ERROR(cgroup_->kill());
+    return signalled;
+  }
+
+  Status remove_cgroup() override {
+    if (cgroup_ == nullptr) return ok_status();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!exit_.has_value()) {
+        return failed_precondition_error("remove the cgroup {} of pid {}: the process still runs",
+                                         cgroup_->path(), pid_);
+      }
+    }
+    return cgroup_->kill_and_remove();
+  }
+
+  std::string cgroup_path() const override { return cgroup_ != nullptr ? cgroup_->path() : std::string(); }
 
   bool wait_output_closed(std::chrono::milliseconds timeout) override {
     bool closed = false;
@@ -363,6 +403,9 @@ class PosixProcessHandle final : public ProcessHandle {
   std::atomic<bool> stop_reader_{false};
   std::mutex join_mu_;  // serializes joining reader_ (wait_output_closed and the destructor)
   std::thread reader_;
+  // The task's cgroup; nullptr without containment. Set at construction, reset only by the
+  // destructor; TaskCgroup is thread-safe.
+  std::unique_ptr<TaskCgroup> cgroup_;
 };
 
 }  // namespace
@@ -394,6 +437,9 @@ struct ForkedChild {
   int stdout_fd = -1;
   int stderr_fd = -1;
   int exec_error_fd = -1;  // read end of the close-on-exec exec-error pipe
+  // The child's cgroup; nullptr without containment. Its destructor (a failed launch) kills what is
+  // in it and removes it.
+  std::unique_ptr<TaskCgroup> cgroup;
   ForkedChild() = default;
   ForkedChild(const ForkedChild&) = delete;
   ForkedChild& operator=(const ForkedChild&) = delete;
@@ -406,7 +452,8 @@ struct ForkedChild {
 
 // Runs on the fork thread: everything up to and including fork, nothing that can block on the
 // child (the handshake is await_exec's, on the launching thread).
-StatusOr<std::unique_ptr<ForkedChild>> fork_child(const LaunchOptions& options) {
+StatusOr<std::unique_ptr<ForkedChild>> fork_child(const LaunchOptions& options, const TaskCgroups* cgroups,
+                                                  const std::string& cgroup_name) {
   if (options.argv.empty() || options.argv[0].empty()) {
     return invalid_argument_error("launch: empty argv; give the executable's path as argv[0]");
   }
@@ -430,6 +477,14 @@ StatusOr<std::unique_ptr<ForkedChild>> fork_child(const LaunchOptions& options) 
   COHORT_RETURN_IF_ERROR(out.open());
   COHORT_RETURN_IF_ERROR(err.open());
   COHORT_RETURN_IF_ERROR(exec_error.open());
+  // Made before the fork, so the child only has to write to its cgroup.procs (close-on-exec: the
+  // program never holds it).
+  std::unique_ptr<TaskCgroup> cgroup;
+  if (cgroups != nullptr) {
+    StatusOr<std::unique_ptr<TaskCgroup>> created = cgroups->create(cgroup_name);
+    if (!created.ok()) return created.status().with_context(fmt::format("launch {}", path));
+    cgroup = std::move(created).value();
+  }
   int stdin_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (stdin_fd < 0) return errno_status("open(/dev/null)", errno);
 
@@ -439,6 +494,7 @@ StatusOr<std::unique_ptr<ForkedChild>> fork_child(const LaunchOptions& options) 
                  options.run_as.has_value() ? &*options.run_as : nullptr,
                  &limits,
                  ::getpid(),
+                 cgroup != nullptr ? cgroup->procs_fd() : -1,
                  stdin_fd,
                  out.write_end,
                  err.write_end,
@@ -459,6 +515,7 @@ StatusOr<std::unique_ptr<ForkedChild>> fork_child(const LaunchOptions& options) 
   std::swap(child->stdout_fd, out.read_end);
   std::swap(child->stderr_fd, err.read_end);
   std::swap(child->exec_error_fd, exec_error.read_end);
+  child->cgroup = std::move(cgroup);
   return StatusOr<std::unique_ptr<ForkedChild>>(std::move(child));  // the write ends close with the Pipes: only the child holds them now
 }
 
@@ -504,15 +561,23 @@ StatusOr<std::unique_ptr<ProcessHandle>> await_exec(std::unique_ptr<ForkedChild>
     int wait_status = 0;
     while (::waitpid(child->pid, &wait_status, 0) < 0 && errno == EINTR) {
     }
-    return errno_status(describe_child_failure(child_error.stage, options), child_error.err)
-        .with_suffix(child_failure_hint(child_error.stage, options));
+    std::string what = describe_child_failure(child_error.stage, options);
+    if (child_error.stage == ChildStage::kCgroup && child->cgroup != nullptr) {
+      what += " " + child->cgroup->path();
+    }
+    return errno_status(what, child_error.err).with_suffix(child_failure_hint(child_error.stage, options));
   }
-  auto handle = std::make_unique<PosixProcessHandle>(child->pid, child->stdout_fd, child->stderr_fd,
-                                                     options.on_stdout, options.on_stderr);
+  auto handle =
+      std::make_unique<PosixProcessHandle>(child->pid, child->stdout_fd, child->stderr_fd, options.on_stdout,
+                                           options.on_stderr, std::move(child->cgroup));
   child->stdout_fd = -1;
   child->stderr_fd = -1;
   return std::unique_ptr<ProcessHandle>(std::move(handle));
 }
+
+// Numbers the cgroups of launches that give no cgroup_name: per process, since launchers may
+// share one TaskCgroups.
+std::atomic<uint64_t> unnamed_launches{0};
 
 // How often the fork thread looks whether a child killed at its exec deadline can be reaped.
 constexpr std::chrono::milliseconds kAbandonedReapInterval = std::chrono::seconds(1);
@@ -522,6 +587,8 @@ constexpr std::chrono::milliseconds kAbandonedReapInterval = std::chrono::second
 // One launch handed to the fork thread.
 struct PosixProcessLauncher::Request {
   const LaunchOptions* options = nullptr;
+  std::shared_ptr<TaskCgroups> cgroups;  // nullptr: no containment
+  std::string cgroup_name;
   std::optional<StatusOr<std::unique_ptr<ForkedChild>>> result;  // set by the fork thread
 };
 
@@ -565,11 +632,22 @@ void PosixProcessLauncher::fork_loop() {
     Request* request = queue_.front();
     queue_.erase(queue_.begin());
     lock.unlock();
-    StatusOr<std::unique_ptr<ForkedChild>> result = fork_child(*request->options);
+    StatusOr<std::unique_ptr<ForkedChild>> result =
+        fork_child(*request->options, request->cgroups.get(), request->cgroup_name);
     lock.lock();
     request->result.emplace(std::move(result));
     cv_.notify_all();
   }
+}
+
+void PosixProcessLauncher::set_task_cgroups(std::shared_ptr<TaskCgroups> cgroups) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cgroups_ = std::move(cgroups);
+}
+
+std::shared_ptr<TaskCgroups> PosixProcessLauncher::task_cgroups() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cgroups_;
 }
 
 StatusOr<std::unique_ptr<ProcessHandle>> PosixProcessLauncher::launch(const LaunchOptions& options) {
@@ -582,6 +660,9 @@ StatusOr<std::unique_ptr<ProcessHandle>> PosixProcessLauncher::launch(const Laun
       return unavailable_error("launch {}: the process launcher is shutting down",
                                options.argv.empty() ? std::string() : options.argv[0]);
     }
+    request.cgroups = cgroups_;
+    request.cgroup_name =
+        options.cgroup_name.empty() ? fmt::format("task-{}", ++unnamed_launches) : options.cgroup_name;
     queue_.push_back(&request);
     cv_.notify_all();
     // The fork thread answers every queued request before it ends; each takes it only a fork.

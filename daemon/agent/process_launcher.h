@@ -6,7 +6,10 @@
 //
 // Every launched process leads its own process group (pgid == pid), so that signalling the group
 // reaches whatever the worker itself forked (a data loader, a shell's background job) and a stop
-// leaves no process behind.
+// leaves no process behind. A process can leave its group (setsid, a daemon's double fork), so
+// where the host has a writable cgroup v2 the launcher also puts each process into a cgroup of its
+// own before it execs (set_task_cgroups, task_cgroups.h), which no unprivileged process can leave:
+// killing the cgroup ends everything the task started.
 //
 // Every child is also confined before exec (issue 11, "jobs run unprivileged"): it switches to
 // LaunchOptions::run_as when given (the agent is root), sets PR_SET_NO_NEW_PRIVS (no setuid binary
@@ -21,6 +24,7 @@
 //   COHORT_ASSIGN_OR_RETURN(std::unique_ptr<ProcessHandle> process, launcher.launch(options));
 //   ... process->poll_exit() until it returns a value ...
 
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 
@@ -36,6 +40,7 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/agent/task_cgroups.h"
 #include "daemon/agent/unix_user.h"
 #include "worker/base/status.h"
 
@@ -93,6 +98,10 @@ struct LaunchOptions {
   // DEADLINE_EXCEEDED naming the working directory and the path, and the child is killed (and reaped
   // later, without holding up other launches, should it stay stuck in the kernel).
   std::chrono::milliseconds exec_timeout = kDefaultExecTimeout;
+  // The name of the process's cgroup in the launcher's TaskCgroups (one path component of
+  // [A-Za-z0-9._-], unique among the processes running; the supervisor gives
+  // "<job>.attempt-<N>.rank-<R>"), used only when the launcher has them. Empty: "task-<n>".
+  std::string cgroup_name;
 };
 
 // One launched process and its process group. Thread-safe.
@@ -127,23 +136,42 @@ class ProcessHandle {
   // exited or closed them) and every byte was delivered to the callbacks, or `timeout` passes.
   // Returns whether the output was drained.
   virtual bool wait_output_closed(std::chrono::milliseconds timeout) = 0;
+
+  // SIGKILLs every process of the task: its group (until the reap, as signal_group) and, when it
+  // has a cgroup, every process in the cgroup, so also those that left the group (setsid, a
+  // daemon's double fork); the cgroup is the task's alone, so that part acts after the reap too.
+  // Does not wait for them to die. Non-blocking (where the kernel lacks cgroup.kill, the freezer
+  // fallback waits at most the cgroup's empty timeout). The default (fake launchers, no cgroup):
+  // signal_group(SIGKILL).
+  virtual Status kill_all() { return signal_group(SIGKILL); }
+
+  // Once the exit was reaped (poll_exit, which killed what was left in the cgroup): waits until
+  // the cgroup is empty, at most its empty timeout, and removes it. OK when there is none or it is
+  // gone; FAILED_PRECONDITION while the process runs; DEADLINE_EXCEEDED naming the pids left (the
+  // handle's destructor tries again, and so does the agent's next start). Blocking. The default:
+  // OK.
+  virtual Status remove_cgroup() { return ok_status(); }
+
+  // The process's cgroup directory; empty when it has none (no cgroup v2, a fake launcher).
+  virtual std::string cgroup_path() const { return ""; }
 };
 
 class ProcessLauncher {
  public:
   virtual ~ProcessLauncher() = default;
 
-  // Starts a process in its own process group. An error (a missing or non-executable binary, a
+  // Starts a process in its own process group (and cgroup, where the launcher has them). An error
+  // (a missing or non-executable binary, a
   // missing working directory) is returned here, naming the path; the launch never turns into a
   // child that silently exits. Blocking only until the child has exec'd, at most
   // options.exec_timeout (then DEADLINE_EXCEEDED). Thread-safe.
   virtual StatusOr<std::unique_ptr<ProcessHandle>> launch(const LaunchOptions& options) = 0;
 };
 
-// fork + setpgid + (setgroups, setgid, setuid) + prctl + setrlimit + execve, stdout and stderr
+// fork + setpgid + cgroup.procs + (setgroups, setgid, setuid) + prctl + setrlimit + execve, stdout and stderr
 // through pipes drained by one reader thread per process, stdin from /dev/null. The handle's
 // destructor kills the group if the process is still running and reaps it, so no process outlives
-// its handle.
+// its handle, and none of its cgroup either.
 //
 // Every fork happens on one thread the launcher owns for its whole life: PR_SET_PDEATHSIG fires
 // when the *thread* that forked the child exits, not the process, and launches arrive on gRPC
@@ -164,11 +192,18 @@ class PosixProcessLauncher final : public ProcessLauncher {
   // Hands the launch to the fork thread and waits for its result. Thread-safe.
   StatusOr<std::unique_ptr<ProcessHandle>> launch(const LaunchOptions& options) override;
 
+  // Contains every later launch in a cgroup of `cgroups` (created before the fork; the child
+  // moves itself in before anything else, while it is still the launcher's user); nullptr: process
+  // groups only. Processes launched before keep what they had. Thread-safe.
+  void set_task_cgroups(std::shared_ptr<TaskCgroups> cgroups);
+  // What set_task_cgroups set (nullptr: none). Thread-safe.
+  std::shared_ptr<TaskCgroups> task_cgroups() const;
+
  private:
   struct Request;
   void fork_loop();
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   // Reaps (WNOHANG) the children killed at their exec deadline that have died since. Holds mu_.
   void reap_abandoned_locked();
@@ -176,6 +211,7 @@ class PosixProcessLauncher final : public ProcessLauncher {
   std::vector<Request*> queue_;  // guarded by mu_; owned by the waiting launch() calls
   std::vector<pid_t> abandoned_;  // guarded by mu_; killed at the exec deadline, not reaped yet
   bool shutdown_ = false;        // guarded by mu_
+  std::shared_ptr<TaskCgroups> cgroups_;  // guarded by mu_; nullptr: process groups only
   std::thread fork_thread_;
 };
 

@@ -157,6 +157,9 @@ StatusOr<std::shared_ptr<TaskSupervisor::Task>> TaskSupervisor::start_task(const
   launch.env = environment_for(job, rank, local_rank);
   launch.working_dir = job.working_dir;
   launch.run_as = job.run_as;
+  // One cgroup per rank (where the launcher has them): a rank's end kills what it left, without
+  // touching the job's other ranks here.
+  launch.cgroup_name = fmt::format("{}.attempt-{}.rank-{}", job.job_id, job.attempt, rank);
   launch.exec_timeout = options_.exec_timeout;
   // Both streams go to one log, interleaved as they arrive, which is how people read a rank.
   std::shared_ptr<LogCapture> capture = task->log;
@@ -196,7 +199,7 @@ Status TaskSupervisor::launch(const JobTasks& job) {
     if (!task.ok()) {
       // All or nothing: the handles' destructors kill and reap the ranks already started.
       for (auto& [started_rank, started_task] : started) {
-        started_task->process->signal_group(SIGKILL).ignore_error();
+        started_task->process->kill_all().ignore_error();
       }
       return task.status().with_context(fmt::format("launch job {} rank {}", job.job_id, rank));
     }
@@ -244,9 +247,15 @@ bool TaskSupervisor::check_exit(const std::shared_ptr<Task>& task) {
     if (task->claimed || task->exit.has_value()) return task->exit.has_value();
     task->claimed = true;
   }
-  // The leader is gone; whatever it left in its group is killed with it, so a rank's slot is
-  // really free. Then its last output bytes are delivered before the exit is reported.
-  task->process->signal_group(SIGKILL).ignore_error();
+  // The leader is gone, and poll_exit killed whatever it left in its group and its cgroup (also
+  // what left the group: setsid, a daemon); the cgroup is removed once empty, so a rank's slot is
+  // really free and no stray keeps the pipes open. Then its last output bytes are delivered before
+  // the exit is reported.
+  Status removed = task->process->remove_cgroup();
+  if (!removed.ok()) {
+    spdlog::warn("agent: job {} rank {} on node {} exited, but its cgroup was not removed: {}", task->job_id,
+                 task->rank, options_.node_id, removed.to_string());
+  }
   task->process->wait_output_closed(options_.output_drain_timeout);
   task->log->close();
   TaskExit report;
@@ -287,9 +296,10 @@ Status TaskSupervisor::stop(const std::string& job_id) {
   }
   coordinator::TimePoint grace_deadline = clock_->now() + options_.stop_grace_period;
   wait_all_exited(tasks, [&] { return clock_->now() >= grace_deadline; });
-  // Ranks that exited had their groups killed when reaped (check_exit); the rest get SIGKILL.
+  // Ranks that exited had their groups and cgroups killed when reaped (check_exit); the rest get
+  // SIGKILL, group and cgroup (what left the group never saw the SIGTERM).
   for (const auto& task : tasks) {
-    if (!check_exit(task)) task->process->signal_group(SIGKILL).ignore_error();
+    if (!check_exit(task)) task->process->kill_all().ignore_error();
   }
   auto kill_deadline = std::chrono::steady_clock::now() + kKillWaitTimeout;
   if (!wait_all_exited(tasks, [&] { return std::chrono::steady_clock::now() >= kill_deadline; })) {
@@ -408,7 +418,7 @@ void TaskSupervisor::check_hang(const std::shared_ptr<Task>& task) {
     task->hang_detail = detail;
   }
   // SIGKILL ends a stopped process too; the exit is then reported with the detail (check_exit).
-  task->process->signal_group(SIGKILL).ignore_error();
+  task->process->kill_all().ignore_error();
 }
 
 StatusOr<std::shared_ptr<LogCapture>> TaskSupervisor::log(const std::string& job_id, int rank) const {
@@ -476,7 +486,8 @@ StatusOr<std::vector<TaskInfo>> TaskSupervisor::tasks(const std::string& job_id)
   if (job == jobs_.end()) return not_found_error("tasks: no job {} on node {}", job_id, options_.node_id);
   std::vector<TaskInfo> result;
   for (const auto& [rank, task] : job->second) {
-    result.push_back(TaskInfo{rank, task->process->pid(), task->exit, task->log->path(), task->hang_detail});
+    result.push_back(TaskInfo{rank, task->process->pid(), task->exit, task->log->path(), task->hang_detail,
+                              task->process->cgroup_path()});
   }
   return result;
 }

@@ -10,7 +10,11 @@
 // MASTER_PORT, COHORT_JOB_ID, COHORT_NODE_ID, COHORT_COORDINATOR.
 //
 // Stopping a job sends SIGTERM to each rank's process group, waits up to the grace period for
-// them to exit, then sends SIGKILL to every group (which also removes stragglers a worker forked).
+// them to exit, then sends SIGKILL to every group (which also removes stragglers a worker forked)
+// and, where the launcher contains tasks in cgroups (task_cgroups.h), kills each rank's cgroup,
+// which also ends what left the group (setsid, a daemon's double fork). A rank's end, stopped or
+// not, kills whatever is left in its cgroup and removes the cgroup: nothing a rank started
+// outlives it.
 //
 // Example:
 //   PosixProcessLauncher launcher;
@@ -170,6 +174,7 @@ struct TaskInfo {
   std::optional<ExitStatus> exit;  // nullopt while running
   std::string log_path;
   std::string detail{};  // why the supervisor killed it (a hang, as TaskExit::detail); empty otherwise
+  std::string cgroup{};  // its cgroup directory (removed once it ended); empty without containment
 };
 
 // Thread-safe.
@@ -189,9 +194,10 @@ class TaskSupervisor {
   // process has exec'd.
   Status launch(const JobTasks& job);
 
-  // SIGTERM to each rank's process group, SIGKILL to all groups after the grace period (or as
-  // soon as every rank exited, for stragglers). Blocks until every rank is reaped, at most the
-  // grace period plus kKillWaitTimeout. NOT_FOUND for an unknown job; OK for one already ended.
+  // SIGTERM to each rank's process group, SIGKILL to all groups and cgroups after the grace
+  // period (or as soon as every rank exited, for stragglers). Blocks until every rank is reaped,
+  // at most the grace period plus kKillWaitTimeout. NOT_FOUND for an unknown job; OK for one
+  // already ended.
   Status stop(const std::string& job_id);
 
   // The rank's captured output; it stays readable after the job ends until forget(). Non-blocking.

@@ -523,5 +523,69 @@ TEST_F(TaskSupervisorTest, EndedJobsLogsAreDeletedAfterTheRetentionPeriod) {
   ASSERT_TRUE(supervisor.stop("running-2").ok());
 }
 
+// Containment (task_cgroups.h): a rank's process that left its process group (setsid) ends with
+// the rank, whether the rank exits or is stopped, and the rank's cgroup is removed by the time its
+// exit is reported. Real cgroups; skipped where the test's user has no writable cgroup v2.
+class TaskSupervisorCgroupTest : public TaskSupervisorTest {
+ protected:
+  // The stray's pid, which it printed into the rank's log; 0 if it never did.
+  pid_t stray_pid(TaskSupervisor& supervisor, const std::string& job_id) {
+    pid_t pid = 0;
+    wait_until([&] {
+      const std::string text = log_text(supervisor, job_id, 0);
+      if (text.find('\n') == std::string::npos) return false;
+      pid = static_cast<pid_t>(std::stol(text));
+      return true;
+    });
+    return pid;
+  }
+  void end(pid_t pid) {
+    if (pid > 0 && testing::process_alive(pid)) ::kill(pid, SIGKILL);
+  }
+
+  static constexpr const char* kStray = "setsid sh -c 'echo $$; exec sleep 1000' </dev/null & ";
+};
+
+TEST_F(TaskSupervisorCgroupTest, ARanksStrayThatLeftItsGroupEndsWithTheRank) {
+  testing::TestCgroups cgroups;
+  if (cgroups.get() == nullptr) GTEST_SKIP() << cgroups.skip_reason();
+  launcher_.set_task_cgroups(cgroups.get());
+  TaskSupervisor supervisor(options(), &launcher_, recorder_.callback());
+  JobTasks job = shell_job("job-cg", std::string(kStray) + "exit 0");
+  job.attempt = 2;
+  ASSERT_TRUE(supervisor.launch(job).ok());
+  const pid_t stray = stray_pid(supervisor, "job-cg");
+  ASSERT_GT(stray, 0) << log_text(supervisor, "job-cg", 0);
+  ASSERT_TRUE(recorder_.wait_for(1));
+  EXPECT_TRUE(recorder_.exits()[0].status.success());
+  // By the time the exit is reported the stray is gone and so is the cgroup.
+  EXPECT_FALSE(testing::process_alive(stray)) << "pid " << stray << " outlived its rank";
+  auto tasks = supervisor.tasks("job-cg");
+  ASSERT_TRUE(tasks.ok());
+  const std::string cgroup = (*tasks)[0].cgroup;
+  EXPECT_EQ(cgroup, cgroups.get()->path() + "/job-cg.attempt-2.rank-0");
+  EXPECT_FALSE(std::filesystem::exists(cgroup)) << cgroup << " was not removed";
+  end(stray);
+}
+
+TEST_F(TaskSupervisorCgroupTest, StoppingAJobKillsWhatLeftTheRanksGroups) {
+  testing::TestCgroups cgroups;
+  if (cgroups.get() == nullptr) GTEST_SKIP() << cgroups.skip_reason();
+  launcher_.set_task_cgroups(cgroups.get());
+  TaskSupervisor supervisor(options(2s), &launcher_, recorder_.callback());
+  ASSERT_TRUE(supervisor.launch(shell_job("job-stop-cg", std::string(kStray) + "exec sleep 1000")).ok());
+  const pid_t stray = stray_pid(supervisor, "job-stop-cg");
+  ASSERT_GT(stray, 0) << log_text(supervisor, "job-stop-cg", 0);
+  const std::string cgroup = (*supervisor.tasks("job-stop-cg"))[0].cgroup;
+  EXPECT_TRUE(std::filesystem::exists(cgroup));
+  ASSERT_TRUE(supervisor.stop("job-stop-cg").ok());
+  ASSERT_TRUE(recorder_.wait_for(1));
+  EXPECT_TRUE(recorder_.exits()[0].stopped);
+  EXPECT_EQ(recorder_.exits()[0].status.signal, SIGTERM) << "the rank itself was stopped gracefully";
+  EXPECT_FALSE(testing::process_alive(stray)) << "pid " << stray << " outlived the stopped job";
+  EXPECT_FALSE(std::filesystem::exists(cgroup)) << cgroup << " was not removed";
+  end(stray);
+}
+
 }  // namespace
 }  // namespace cohort::agent

@@ -1,7 +1,7 @@
 #pragma once
 
-// Helpers for the agent's tests: a mkdtemp directory, polling with a deadline, and a look into
-// /proc for processes left in a process group.
+// Helpers for the agent's tests: a mkdtemp directory, polling with a deadline, a look into
+// /proc for processes left in a process group, and task cgroups of a test's own.
 
 #include <dirent.h>
 #include <stdlib.h>
@@ -9,18 +9,21 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <system_error>
 #include <thread>
 #include <vector>
 
+#include "daemon/agent/task_cgroups.h"
 #include "daemon/coordinator/temp_dir.h"
 
 namespace cohort::agent::testing {
@@ -99,5 +102,49 @@ inline std::vector<pid_t> live_processes_in_group(pid_t pgid) {
   closedir(dir);
   return result;
 }
+
+// Whether `pid` names a process that still runs (not a zombie waiting for its parent's wait).
+inline bool process_alive(pid_t pid) {
+  const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 >= stat.size()) return false;
+  const char state = stat[close + 2];
+  return state != 'Z' && state != 'X';
+}
+
+// The task cgroups of one test: a directory under a key of its own (tests run side by side in
+// one cgroup), opened at construction. Where this machine has no cgroup v2 the test's user may
+// write (a non-root run), get() is nullptr and skip_reason says why: the test then skips. The
+// destructor kills and removes every cgroup the test left, even after a failed assertion; declare
+// it before the launcher and the handles, so they go first.
+class TestCgroups {
+ public:
+  explicit TestCgroups(TaskCgroupsOptions options = {}) {
+    static std::atomic<int> next{0};
+    options.agent_key = "cohort-test-" + std::to_string(::getpid()) + "-" + std::to_string(next++);
+    key_ = options.agent_key;
+    StatusOr<std::shared_ptr<TaskCgroups>> opened = TaskCgroups::open(options);
+    if (opened.ok()) {
+      cgroups_ = *opened;
+    } else {
+      skip_reason_ = "no writable cgroup v2 for task containment here (uid " + std::to_string(::geteuid()) +
+                     "): " + opened.status().message();
+    }
+  }
+  ~TestCgroups() {
+    if (cgroups_ != nullptr) cgroups_->remove_leftovers();
+  }
+  TestCgroups(const TestCgroups&) = delete;
+  TestCgroups& operator=(const TestCgroups&) = delete;
+
+  const std::shared_ptr<TaskCgroups>& get() const { return cgroups_; }
+  const std::string& skip_reason() const { return skip_reason_; }
+  const std::string& key() const { return key_; }  // TaskCgroupsOptions::agent_key
+
+ private:
+  std::string key_;
+  std::shared_ptr<TaskCgroups> cgroups_;
+  std::string skip_reason_;
+};
 
 }  // namespace cohort::agent::testing

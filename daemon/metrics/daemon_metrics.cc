@@ -69,7 +69,14 @@ DaemonMetrics::DaemonMetrics()
                                    .Name("cohort_node_certificate_expiry_timestamp_seconds")
                                    .Help("When this agent's node certificate expires (its notAfter, unix seconds); "
                                          "the agent renews it in the last third of its validity.")
-                                   .Register(*registry_)) {
+                                   .Register(*registry_)),
+      task_containment_(prometheus::BuildGauge()
+                            .Name("cohort_agent_task_containment")
+                            .Help("1 when this agent runs each task in a cgroup v2 of its own, so that "
+                                  "what a task moves out of its process group (setsid, a daemon) dies "
+                                  "with it; 0 when it has process groups only (no writable cgroup v2: see "
+                                  "its start-up warning).")
+                            .Register(*registry_)) {
   // Every reason is on the page from the start, so rate() and alerts see a 0 before the first exit.
   for (TaskExitReason reason : {TaskExitReason::kSucceeded, TaskExitReason::kFailed, TaskExitReason::kKilled,
                                 TaskExitReason::kStopped}) {
@@ -79,6 +86,10 @@ DaemonMetrics::DaemonMetrics()
 
 void DaemonMetrics::set_node_certificate_expiry(int64_t not_after_unix_seconds) {
   node_certificate_expiry_.Add({}).Set(static_cast<double>(not_after_unix_seconds));
+}
+
+void DaemonMetrics::set_task_containment(bool contained) {
+  task_containment_.Add({}).Set(contained ? 1.0 : 0.0);
 }
 
 void DaemonMetrics::record_rpc(const std::string& method, const std::string& code,

@@ -11,6 +11,8 @@
 //                                     killed | stopped)
 //   cohort_node_certificate_expiry_timestamp_seconds   gauge, an agent's node certificate's
 //                                     notAfter (unix seconds), for an alert well before it
+//   cohort_agent_task_containment   gauge, 1 when the agent runs each task in a cgroup v2 of its
+//                                     own (daemon/agent/task_cgroups.h), 0 with process groups only
 // and, on a coordinator, the gauges CoordinatorCollector computes at each scrape (jobs by state,
 // the queue, nodes and slots, running jobs' training metrics).
 //
@@ -56,6 +58,8 @@ class DaemonMetrics {
   // The notAfter (unix seconds) of the node certificate the agent serves and calls with; the
   // gauge appears on the page once set.
   void set_node_certificate_expiry(int64_t not_after_unix_seconds);
+  // Whether the agent contains its tasks in cgroups; the gauge appears on the page once set.
+  void set_task_containment(bool contained);
   // Adds metrics computed at each scrape (a coordinator's state). Shared: kept until destruction.
   void add_collectable(std::shared_ptr<prometheus::Collectable> collectable);
 
@@ -70,6 +74,7 @@ class DaemonMetrics {
   prometheus::Family<prometheus::Counter>& task_exits_;
   std::vector<prometheus::Counter*> task_exit_counters_;  // by TaskExitReason
   prometheus::Family<prometheus::Gauge>& node_certificate_expiry_;
+  prometheus::Family<prometheus::Gauge>& task_containment_;
   mutable std::mutex mu_;
   std::vector<std::shared_ptr<prometheus::Collectable>> collectables_;  // guarded by mu_
 };

@@ -96,6 +96,15 @@ TEST(DaemonMetricsTest, ShowsTheNodeCertificateExpiryOnceSet) {
   EXPECT_EQ(sample(metrics.text(), "cohort_node_certificate_expiry_timestamp_seconds"), 1'800'000'000.0);
 }
 
+TEST(DaemonMetricsTest, ShowsWhetherTheAgentContainsItsTasksOnceSet) {
+  DaemonMetrics metrics;
+  EXPECT_EQ(metrics.text().find("cohort_agent_task_containment "), std::string::npos);
+  metrics.set_task_containment(false);
+  EXPECT_EQ(sample(metrics.text(), "cohort_agent_task_containment"), 0.0);
+  metrics.set_task_containment(true);
+  EXPECT_EQ(sample(metrics.text(), "cohort_agent_task_containment"), 1.0);
+}
+
 TEST(CoordinatorCollectorTest, ShowsJobsQueueNodesAndRunningJobsMetrics) {
   coordinator::testing::TempDir dir;
   coordinator::FakeClock clock;

@@ -19,6 +19,7 @@
 #include "daemon/agent/agent_capabilities.h"
 #include "daemon/agent/free_port.h"
 #include "daemon/agent/leftover_tasks.h"
+#include "daemon/agent/task_cgroups.h"
 #include "daemon/metrics/coordinator_collector.h"
 #include "daemon/metrics/rpc_metrics_interceptor.h"
 #include "daemon/server/daemon_http.h"
@@ -209,6 +210,39 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
     agent_options.coordinator_address = server->options_.coordinator_address;
     agent_options.ca_certificate_pem = server->security_->ca_pem();
     agent_options.job_dir_root = server->options_.data_dir + "/jobs";
+    // Each task in a cgroup v2 of its own (agent/task_cgroups.h) where this host has one the agent
+    // may write: what a rank moves out of its process group (setsid, a daemonizing tool, a double
+    // fork) then ends with the rank. The data directory names this agent's part (agents may share
+    // a machine and a cgroup); what an earlier run left in it goes before anything is launched.
+    agent::TaskCgroupsOptions cgroup_options;
+    cgroup_options.agent_key = server->options_.data_dir;
+    StatusOr<std::shared_ptr<agent::TaskCgroups>> cgroups = agent::TaskCgroups::open(cgroup_options);
+    if (cgroups.ok()) {
+      for (const agent::LeftoverCgroup& left : (*cgroups)->remove_leftovers()) {
+        const std::string kept =
+            left.removed.ok() ? "" : fmt::format("; the cgroup stays: {}", left.removed.to_string());
+        spdlog::warn("agent: killed pids [{}] left in cgroup {} by an earlier run of this agent{}",
+                     fmt::join(left.pids, " "), left.path, kept);
+      }
+      server->launcher_.set_task_cgroups(*cgroups);
+      spdlog::info("agent: task containment on: each task runs in a cgroup of its own under {}, killed "
+                   "with {} when the task ends or is stopped",
+                   (*cgroups)->path(),
+                   (*cgroups)->uses_cgroup_kill() ? "cgroup.kill"
+                                                  : "the freezer and SIGKILL (no cgroup.kill before 5.14)");
+    } else {
+      // A warning for a node agent; `cohort run`'s in-process agents (one user's own, unprivileged)
+      // rarely have a delegated cgroup, and a warning per node there would only be noise.
+      const bool own_user_only = server->options_.run_jobs_as_daemon_user && ::geteuid() != 0;
+      spdlog::log(own_user_only ? spdlog::level::info : spdlog::level::warn,
+                  "agent: task containment off: {}. Looked for a cgroup2 mount in /proc/self/mountinfo and "
+                  "this process's cgroup (the \"0::\" line of /proc/self/cgroup), to make "
+                  "{}/<data dir>/<task> there. Tasks run in process groups only, so a process a task moves "
+                  "out of its group (setsid, a daemonizing tool, a double fork) can outlive its job and hold "
+                  "this node's resources",
+                  cgroups.status().message(), agent::kTaskCgroupsDirectory);
+    }
+    server->metrics_->set_task_containment(cgroups.ok());
     // Before this agent launches anything: what an earlier run of it left behind (children of its
     // ranks, which outlive a killed agent) would hold the slots the coordinator hands out again.
     for (const agent::LeftoverTask& task : agent::kill_leftover_tasks(agent_options.job_dir_root)) {

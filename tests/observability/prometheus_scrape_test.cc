@@ -478,6 +478,11 @@ TEST(PrometheusAgentTest, AgentAcceptsOnlyItsScrapeToken) {
   EXPECT_NE(page->body.find("cohort_task_exits_total{reason=\"succeeded\"} 0"), std::string::npos)
       << page->body;
   EXPECT_EQ(page->body.find("cohort_jobs{"), std::string::npos) << "an agent has no jobs gauges";
+  // Whether its tasks run in cgroups of their own (1) or process groups only (0: no writable
+  // cgroup v2, as for a non-root run): shown either way, so an operator can alert on 0.
+  const bool contained = page->body.find("\ncohort_agent_task_containment 1") != std::string::npos;
+  EXPECT_TRUE(contained || page->body.find("\ncohort_agent_task_containment 0") != std::string::npos)
+      << page->body;
   httplib::Result user_token = client.Get("/metrics", {{"Authorization", "Bearer " + *user}});
   ASSERT_TRUE(user_token);
   EXPECT_EQ(user_token->status, 401);
