@@ -251,8 +251,7 @@ Status TaskCgroup::kill_and_remove() const {
       return deadline_exceeded_error(
           "cgroup {} still holds pids {} {} ms after SIGKILL; they are probably stuck in the kernel "
           "(uninterruptible sleep on a hung mount or driver): check `ps -o pid,stat,wchan -p {}`. The agent "
-          "removes "
-          "the cgroup at its next start",
+          "removes the cgroup at its next start",
           path_, pids, empty_timeout_.count(), pids);
     }
     if (now - last_kill >= kKillRepeatInterval) {
