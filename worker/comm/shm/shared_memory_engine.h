@@ -91,10 +91,12 @@ inline constexpr size_t kShmInlineBytes = 16;
 // Posts of at least this many bytes move through their bank (post_area): phase by phase a rank
 // writes lines its peers have not read lately. Writing a line a peer has just read means taking
 // it out of that peer's cache first, which made writes into the segment 3-4x slower than a
-// memcpy (2 processes on the 2-core EPYC, 1 MiB in 256 KiB pieces, into two alternating regions:
-// 95-100 us per MiB; moving through 4 MiB: 30 us; 32 KiB: 3.5 -> 0.9 us; bench/README.md,
-// 2026-11-24). At 4 KiB it made no difference.
-inline constexpr size_t kShmRotateMinBytes = 8 * 1024;
+// memcpy. Measured with bench:segment_handoff on the 2-core EPYC (bench/README.md, 2026-11-24),
+// two alternating places against places moving through 4 MiB, per message: 1 MiB in 256 KiB
+// pieces 98-135 -> 35-46 us; 32 KiB 3.9-5.0 -> 1.8-2.2 us; 16 KiB 1.8-1.9 -> 1.2-1.3 us. Smaller
+// posts lose instead (8 KiB 0.5 -> 1.3 us, 4 KiB 0.3 -> 1.0 us): lines that far back have left
+// the writer's own cache too, and at that size fetching them costs more than the peer's probe.
+inline constexpr size_t kShmRotateMinBytes = 16 * 1024;
 // Entries of a rank's broadcast ring: how far (minus 2) a root may run ahead of its slowest
 // reader with broadcasts of at most kShmInlineBytes.
 inline constexpr size_t kShmRingEntries = 64;
