@@ -106,7 +106,7 @@ inline constexpr size_t kShmRingEntries = 64;
 // group, =0: never). It used to be on for broadcasts of 64 KiB-2 MiB and allgathers of
 // 64-512 KiB at 2 ranks, where it beat the two copies through the segment. Since posts move
 // through their bank (kShmRotateMinBytes), the two copies beat it at every size measured, 2 ranks
-// on the 2-core EPYC (bench/README.md, 2026-11-24 12:00): process_vm_readv pins and copies page
+// on the 2-core EPYC (bench/README.md, 2026-11-24 10:21): process_vm_readv pins and copies page
 // by page, 32 KiB in 3.6 us against memcpy's 0.6 us; 1 MiB in 82-104 us against 22 us.
 // Group sizes above this use the transport (the segment and the flag scans grow with P).
 inline constexpr int kShmMaxRanks = 64;
