@@ -444,22 +444,26 @@ Status Coordinator::heartbeat(const std::string& node_id, bool unschedulable) {
 //  - A reported attempt that is active here (PLACED or RUNNING, a live rank on this node) is kept,
 //    also when this node's "tasks started" report has not come yet: the agent may have started the
 //    tasks and listed them before the dispatch thread got the LaunchTasks answer.
-//  - The other judgments are final within this coordinator: an attempt that is over (its job
-//    finished, cancelled, failed, or at a later attempt) never becomes active again, and an exited
-//    rank never becomes live again; so whatever happened between S and J, those tasks must not run.
-//  - Not yet made (the job unknown, an attempt number beyond the job's current one, or the job
-//    PENDING at the reported attempt): this coordinator sends a launch only after the attempt is
-//    PLACED in memory (under mu_, before the order leaves), so tasks it launched are never in this
-//    state; these ran on a coordinator whose records are gone (a restored store; or the job was
-//    deleted after its retention). Only here is the judgment not final: after a restore a submit may
-//    hand out that job id again, and a job PENDING at that attempt is about to be placed, perhaps on
-//    this node. The stop is safe all the same, because the agent stops only the tasks of the very
-//    launch it reported (AgentService::stop_reported compares the launch), never a launch of the
-//    same job and attempt that began after its snapshot: the coordinator's own launch, when it
-//    comes, is left alone.
+//  - Only judgments that are final whoever leads order a stop: the job is known and terminal, the
+//    attempt is older than the job's current one, or the job is PLACED or RUNNING at the attempt and
+//    none of its ranks placed on this node is live (the placement of an attempt never changes, and an
+//    exited rank never becomes live again). A leader's records are what its store held, and a
+//    successor only moves a job on from there, so whatever happened between S and J, and whoever
+//    leads by then, those tasks must not run.
+//  - Not final, so nothing is ordered: the job unknown, an attempt number beyond the job's current
+//    one, or the job PENDING at the reported attempt. This coordinator never launches such an
+//    attempt (it sends a launch only after the attempt is PLACED in memory, under mu_), but another
+//    one may have: a deposed leader that has not yet noticed its lost lease (its gate still says
+//    leading) answers a heartbeat that the agent's LeaderChannel sent it after one failed call to the
+//    new leader, and what the new leader launched since (a new job, the next attempt, the placement
+//    of a job PENDING here) is exactly what the deposed one does not know. Heartbeats write nothing,
+//    so the store's fence would not catch such a stop. Tasks that really are no coordinator's (a
+//    restored store, a job deleted after its retention) are stopped by the node's next registration
+//    (register_node stops what is not its own), which every restored or restarted coordinator
+//    makes each node do.
 // HA: only a leader answers heartbeats (LeaderGate refuses standbys, and CoordinatorService drops the
-// stops of a heartbeat during which this coordinator lost its leadership); a leader's state is what
-// its store holds, so what it finds over is over for its successor too.
+// stops of a heartbeat during which this coordinator noticed it lost its leadership); a leader that
+// has not noticed yet orders only the final stops above, which its successor would order too.
 StatusOr<std::vector<StopOrder>> Coordinator::heartbeat(const std::string& node_id, bool unschedulable,
                                                         const std::vector<RunningAttempt>& running) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -1010,21 +1014,15 @@ bool Coordinator::has_live_rank_on_locked(const AttemptKey& key, const std::stri
 
 std::string Coordinator::over_on_node_locked(const AttemptKey& key, const std::string& node_id) const {
   auto it = jobs_.find(key.first);
-  if (it == jobs_.end()) {
-    return fmt::format("the coordinator has no job {} (deleted after its retention, or its record was lost when "
-                       "the job store was restored)",
-                       key.first);
-  }
+  // Unknown here, or newer than the attempt known here: perhaps another leader's launch (see above).
+  if (it == jobs_.end() || key.second > it->second.attempt()) return "";
   const Job& job = it->second;
-  if (key.second > job.attempt()) {
-    return fmt::format("the coordinator knows job {} only up to attempt {} (its record was lost when the job store "
-                       "was restored)",
-                       key.first, job.attempt());
-  }
   if (key.second < job.attempt()) return fmt::format("job {} is at attempt {} now", key.first, job.attempt());
-  if (!is_active_locked(key)) {
+  if (is_terminal(job.state())) {
     return fmt::format("the job is {}: {}", job_state_name(job.state()), job.machine.reason());
   }
+  // PENDING at this attempt: its placement may have been made by another leader (see above).
+  if (!is_active_locked(key)) return "";
   if (!has_live_rank_on_locked(key, node_id)) {
     return fmt::format("none of its ranks placed on node {} counts as running any more (placed on {})", node_id,
                        job.placement.node_list());

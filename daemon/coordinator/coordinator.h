@@ -226,12 +226,13 @@ class Coordinator {
   // The same, from an agent that reports what it runs now (HeartbeatRequest.running): returns a stop
   // for each reported attempt with ranks still running that this coordinator no longer runs on the
   // node, so tasks whose StopTasks never arrived (every retry failed, a partition) stop while the
-  // node stays registered instead of running on until fencing or its next registration. An
-  // attempt is stopped when the job is unknown (deleted after its retention, or its record lost when
-  // the store was restored), the attempt is newer than any this coordinator made (a restored store)
-  // or older than the job's current one (superseded), the job is no longer PLACED or RUNNING at that
-  // attempt (finished, cancelled, failed), or none of the attempt's ranks on the node is live any
-  // more. Nothing is inferred from what the report leaves out. The stops' `address` is empty: they
+  // node stays registered instead of running on until fencing or its next registration. Only
+  // judgments that hold whoever leads order a stop: the attempt is older than the job's current one
+  // (superseded), the job is finished, cancelled or failed, or it is PLACED or RUNNING at that attempt
+  // and none of the attempt's ranks on the node is live any more. An unknown job, an attempt newer
+  // than the job's current one, and a job PENDING at the reported attempt order nothing: a new
+  // leader this (deposed, not yet aware) coordinator does not know of may have launched them; the
+  // node's next registration reconciles those. Nothing is inferred from what the report leaves out. The stops' `address` is empty: they
   // travel in the heartbeat's reply. The lease is renewed first; NOT_FOUND orders nothing. Needs no
   // store write.
   StatusOr<std::vector<StopOrder>> heartbeat(const std::string& node_id, bool unschedulable,
@@ -385,7 +386,8 @@ class Coordinator {
   bool is_active_locked(const AttemptKey& key) const;
   // Whether attempt `key` holds slots and a rank of it placed on `node_id` has not exited.
   bool has_live_rank_on_locked(const AttemptKey& key, const std::string& node_id) const;
-  // Why node `node_id` must not run attempt `key` (for a heartbeat's stop); empty when it may.
+  // Why node `node_id` must not run attempt `key`, judged so that any leader would agree (for a
+  // heartbeat's stop); empty when it may, or when only another leader could know.
   std::string over_on_node_locked(const AttemptKey& key, const std::string& node_id) const;
 
   // Moves the job to `to` (after `edit` changed other fields of the new record) and records it.
