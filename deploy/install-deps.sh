@@ -11,6 +11,12 @@ packages=(
   libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev
   libtorch-dev
+  # Debian's libtorch recommends OpenBLAS, which --no-install-recommends below would skip, leaving
+  # the netlib reference BLAS behind libblas.so.3: its sgemm was 38 % of a Fashion-MNIST training
+  # step, and OpenBLAS halved the step's CPU time (74 -> 37 ms, bench/README.md). The serial build:
+  # a rank's BLAS then runs on its own thread, as at::set_num_threads sets the rest, instead of
+  # each process starting a thread per core.
+  libopenblas0-serial
   libyaml-cpp-dev libsqlite3-dev libsystemd-dev libssl-dev
   # systemd-analyze: deploy:cohortd_service_security_test scores the unit (--offline, no running systemd).
   systemd
