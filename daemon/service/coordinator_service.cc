@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include <spdlog/spdlog.h>
+
 #include "daemon/coordinator/job_spec_validation.h"
 #include "daemon/service/coordinator_proto.h"
 #include "daemon/service/grpc_status.h"
@@ -133,8 +135,15 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* context,
   } else if (status.ok()) {
     std::vector<coordinator::RunningAttempt> running;
     for (const cohort::v1::RunningAttempt& attempt : request->running()) {
-      status = require_job_id(attempt.job_id());
-      if (!status.ok()) return to_grpc_status(status.with_context("Heartbeat of node " + request->node_id()));
+      // One bad entry must not cost the node its lease renewal (and so, after a lease, its tasks):
+      // it is left out of the judgment, which orders nothing for what the report leaves out.
+      Status entry = require_job_id(attempt.job_id());
+      if (!entry.ok()) {
+        spdlog::warn("coordinator: node {}'s heartbeat reports attempt {} of a job whose id is not valid ({}); that "
+                     "entry is ignored, the rest of the heartbeat is taken (an agent bug: report it)",
+                     request->node_id(), attempt.attempt(), entry.to_string());
+        continue;
+      }
       running.push_back(coordinator::RunningAttempt{
           attempt.job_id(), attempt.attempt(), std::vector<int>(attempt.ranks().begin(), attempt.ranks().end())});
     }
@@ -142,6 +151,8 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* context,
         coordinator_->heartbeat(request->node_id(), request->unschedulable(), running);
     status = stops.status();
     // Judged on this coordinator's state; once another leads, that state may be behind its store.
+    // A leader deposed without noticing yet passes this check: Coordinator::heartbeat orders only
+    // stops that hold whoever leads, for that case.
     if (status.ok() && !stops->empty() && leading_ && !leading_()) {
       return to_grpc_status(unavailable_error(
           "this coordinator lost its leadership while node {}'s heartbeat ran; heartbeat the new leader",

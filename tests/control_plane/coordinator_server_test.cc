@@ -645,16 +645,24 @@ TEST_F(CoordinatorDispatchTest, AStopNeverTakenIsDroppedAfterKMaxStopTries) {
 
 // Once the stop's retries ran out, the node's heartbeat is the backstop: still registered, its agent
 // reports the cancelled job's task running and the reply orders it stopped. An older agent's
-// heartbeat (no report) gets nothing, nor does a report that no longer lists the task.
+// heartbeat (the running list not marked reported) gets nothing, nor does a report that no longer
+// lists the task; an entry without a job id is skipped, not a reason to refuse the heartbeat (and
+// so its lease renewal).
 TEST_F(CoordinatorDispatchTest, AHeartbeatReportingATaskWhoseStopsAllFailedGetsItsStopInTheReply) {
   FlakyStopAgent agent(*server_, "node-a", /*refused_stops=*/1000);
   ASSERT_GT(agent.port(), 0);
   const std::string job_id = run_and_cancel(agent);
   ASSERT_EQ(agent.wait_for_stops(kMaxStopTries, kRpcTimeout).size(), static_cast<size_t>(kMaxStopTries));
-  auto heartbeat = [&](bool reported, const std::vector<int>& ranks, cohort::v1::HeartbeatResponse* response) {
+  auto heartbeat = [&](bool reported, const std::vector<int>& ranks, cohort::v1::HeartbeatResponse* response,
+                       bool bad_entry = false) {
     cohort::v1::HeartbeatRequest request;
     request.set_node_id("node-a");
     request.set_running_reported(reported);
+    if (bad_entry) {
+      cohort::v1::RunningAttempt* running = request.add_running();
+      running->set_attempt(1);
+      running->add_ranks(0);
+    }
     if (!ranks.empty()) {
       cohort::v1::RunningAttempt* running = request.add_running();
       running->set_job_id(job_id);
@@ -665,8 +673,9 @@ TEST_F(CoordinatorDispatchTest, AHeartbeatReportingATaskWhoseStopsAllFailedGetsI
     set_deadline(&context);
     return node_stub("node-a").Heartbeat(&context, request, response);
   };
+  // Entries in a heartbeat not marked reported are not judged (the compatibility branch).
   cohort::v1::HeartbeatResponse old_agent;
-  ASSERT_TRUE(heartbeat(false, {}, &old_agent).ok());
+  ASSERT_TRUE(heartbeat(false, {0}, &old_agent).ok());
   EXPECT_GT(old_agent.lease_ms(), 0);
   EXPECT_EQ(old_agent.stops_size(), 0);
   cohort::v1::HeartbeatResponse reply;
@@ -677,6 +686,12 @@ TEST_F(CoordinatorDispatchTest, AHeartbeatReportingATaskWhoseStopsAllFailedGetsI
   EXPECT_EQ(reply.stops(0).job_id(), job_id);
   EXPECT_EQ(reply.stops(0).attempt(), 1);
   EXPECT_NE(reply.stops(0).reason().find("the job is CANCELLED"), std::string::npos) << reply.stops(0).reason();
+  cohort::v1::HeartbeatResponse with_bad_entry;
+  status = heartbeat(true, {0}, &with_bad_entry, /*bad_entry=*/true);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_GT(with_bad_entry.lease_ms(), 0);
+  ASSERT_EQ(with_bad_entry.stops_size(), 1);
+  EXPECT_EQ(with_bad_entry.stops(0).job_id(), job_id);
   cohort::v1::HeartbeatResponse nothing_left;
   ASSERT_TRUE(heartbeat(true, {}, &nothing_left).ok());
   EXPECT_EQ(nothing_left.stops_size(), 0);
