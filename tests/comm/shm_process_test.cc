@@ -3,7 +3,7 @@
 // element with the reference; back-to-back broadcasts whose root runs ahead; a SIGKILLed rank inside a large allreduce makes the others fail
 // naming it within the timeout and leaves nothing in /dev/shm; a SIGSTOPped rank makes the others
 // time out without spinning on a core for the whole timeout; large broadcasts and allgathers go
-// single-copy (process_vm_readv) inside their size windows unless COHORT_SHM_CMA=0, and a broadcast's root waits for a
+// single-copy (process_vm_readv) inside the size windows the tests open (none by default) unless COHORT_SHM_CMA=0, and a broadcast's root waits for a
 // stopped reader (its buffer must not change while it is read) until the timeout, naming it; a
 // malformed COHORT_SHM_* variable on one rank fails every rank at once, naming that rank; a rank
 // that comes to a single-copy operation its peer has given up fails instead of reading reused memory.
@@ -183,7 +183,9 @@ TEST_F(ShmProcessTest, BackToBackBroadcastsWhoseRootRunsAheadStayCorrect) {
   // Broadcast synchronises only root and readers, so a root leaves before its readers have copied
   // and may start the next operation a phase ahead. Back-to-back broadcasts from changing roots,
   // of inline, one-piece, several-piece and several-chunk sizes, each followed now and then by an
-  // allgather or allreduce (full barriers writing the same banks), must all arrive intact.
+  // allgather or allreduce (full barriers writing the same banks), or by an uneven allgatherv and
+  // a reduce_scatter large enough that their posts move through the banks (post_area) while the
+  // broadcasts' pieces do too, must all arrive intact.
   // 2 ranks pipeline in pieces; 3 (more than this machine's 2 cores) in whole chunks.
   for (int size : {2, 3}) {
     ProcessRanks ranks(dir_.path());
@@ -212,6 +214,30 @@ TEST_F(ShmProcessTest, BackToBackBroadcastsWhoseRootRunsAheadStayCorrect) {
             int64_t sum = rank + 1;
             COHORT_RETURN_IF_ERROR(comm->allreduce(&sum, &sum, 1, DataType::kInt64, ReduceOp::kSum)->wait());
             if (sum != size * (size + 1) / 2) return internal_error("allreduce {}", sum);
+          } else if (round > 0) {
+            // Rank p gives 4500 + 1700p elements (18-25 KiB: posts that move), tagged by round.
+            std::vector<size_t> counts;
+            for (int p = 0; p < size; ++p) counts.push_back(4500 + 1700 * static_cast<size_t>(p));
+            auto tagged = [&](int p, size_t i) { return static_cast<int32_t>(p * 1000003 + round * 7919 + static_cast<int>(i)); };
+            std::vector<int32_t> mine(counts[rank]), all;
+            for (size_t i = 0; i < mine.size(); ++i) mine[i] = tagged(rank, i);
+            for (int p = 0; p < size; ++p) {
+              for (size_t i = 0; i < counts[p]; ++i) all.push_back(tagged(p, i));
+            }
+            std::vector<int32_t> got(all.size(), -1);
+            COHORT_RETURN_IF_ERROR(comm->allgatherv(mine.data(), got.data(), counts, DataType::kInt32)->wait());
+            if (got != all) return internal_error("allgatherv after round {} broadcasts differs", round);
+            // 4099 elements per rank's block: one post of size x 16 KiB and a bit.
+            constexpr size_t kBlock = 4099;
+            std::vector<int32_t> send(kBlock * static_cast<size_t>(size)), block(kBlock, -1);
+            for (size_t i = 0; i < send.size(); ++i) send[i] = static_cast<int32_t>(i) + rank + round;
+            COHORT_RETURN_IF_ERROR(
+                comm->reduce_scatter(send.data(), block.data(), kBlock, DataType::kInt32, ReduceOp::kSum)->wait());
+            for (size_t j = 0; j < kBlock; ++j) {
+              const size_t i = static_cast<size_t>(rank) * kBlock + j;
+              const int64_t want = static_cast<int64_t>(size) * (static_cast<int64_t>(i) + round) + size * (size - 1) / 2;
+              if (block[j] != want) return internal_error("reduce_scatter after round {}: element {} is {}, want {}", round, j, block[j], want);
+            }
           }
         }
       }

@@ -37,6 +37,7 @@ struct alignas(128) SharedMemoryEngine::Control {
   std::atomic<uint32_t> arrive;   // barriers passed: the generation, and the futex word
   std::atomic<uint32_t> waiters;  // peers inside FUTEX_WAIT on `arrive` (the waker skips the syscall at 0)
   std::atomic<int32_t> pid;
+  std::atomic<uint32_t> oversubscribed;  // setup: rank 0's verdict is every rank's (broadcast_piece)
   std::atomic<uint64_t> start_time;  // /proc/<pid>/stat field 22: tells a reused pid apart
   std::atomic<int32_t> cpu;          // the CPU this rank last published from (wait_for's co-location test)
   std::atomic<uint32_t> single_copy_ok;  // setup: 1 once this rank has read every peer's probe (see below)
@@ -450,9 +451,13 @@ Status SharedMemoryEngine::agree_on_single_copy(bool wanted, SingleCopyWindow br
   }
   Control& mine = control(rank_);
   mine.single_copy_ok.store(why.empty() ? 1 : 0, std::memory_order_relaxed);
+  mine.oversubscribed.store(oversubscribed_ ? 1 : 0, std::memory_order_relaxed);
   const size_t windows[4] = {broadcast.min, broadcast.max, allgather.min, allgather.max};
   for (int i = 0; i < 4; ++i) mine.windows[i].store(windows[i], std::memory_order_relaxed);
   COHORT_RETURN_IF_ERROR(step(deadline, "shared-memory setup"));
+  // The broadcast's piece size follows from it, so every rank must take the same: rank 0's (CPU
+  // counts can differ between containers that share a /dev/shm).
+  oversubscribed_ = control(0).oversubscribed.load(std::memory_order_relaxed) != 0;
   bool all = true;
   for (int p = 0; p < size_ && all; ++p) {
     if (control(p).single_copy_ok.load(std::memory_order_relaxed) == 0) {
@@ -650,11 +655,14 @@ uint8_t* SharedMemoryEngine::post_area(int r, uint32_t phase, size_t bytes) cons
   const int bank = static_cast<int>(phase & 1u);
   if (bytes <= kShmInlineBytes) return control(r).inline_data[bank];
   if (bytes < kShmRotateMinBytes) return input(r, bank);
+  // Every caller posts at most a chunk; more would leave no second place (and divide by zero).
+  if (bytes > kShmChunkBytes) std::abort();
   // The bank's input and result regions, in page-aligned places of `bytes`, one after another on
-  // each use of the bank (every second phase): a region is written again only after the whole
-  // bank was, by when the peers have read on past it (kShmRotateMinBytes). Any place in the bank
-  // is free to write in `phase`: every peer has ended phase - 1, and with it every read of this
-  // bank's earlier contents (the protocol in the header).
+  // each use of the bank (every second phase), so the rotating posts come back to a place only
+  // after going through the bank, by when the peers have mostly read on past it
+  // (kShmRotateMinBytes; ops with fixed regions may write in between, which only costs speed).
+  // Any place in the bank is free to write in `phase`: every peer has ended phase - 1, and with
+  // it every read of this bank's earlier contents (the protocol in the header).
   const size_t stride = (bytes + 4095) & ~size_t{4095};
   const size_t places = 2 * kShmChunkBytes / stride;
   return input(r, bank) + ((phase >> 1) % places) * stride;

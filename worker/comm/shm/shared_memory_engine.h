@@ -39,8 +39,8 @@
 // buffers was faster but could write into a buffer whose reader had timed out and returned; see
 // broadcast_single_copy). A rank ends the next phase only once its copying is done, and returns
 // only once every peer that reads its buffer has ended it (awaited like any flag: futex,
-// liveness, deadline), so no buffer changes or goes away while a peer reads it. Setup probes it:
-// every rank reads a test word in each peer's memory; if any rank cannot (Yama ptrace_scope 2+, a
+// liveness, deadline), so no buffer changes or goes away while a peer reads it. Setup probes it
+// when a window is open: every rank reads a test word in each peer's memory; if any rank cannot (Yama ptrace_scope 2+, a
 // seccomp filter, ENOSYS, another user) or has it turned off (COHORT_SHM_CMA=0), every rank keeps
 // the two-copy path, agreed through the segment, so no two ranks ever mix the protocols.
 //
@@ -101,7 +101,8 @@ inline constexpr size_t kShmRotateMinBytes = 16 * 1024;
 // reader with broadcasts of at most kShmInlineBytes.
 inline constexpr size_t kShmRingEntries = 64;
 // Single copy (CMA, see above) is opt-in: its windows (whole-message bytes) are empty unless
-// COHORT_SHM_CMA_BROADCAST_BYTES / COHORT_SHM_CMA_ALLGATHER_BYTES = MIN[:MAX] open them, and then
+// COHORT_SHM_CMA_BROADCAST_BYTES / COHORT_SHM_CMA_ALLGATHER_BYTES = MIN[:MAX] open them on every
+// rank (rank 0's bounds apply; a rank with no window open turns it off for all), and then
 // apply only where every rank can, in groups of 2 ranks on at least 2 CPUs (COHORT_SHM_CMA=1: any
 // group, =0: never). It used to be on for broadcasts of 64 KiB-2 MiB and allgathers of
 // 64-512 KiB at 2 ranks, where it beat the two copies through the segment. Since posts move
