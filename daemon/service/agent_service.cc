@@ -207,6 +207,14 @@ Status AgentService::launch(const cohort::v1::LaunchTasksRequest& request,
       return already_exists_error("LaunchTasks for job '{}': attempt {} of it is being launched on node {}",
                                   request.job_id(), pending->second.attempt, options_.node_id);
     }
+    if (reported_stops_.count(job.job_id) != 0) {
+      // stop_reported stops the job's tasks by job id: a launch ending meanwhile would be stopped in
+      // their place. The supervisor answers the same while those tasks still run.
+      return already_exists_error(
+          "LaunchTasks for job '{}' attempt {}: node {} is stopping the job's earlier tasks (the coordinator's "
+          "heartbeat reply ordered it); launch it again once they ended",
+          request.job_id(), request.attempt(), options_.node_id);
+    }
     // A launch that just ended may still be counted twice here (running and reserved) for an
     // instant: that errs toward refusing, which the coordinator retries, never toward overbooking.
     int reserved = 0;
@@ -438,11 +446,19 @@ StatusOr<int> AgentService::stop_reported(const std::string& job_id, int attempt
                    job_id, attempt, options_.node_id, reason);
       return 0;
     }
+    // From here until the stop is done, a launch of the job is refused (launch()): the supervisor
+    // refuses one only while these tasks run, and one that began and ended after they all exited by
+    // themselves would otherwise be the one stopped.
+    ++reported_stops_[job_id];
   }
-  // A launch of the job that begins from here on is refused while these tasks run (the supervisor
-  // holds one set of tasks per job); only one that begins and ends in the instant after they all
-  // exited by themselves could be stopped instead, the window StopTasks has too.
-  COHORT_ASSIGN_OR_RETURN(int signalled, stop_job(job_id));
+  const auto unmark = [this, &job_id] {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--reported_stops_[job_id] <= 0) reported_stops_.erase(job_id);
+  };
+  if (options_.reported_stop_checked) options_.reported_stop_checked(job_id);
+  StatusOr<int> stopped = stop_job(job_id);
+  unmark();
+  COHORT_ASSIGN_OR_RETURN(int signalled, std::move(stopped));
   if (signalled > 0) {
     spdlog::info("agent: stopped {} task(s) of job {} attempt {} on node {} on the coordinator's heartbeat reply: {}",
                  signalled, job_id, attempt, options_.node_id, reason);

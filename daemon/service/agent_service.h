@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -81,6 +82,9 @@ struct AgentServiceOptions {
   std::vector<std::string> allowed_path_roots;
   // Executables a command job may run here (absolute paths); empty: any.
   std::vector<std::string> allowed_commands;
+  // Tests only: called by stop_reported once it has found the reported launch still the job's, before
+  // it stops the tasks (without the service's lock), to let a test act in that window.
+  std::function<void(const std::string& job_id)> reported_stop_checked;
 };
 
 // The worker launch contract (what cohort-worker reads), beyond the torchrun-style variables the
@@ -165,7 +169,9 @@ class AgentService final : public cohort::v1::Agent::Service {
   // blocks until the tasks are reaped). Only the tasks of that very launch are stopped: when a
   // launch of the job is under way, or another one began since (even of the same attempt: a
   // coordinator whose records were restored may hand the job id out again), nothing is, and 0 is
-  // returned. Returns how many tasks were still running and got signalled.
+  // returned. While it stops them, a LaunchTasks of the job is refused (ALREADY_EXISTS), so the
+  // stop cannot reach a launch that began after the check (if the reported tasks ended by
+  // themselves meanwhile). Returns how many tasks were still running and got signalled.
   StatusOr<int> stop_reported(const std::string& job_id, int attempt, uint64_t launch, const std::string& reason);
 
   // The node as RegisterNode and NodeInfo describe it. Blocking (the inventory probe).
@@ -209,6 +215,9 @@ class AgentService final : public cohort::v1::Agent::Service {
   std::map<std::string, Launched> attempts_;        // guarded by mu_; job id → the launch that ended last
   uint64_t next_launch_ = 1;                        // guarded by mu_
   std::map<std::string, PendingLaunch> launching_;  // guarded by mu_; by job id
+  // Jobs whose reported tasks stop_reported is stopping now (how many such calls); launch() refuses
+  // them meanwhile. Guarded by mu_.
+  std::map<std::string, int> reported_stops_;
   std::condition_variable launch_ended_;            // with mu_: an entry left launching_
   bool draining_ = false;                           // guarded by mu_
 };

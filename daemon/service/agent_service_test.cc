@@ -540,6 +540,48 @@ TEST_F(AgentServiceTest, AHeartbeatReplysStopEndsTheReportedTasksButNoLaterLaunc
   EXPECT_EQ(supervisor_->running_tasks(), 0);
 }
 
+// The window between stop_reported's check and its stop: the reported tasks end by themselves and
+// a LaunchTasks of the job's next attempt comes. It is refused while the stop is set up, or the stop
+// (by job id) would end the new launch's tasks instead.
+TEST_F(AgentServiceTest, ALaunchDuringAHeartbeatReplysStopIsRefusedNotStoppedInTheReportedTasksPlace) {
+  grpc::Status relaunch = grpc::Status::OK;
+  bool hooked = false;
+  service_options_.reported_stop_checked = [&](const std::string& job_id) {
+    hooked = true;
+    // The reported tasks exit by themselves (here: killed from outside the agent) and are reaped.
+    StatusOr<std::vector<agent::TaskInfo>> tasks = supervisor_->tasks(job_id);
+    ASSERT_TRUE(tasks.ok()) << tasks.status().to_string();
+    for (const agent::TaskInfo& task : *tasks) ::kill(task.pid, SIGKILL);
+    ASSERT_TRUE(wait_until([&] { return supervisor_->running_tasks() == 0; }, kTestWaitTimeout));
+    // The coordinator's launch of attempt 2 arrives now.
+    const cohort::v1::LaunchTasksRequest next = request(2);
+    cohort::v1::LaunchTasksResponse launched;
+    grpc::ServerContext context;
+    relaunch = service_->LaunchTasks(&context, &next, &launched);
+  };
+  use_worker("exec sleep 100");
+  const cohort::v1::LaunchTasksRequest first = request(1);
+  cohort::v1::LaunchTasksResponse launched;
+  grpc::ServerContext context;
+  ASSERT_TRUE(service_->LaunchTasks(&context, &first, &launched).ok());
+  const std::vector<AgentService::RunningLaunch> reported = service_->running_launches();
+  ASSERT_EQ(reported.size(), 1u);
+
+  StatusOr<int> stopped = service_->stop_reported("mnist-1", 1, reported[0].launch, "the job is CANCELLED");
+  ASSERT_TRUE(hooked);
+  ASSERT_TRUE(stopped.ok()) << stopped.status().to_string();
+  EXPECT_EQ(*stopped, 0) << "the reported tasks had ended; nothing else may be signalled";
+  EXPECT_EQ(relaunch.error_code(), grpc::StatusCode::ALREADY_EXISTS) << relaunch.error_message();
+  EXPECT_NE(relaunch.error_message().find("is stopping the job's earlier tasks"), std::string::npos)
+      << relaunch.error_message();
+  EXPECT_EQ(supervisor_->running_tasks(), 0);
+  // Once the stop is done the launch goes through, and runs on.
+  const cohort::v1::LaunchTasksRequest next = request(2);
+  ASSERT_TRUE(service_->LaunchTasks(&context, &next, &launched).ok());
+  EXPECT_EQ(supervisor_->running_tasks(), 2);
+  EXPECT_EQ(service_->attempt_of("mnist-1"), 2);
+}
+
 TEST_F(AgentServiceTest, ALaunchUnderWayIsNotReportedAndAHeartbeatStopDoesNotTouchIt) {
   const cohort::v1::LaunchTasksRequest gated = gated_request(1);
   grpc::Status status;
