@@ -1,7 +1,16 @@
 #include "daemon/http/http_server.h"
 
+#include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <sstream>
 
 #include <httplib.h>
 #include <spdlog/spdlog.h>
@@ -28,26 +37,86 @@ bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
-// Installs the key and certificate chain (leaf first) from memory and refuses TLS below 1.2.
-bool setup_tls(SSL_CTX& ctx, const std::string& key_pem, const std::string& certificate_pem) {
-  SSL_CTX_set_min_proto_version(&ctx, TLS1_2_VERSION);
-  std::unique_ptr<BIO, decltype(&BIO_free)> certs(
-      BIO_new_mem_buf(certificate_pem.data(), static_cast<int>(certificate_pem.size())), BIO_free);
-  std::unique_ptr<X509, decltype(&X509_free)> leaf(PEM_read_bio_X509(certs.get(), nullptr, nullptr, nullptr),
-                                                   X509_free);
-  if (leaf == nullptr || SSL_CTX_use_certificate(&ctx, leaf.get()) != 1) return false;
+struct BioFree {
+  void operator()(BIO* bio) const { BIO_free(bio); }
+};
+struct X509Free {
+  void operator()(X509* cert) const { X509_free(cert); }
+};
+struct KeyFree {
+  void operator()(EVP_PKEY* key) const { EVP_PKEY_free(key); }
+};
+struct ChainFree {
+  void operator()(STACK_OF(X509) * chain) const { sk_X509_pop_free(chain, X509_free); }
+};
+
+std::unique_ptr<BIO, BioFree> memory_bio(const std::string& text) {
+  return std::unique_ptr<BIO, BioFree>(BIO_new_mem_buf(text.data(), static_cast<int>(text.size())));
+}
+
+// "serial 1A2B..., subject CN=...": which certificate a log line means.
+std::string describe(X509* cert) {
+  std::string serial = "?";
+  if (BIGNUM* number = ASN1_INTEGER_to_BN(X509_get_serialNumber(cert), nullptr)) {
+    if (char* hex = BN_bn2hex(number)) {
+      serial = hex;
+      OPENSSL_free(hex);
+    }
+    BN_free(number);
+  }
+  char subject[256] = {};
+  X509_NAME_oneline(X509_get_subject_name(cert), subject, sizeof(subject) - 1);
+  return fmt::format("serial {}, subject {}", serial, subject);
+}
+
+}  // namespace
+
+// A key with its certificate chain, parsed once and shared by the handshakes that use it
+// (SSL_use_cert_and_key takes references of its own, so a replaced identity lives on in the
+// connections that still hold it).
+struct TlsIdentity {
+  std::unique_ptr<X509, X509Free> leaf;
+  std::unique_ptr<EVP_PKEY, KeyFree> key;
+  std::unique_ptr<STACK_OF(X509), ChainFree> chain;  // what follows the leaf (the cluster CA)
+  std::string description;                          // describe(leaf)
+};
+
+namespace {
+
+// Parses a PEM private key and a PEM chain, leaf first (other PEM blocks, such as the key in a
+// combined file, are skipped). `key_source` / `certificate_source` name where they came from.
+StatusOr<std::shared_ptr<const TlsIdentity>> parse_identity(const std::string& key_pem,
+                                                            const std::string& certificate_pem,
+                                                            const std::string& key_source,
+                                                            const std::string& certificate_source) {
+  auto identity = std::make_shared<TlsIdentity>();
+  auto certs = memory_bio(certificate_pem);
+  identity->leaf.reset(PEM_read_bio_X509(certs.get(), nullptr, nullptr, nullptr));
+  if (identity->leaf == nullptr) return invalid_argument_error("{} holds no PEM certificate", certificate_source);
+  identity->chain.reset(sk_X509_new_null());
   while (X509* extra = PEM_read_bio_X509(certs.get(), nullptr, nullptr, nullptr)) {
-    if (SSL_CTX_add_extra_chain_cert(&ctx, extra) != 1) {  // takes ownership on success
+    if (sk_X509_push(identity->chain.get(), extra) == 0) {
       X509_free(extra);
-      return false;
+      return internal_error("out of memory reading the certificate chain in {}", certificate_source);
     }
   }
-  std::unique_ptr<BIO, decltype(&BIO_free)> key_bio(
-      BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size())), BIO_free);
-  std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> key(
-      PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr), EVP_PKEY_free);
-  return key != nullptr && SSL_CTX_use_PrivateKey(&ctx, key.get()) == 1 &&
-         SSL_CTX_check_private_key(&ctx) == 1;
+  ERR_clear_error();  // the loop ends on "no start line", which is not an error here
+  auto key_bio = memory_bio(key_pem);
+  identity->key.reset(PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr));
+  if (identity->key == nullptr) return invalid_argument_error("{} holds no PEM private key", key_source);
+  if (X509_check_private_key(identity->leaf.get(), identity->key.get()) != 1) {
+    ERR_clear_error();
+    return invalid_argument_error("the private key in {} is not the key of the certificate in {} ({})", key_source,
+                                  certificate_source, describe(identity->leaf.get()));
+  }
+  identity->description = describe(identity->leaf.get());
+  return std::shared_ptr<const TlsIdentity>(std::move(identity));
+}
+
+// Installs the key and certificate chain and refuses TLS below 1.2.
+bool setup_tls(SSL_CTX& ctx, const TlsIdentity& identity) {
+  SSL_CTX_set_min_proto_version(&ctx, TLS1_2_VERSION);
+  return SSL_CTX_use_cert_and_key(&ctx, identity.leaf.get(), identity.key.get(), identity.chain.get(), 1) == 1;
 }
 
 void refuse(httplib::Response& response, int status, const std::string& message) {
@@ -58,6 +127,125 @@ void refuse(httplib::Response& response, int status, const std::string& message)
 }
 
 }  // namespace
+
+// The key and chain new connections get, from key_file / certificate_file, read again when they
+// change. current() runs in the certificate callback (serve_current) on the server's threads,
+// several handshakes at once: the look at the files and the swap happen under mu_, and each
+// handshake hands its own SSL the identity of that moment (SSL_use_cert_and_key on the SSL, never
+// the shared SSL_CTX, which nothing changes after create()).
+// No CA is reloaded: this port asks no client certificate (callers present bearer tokens; the
+// SSLServer is set up without SSL_CTX_set_verify, as before), so it verifies clients against no CA.
+// The cluster CA that ends the chain in serving.pem is only sent to clients, and is read again with
+// the leaf since it is in the same file. (The agent's gRPC port, which verifies callers, watches
+// ca.crt itself.)
+class ServingCertificate {
+ public:
+  ServingCertificate(std::string listen, std::string key_file, std::string certificate_file,
+                     std::chrono::milliseconds interval)
+      : key_file_(std::move(key_file)),
+        certificate_file_(std::move(certificate_file)),
+        interval_(interval),
+        url_(std::move(listen)) {}
+
+  // How log lines name the port ("https://HOST:PORT"), once it is bound; before start().
+  void set_url(std::string url) {
+    std::lock_guard<std::mutex> lock(mu_);
+    url_ = std::move(url);
+  }
+
+  // The first read, at create(): an error fails the server's creation.
+  Status load() {
+    std::lock_guard<std::mutex> lock(mu_);
+    seen_ = look();
+    COHORT_ASSIGN_OR_RETURN(identity_, read());
+    checked_ = std::chrono::steady_clock::now();
+    return ok_status();
+  }
+
+  std::shared_ptr<const TlsIdentity> current() {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    if (now - checked_ >= interval_) {
+      checked_ = now;
+      reload_if_changed_locked();
+    }
+    return identity_;
+  }
+
+  // SSL_CTX_set_cert_cb's callback: 1 to go on with the handshake, 0 to fail it.
+  static int serve_current(SSL* ssl, void* self) {
+    std::shared_ptr<const TlsIdentity> identity = static_cast<ServingCertificate*>(self)->current();
+    return SSL_use_cert_and_key(ssl, identity->leaf.get(), identity->key.get(), identity->chain.get(), 1) == 1 ? 1
+                                                                                                             : 0;
+  }
+
+ private:
+  // What stat says of one file; a change in any field means it was replaced or rewritten.
+  struct FileState {
+    bool exists = false;
+    dev_t device = 0;
+    ino_t inode = 0;
+    off_t size = 0;
+    int64_t mtime_ns = 0;
+    bool operator==(const FileState& other) const {
+      return exists == other.exists && device == other.device && inode == other.inode && size == other.size &&
+             mtime_ns == other.mtime_ns;
+    }
+  };
+  static FileState state_of(const std::string& path) {
+    struct stat info {};
+    if (::stat(path.c_str(), &info) != 0) return FileState{};
+    return FileState{true, info.st_dev, info.st_ino, info.st_size,
+                     static_cast<int64_t>(info.st_mtim.tv_sec) * 1000000000 + info.st_mtim.tv_nsec};
+  }
+  std::pair<FileState, FileState> look() const { return {state_of(key_file_), state_of(certificate_file_)}; }
+
+  StatusOr<std::shared_ptr<const TlsIdentity>> read() const {
+    COHORT_ASSIGN_OR_RETURN(std::string key_pem, read_text(key_file_));
+    COHORT_ASSIGN_OR_RETURN(std::string certificate_pem, read_text(certificate_file_));
+    return parse_identity(key_pem, certificate_pem, key_file_, certificate_file_);
+  }
+  static StatusOr<std::string> read_text(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return not_found_error("cannot read {}: {}", path, std::strerror(errno));
+    std::ostringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+
+  // Files that stat the same as last time are not read again; files that changed and do not load
+  // are logged once (until they change again) and leave the previous identity in use. A renewal
+  // that renames a separate key and certificate one after the other may show a mismatched pair
+  // for a moment: that is one warning, then the next change loads. (serving.pem holds both.)
+  void reload_if_changed_locked() {
+    std::pair<FileState, FileState> now = look();
+    if (now == seen_) return;
+    seen_ = now;
+    StatusOr<std::shared_ptr<const TlsIdentity>> replaced = read();
+    if (!replaced.ok()) {
+      spdlog::warn(
+          "the HTTPS port {} cannot use the changed key {} and certificate {}: {}. It keeps serving the "
+          "certificate it had ({}) and reads the files again when they change; they must hold a PEM key and "
+          "its certificate chain, leaf first",
+          url_, key_file_, certificate_file_, replaced.status().message(), identity_->description);
+      return;
+    }
+    if ((*replaced)->description != identity_->description) {
+      spdlog::info("the HTTPS port {} serves the certificate from {} to new connections: {} (was {})", url_,
+                   certificate_file_, (*replaced)->description, identity_->description);
+    }
+    identity_ = std::move(*replaced);
+  }
+
+  const std::string key_file_;
+  const std::string certificate_file_;
+  const std::chrono::milliseconds interval_;
+  std::mutex mu_;
+  std::string url_;                                // guarded by mu_
+  std::pair<FileState, FileState> seen_;           // guarded by mu_
+  std::chrono::steady_clock::time_point checked_;  // guarded by mu_
+  std::shared_ptr<const TlsIdentity> identity_;    // guarded by mu_; never null after load()
+};
 
 std::string bearer_token(const std::string& authorization) {
   constexpr std::string_view kBearer = "Bearer ";
@@ -77,10 +265,14 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::create(HttpServerOptions optio
         "authentication; listen on 127.0.0.1 or turn insecure off",
         options.listen);
   }
+  const bool from_files = !options.key_file.empty() || !options.certificate_file.empty();
   if (!options.plaintext &&
-      (options.key_pem.empty() || options.certificate_pem.empty() || !options.verify_token)) {
+      ((from_files ? options.key_file.empty() || options.certificate_file.empty()
+                   : options.key_pem.empty() || options.certificate_pem.empty()) ||
+       !options.verify_token)) {
     return invalid_argument_error(
-        "the HTTPS server on {} needs a key, a certificate and a token verifier (a daemon bug)",
+        "the HTTPS server on {} needs a key, a certificate (both in memory or both as files) and a token "
+        "verifier (a daemon bug)",
         options.listen);
   }
 
@@ -89,8 +281,33 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::create(HttpServerOptions optio
   if (opts.plaintext) {
     server->server_ = std::make_unique<httplib::Server>();
   } else {
-    auto tls = std::make_unique<httplib::SSLServer>(
-        [&opts](SSL_CTX& ctx) { return setup_tls(ctx, opts.key_pem, opts.certificate_pem); });
+    std::shared_ptr<const TlsIdentity> identity;
+    if (from_files) {
+      server->certificate_ = std::make_unique<ServingCertificate>(opts.listen, opts.key_file, opts.certificate_file,
+                                                                  opts.certificate_check_interval);
+      Status loaded = server->certificate_->load();
+      if (!loaded.ok()) {
+        return invalid_argument_error("the HTTPS server on {} cannot use its key and certificate: {}", opts.listen,
+                                      loaded.message());
+      }
+      identity = server->certificate_->current();
+    } else {
+      StatusOr<std::shared_ptr<const TlsIdentity>> parsed =
+          parse_identity(opts.key_pem, opts.certificate_pem, "the daemon's key", "the daemon's certificate");
+      if (!parsed.ok()) {
+        return invalid_argument_error("the HTTPS server on {} cannot use its key and certificate: {}", opts.listen,
+                                      parsed.status().message());
+      }
+      identity = std::move(*parsed);
+    }
+    ServingCertificate* reloading = server->certificate_.get();
+    auto tls = std::make_unique<httplib::SSLServer>([&identity, reloading](SSL_CTX& ctx) {
+      if (!setup_tls(ctx, *identity)) return false;
+      // Each handshake takes the certificate of the moment (a renewal replaces the files); the
+      // context's own pair above is what a handshake would fall back on, and is never changed.
+      if (reloading != nullptr) SSL_CTX_set_cert_cb(&ctx, &ServingCertificate::serve_current, reloading);
+      return true;
+    });
     if (!tls->is_valid()) {
       return invalid_argument_error(
           "the HTTPS server on {} cannot use this daemon's key and certificate (OpenSSL refused them)",
@@ -130,6 +347,7 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::create(HttpServerOptions optio
   }
   const std::string shown_host = host.find(':') != std::string::npos ? "[" + host + "]" : host;
   server->url_ = fmt::format("{}://{}:{}", opts.plaintext ? "http" : "https", shown_host, server->port_);
+  if (server->certificate_ != nullptr) server->certificate_->set_url(server->url_);
   return server;
 }
 

@@ -9,6 +9,15 @@
 // asking for an admin page is 403. A plaintext server (insecure mode: loopback only, like gRPC's)
 // serves plain HTTP and treats every caller as a local admin.
 //
+// Certificate renewal: with key_file and certificate_file set, the server reads its key and chain
+// from those files and keeps reading them while it runs: each new TLS connection gets the pair last
+// read, and the files are looked at (stat: inode, size, mtime) at most once per
+// certificate_check_interval, on the handshake that comes due. An agent's renewed node certificate
+// (<data_dir>/node/serving.pem, replaced by a rename) is so served from its next connection on,
+// without a restart; connections already open keep the certificate they started with. A
+// replacement that does not load (unreadable, no certificate, a key that is not the certificate's)
+// is logged once, naming the files, and the previous pair is served until the files change again.
+//
 //   HttpServerOptions options;
 //   options.listen = "127.0.0.1:0";                      // port 0: the kernel picks
 //   options.key_pem = ...; options.certificate_pem = ...;  // this daemon's certificate
@@ -40,12 +49,16 @@ class Server;
 
 namespace cohort::http {
 
+class ServingCertificate;  // http_server.cc: the key and chain new connections get
+
 // Requests served at once; the rest wait in the accept backlog. Scrapes and page loads are short.
 inline constexpr int kDefaultHttpThreads = 4;
 // How long a client may take to send its request, and the server to write the answer.
 inline constexpr std::chrono::seconds kDefaultHttpIoTimeout{10};
 // The largest request body accepted: every page is a GET, so anything bigger is not cohort's client.
 inline constexpr size_t kMaxHttpRequestBytes = 64 * 1024;
+// How often at most the key and certificate files are looked at for a replacement (key_file).
+inline constexpr std::chrono::milliseconds kDefaultCertificateCheckInterval{1000};
 // How long start() waits for the listening thread to begin accepting.
 inline constexpr std::chrono::seconds kHttpStartTimeout{10};
 
@@ -85,6 +98,11 @@ struct HttpServerOptions {
   std::string listen;                 // HOST:PORT; port 0 picks a free one
   std::string key_pem;                // TLS private key (PEM); required unless plaintext
   std::string certificate_pem;        // TLS certificate, leaf first (PEM); required unless plaintext
+  // Instead of key_pem/certificate_pem: files holding them (PEM; the same file may hold both, as
+  // serving.pem does), re-read when they change (see "Certificate renewal" above).
+  std::string key_file;
+  std::string certificate_file;
+  std::chrono::milliseconds certificate_check_interval = kDefaultCertificateCheckInterval;
   bool plaintext = false;             // insecure mode: HTTP, no authentication (loopback hosts only)
   TokenVerifier verify_token;         // required unless plaintext
   int threads = kDefaultHttpThreads;  // requests served at once
@@ -95,7 +113,8 @@ class HttpServer {
  public:
   // Checks the options, sets up TLS and binds the address (it listens from here on; requests
   // wait until start()). INVALID_ARGUMENT for a malformed address, a non-loopback plaintext
-  // server, missing TLS material or verifier; UNAVAILABLE when the address cannot be bound.
+  // server, missing TLS material or verifier, key and certificate files that do not load;
+  // UNAVAILABLE when the address cannot be bound.
   static StatusOr<std::unique_ptr<HttpServer>> create(HttpServerOptions options);
 
   HttpServer(const HttpServer&) = delete;
@@ -118,6 +137,8 @@ class HttpServer {
   explicit HttpServer(HttpServerOptions options);  // out of line: httplib::Server is incomplete here
 
   const HttpServerOptions options_;
+  // Before server_: the SSL_CTX's certificate callback points at it, so it outlives the server.
+  std::unique_ptr<ServingCertificate> certificate_;
   std::unique_ptr<httplib::Server> server_;
   int port_ = 0;
   std::string url_;
