@@ -97,11 +97,13 @@ const std::vector<DaemonSetting>& daemon_settings() {
       {"peer_rpc_timeout_ms", "--peer-rpc-timeout-ms", "MS", "deadline of one call between daemons"},
       {"start_timeout_ms", "--start-timeout-ms", "MS",
        "coordinator: a placed attempt whose nodes have not all reported its tasks started this long after its "
-       "placement fails, naming those nodes (default 300000; 10000..86400000, and more than "
-       "peer_rpc_timeout_ms)"},
+       "placement fails, naming those nodes (default 300000; 10000..86400000, and in the coordinator and all "
+       "roles more than peer_rpc_timeout_ms: at least the larger of 10000 and peer_rpc_timeout_ms + 1)"},
       {"exec_timeout_ms", "--exec-timeout-ms", "MS",
        "agent: a task that has not exec'd its program this long after its fork (its working_dir or command on "
-       "a hung mount) fails its launch and is killed (default 30000; 1000..3600000)"},
+       "a hung mount) fails its launch and is killed (default 30000; 1000..3600000). A node's ranks exec one "
+       "after another within one LaunchTasks call, whose deadline is the coordinator's peer_rpc_timeout_ms: "
+       "past that the coordinator gets 'deadline exceeded' instead of the launch's error"},
       {"log_level", "--log-level", "LEVEL", "trace, debug, info, warn, error or off"},
       {"stopped_task_limit_ms", "--stopped-task-limit-ms", "MS",
        "agent: a rank stopped this long (SIGSTOP, SIGTSTP, a tracer: process state T) is killed and its "
@@ -420,8 +422,9 @@ StatusOr<DaemonServerOptions> DaemonConfig::options() const {
         std::chrono::duration_cast<std::chrono::milliseconds>(options_.task_heartbeat_timeout).count(),
         std::chrono::duration_cast<std::chrono::milliseconds>(options_.task_heartbeat_interval).count());
   }
-  if (options_.start_timeout <= options_.peer_rpc_timeout) {
+  if (options_.role != DaemonRole::kAgent && options_.start_timeout <= options_.peer_rpc_timeout) {
     // A launch call alone may take peer_rpc_timeout: attempts would fail before their answer came.
+    // Only a coordinator uses start_timeout; an agent's is never read.
     return invalid_argument_error(
         "start_timeout_ms ({} ms) must be more than peer_rpc_timeout_ms ({} ms): a launch call may take that "
         "long before its node reports the tasks started; raise start_timeout_ms",

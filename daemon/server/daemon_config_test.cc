@@ -105,6 +105,14 @@ TEST(DaemonConfigTest, StartAndExecTimeoutsAreKeysAndFlagsAndBadValuesNameTheKey
   EXPECT_NE(short_start.message().find("start_timeout_ms (20000 ms) must be more than peer_rpc_timeout_ms (30000 ms)"),
             std::string::npos)
       << short_start.message();
+  // An agent runs no coordinator, so its start_timeout_ms is unused: not checked (with the same
+  // peer_rpc_timeout_ms that the coordinator roles refuse it with).
+  ASSERT_TRUE(config.apply_yaml("role: agent\ncoordinator: 10.0.0.1:7070\n", "c.yaml").ok());
+  StatusOr<DaemonServerOptions> agent = config.options();
+  ASSERT_TRUE(agent.ok()) << agent.status().to_string();
+  EXPECT_EQ(agent->peer_rpc_timeout.count(), 30000);
+  ASSERT_TRUE(config.apply_yaml("role: coordinator\n", "c.yaml").ok());
+  EXPECT_EQ(config.options().status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(DaemonConfigTest, EveryProblemIsReportedWithFileAndLine) {

@@ -187,6 +187,19 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
     supervisor_options.heartbeat_timeout = server->options_.task_heartbeat_timeout;
     supervisor_options.heartbeat_interval = server->options_.task_heartbeat_interval;
     supervisor_options.exec_timeout = server->options_.exec_timeout;
+    if (server->options_.role == DaemonRole::kAll &&
+        server->options_.exec_timeout >= server->options_.peer_rpc_timeout) {
+      // A node's ranks exec one after another inside one LaunchTasks call, whose deadline is
+      // peer_rpc_timeout. That deadline is not sized from exec_timeout: the single dispatch thread
+      // waits out each launch call, and a node that never answers would hold every launch and stop
+      // behind it that much longer.
+      spdlog::warn("exec_timeout_ms ({} ms) is not less than peer_rpc_timeout_ms ({} ms): a launch held up by a "
+                   "task's exec (a hung mount) outlasts the LaunchTasks deadline, so the coordinator fails the "
+                   "attempt with a bare 'deadline exceeded' instead of the agent's error naming the directory or "
+                   "program; for that error, keep exec_timeout_ms below peer_rpc_timeout_ms divided by the ranks "
+                   "per node",
+                   server->options_.exec_timeout.count(), server->options_.peer_rpc_timeout.count());
+    }
     // The node id and addresses are known only once the port is bound; the supervisor gets the
     // coordinator address it can know now (COHORT_COORDINATOR), the node id below.
     supervisor_options.coordinator_address = server->options_.coordinator_address;
