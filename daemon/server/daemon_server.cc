@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <cstdio>
 
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -841,13 +842,22 @@ void DaemonServer::stop_on_heartbeat_reply(const std::string& job_id, int attemp
   // One under way waits out the stop grace period; later heartbeats order the same stop again.
   std::future<void>& stopping = reply_stops_[{job_id, attempt}];
   if (stopping.valid()) return;
-  stopping = std::async(std::launch::async, [this, job_id, attempt, launch, reason] {
-    StatusOr<int> stopped = agent_service_->stop_reported(job_id, attempt, launch, reason);
-    if (!stopped.ok()) {
-      spdlog::warn("node {}: stopping job {} attempt {} as the coordinator's heartbeat reply ordered failed: {}",
-                   node_id_, job_id, attempt, stopped.status().to_string());
-    }
-  });
+  try {
+    stopping = std::async(std::launch::async, [this, job_id, attempt, launch, reason] {
+      StatusOr<int> stopped = agent_service_->stop_reported(job_id, attempt, launch, reason);
+      if (!stopped.ok()) {
+        spdlog::warn("node {}: stopping job {} attempt {} as the coordinator's heartbeat reply ordered failed: {}",
+                     node_id_, job_id, attempt, stopped.status().to_string());
+      }
+    });
+  } catch (const std::system_error& error) {
+    // No thread could be made (the process or user thread limit, memory): uncaught, this would end
+    // the daemon, and every task with it. The reply to the next heartbeat orders the stop again.
+    reply_stops_.erase({job_id, attempt});
+    spdlog::warn("node {}: could not start a thread to stop job {} attempt {} as the coordinator's heartbeat "
+                 "reply ordered ({}); the next heartbeat's reply orders it again",
+                 node_id_, job_id, attempt, error.what());
+  }
 }
 
 std::string DaemonServer::fenced_detail() const {
