@@ -345,11 +345,10 @@ StatusOr<bool> DaemonSecurity::renew_node_certificate_if_due() {
   COHORT_RETURN_IF_ERROR(finish_interrupted_renewal(key_path, cert_path));
   COHORT_RETURN_IF_ERROR(
       write_private_file(dir + "/serving.pem", request.key_pem + response.certificate_pem() + ca_pem_, 0600));
-  spdlog::info("renewed the node certificate {}: serial {}, valid until {}. The gRPC port serves it within {} s and "
-               "calls to the coordinator use it; the HTTPS port (http_listen), if any, keeps the old one, valid until "
-               "{}, until cohortd restarts",
-               cert_path, info.serial, format_utc(info.not_after_unix), options_.certificate_reload_interval.count(),
-               format_utc(on_disk_info_.not_after_unix));
+  spdlog::info("renewed the node certificate {}: serial {}, valid until {}. The gRPC port serves it within {} s, "
+               "the HTTPS port (http_listen), if any, to its new connections within a second, and calls to the "
+               "coordinator use it",
+               cert_path, info.serial, format_utc(info.not_after_unix), options_.certificate_reload_interval.count());
   on_disk_info_ = info;
   std::lock_guard<std::mutex> in_use(node_mu_);
   node_.key_pem = request.key_pem;
@@ -357,6 +356,12 @@ StatusOr<bool> DaemonSecurity::renew_node_certificate_if_due() {
   node_info_ = info;
   ++node_generation_;
   return true;
+}
+
+std::string DaemonSecurity::serving_certificate_file() const {
+  // The same test as server_credentials(): only an agent-only daemon serves from serving.pem.
+  if (options_.insecure || ca_ != nullptr) return "";
+  return options_.data_dir + "/node/serving.pem";
 }
 
 std::shared_ptr<grpc::ServerCredentials> DaemonSecurity::server_credentials() const {

@@ -21,8 +21,9 @@
 // (key and chain in one file, replaced by a rename, so never read as a mismatched pair) through
 // gRPC's FileWatcherCertificateProvider, which re-reads it every certificate_reload_interval; the
 // agent's calls to the coordinator take a renewed certificate from node_certificate_generation()
-// (DaemonServer rebuilds its channel). The HTTPS port (daemon/http) keeps the certificate it
-// started with until cohortd restarts.
+// (DaemonServer rebuilds its channel). The HTTPS port (daemon/http) serves serving.pem too, read
+// again when it changes (serving_certificate_file()), so new HTTPS connections get a renewed
+// certificate within about a second.
 // Role all: the coordinator issues its own node's certificate directly.
 // insecure: plaintext everywhere, refused unless the listen address is loopback.
 
@@ -93,6 +94,11 @@ class DaemonSecurity {
   // The key and certificate this daemon serves with (the coordinator's, or the node's); the HTTPS
   // port (daemon/http) serves with them too. Empty when insecure.
   const KeyAndCertificate& serving_certificate() const { return own_; }
+  // Agent-only TLS daemon: <data_dir>/node/serving.pem, the key and chain (leaf, then the cluster
+  // CA) that a renewal replaces while cohortd runs; the HTTPS port serves from it. Empty on a
+  // coordinator (its certificate is issued at each start and never replaced while it runs) and
+  // when insecure.
+  std::string serving_certificate_file() const;
   // Agent: the node certificate in use: serial, CN and validity (all zero when insecure).
   CertificateInfo node_certificate_info() const;
   // Agent: counts the renewals taken into use since the start; to_coordinator() changes with it.
@@ -118,15 +124,16 @@ class DaemonSecurity {
   StatusOr<KeyAndCertificate> issue_node_certificate(const std::string& node_id);
   // RenewNodeCertificate: signs `csr_pem` for `node_id`, the CN of the caller's verified node
   // certificate (never the CSR's subject), and records it. The old certificate stays valid until
-  // it expires (the agent still serves with it until it restarts). FAILED_PRECONDITION when the
-  // node holds no valid certificate any more (revoked meanwhile).
+  // it expires (connections the agent opened before it took the new one into use keep it).
+  // FAILED_PRECONDITION when the node holds no valid certificate any more (revoked meanwhile).
   StatusOr<std::string> renew_node(const std::string& node_id, const std::string& csr_pem);
 
   // Agent: renews the node certificate if it is in its renewal window (the last third of its
   // validity): a new key and CSR, RenewNodeCertificate over mutual TLS with the current
   // certificate, then node.key and node.crt replaced (each written in full under a temporary name,
   // then renamed; owner-only key). True when it renewed; false when not due (or not an agent-only,
-  // TLS daemon). The certificate the daemon serves and calls with changes only at the next start.
+  // TLS daemon). serving.pem is rewritten too: the gRPC and HTTPS ports serve the new certificate
+  // from their next look at it; to_coordinator() has it at once.
   StatusOr<bool> renew_node_certificate_if_due();
 
  private:

@@ -94,9 +94,11 @@ StatusOr<std::unique_ptr<http::HttpServer>> create_daemon_http(const DaemonHttpO
           "Prometheus presents must be configured (the same file as its credentials_file, mode 0600)",
           options.listen);
     }
-    // The same chain the gRPC port presents: the leaf, then the cluster CA.
+    // The same chain the gRPC port presents: the leaf, then the cluster CA. An agent serves the
+    // file a renewal replaces (key and chain in one file), read again when it changes.
     http_options.key_pem = security->serving_certificate().key_pem;
     http_options.certificate_pem = security->serving_certificate().certificate_pem + security->ca_pem();
+    http_options.key_file = http_options.certificate_file = security->serving_certificate_file();
     http_options.verify_token = [identities,
                                  scrape_token](const std::string& token) -> std::optional<http::HttpCaller> {
       if (!scrape_token.empty() && constant_time_equal(token, scrape_token))

@@ -2,7 +2,8 @@
 // agent whose certificate is in its renewal window (the last third of its validity; the agent's
 // clock is moved, the TLS stack checks the real one) trades it for a new one at start and from its
 // periodic check, and its open gRPC port serves the new one without a restart, verifying callers
-// against the cluster CA as before; the certificate is for the caller's node id, never another.
+// against the cluster CA as before, as does its HTTPS port (http_listen) to new connections; the
+// certificate is for the caller's node id, never another.
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -20,7 +21,9 @@
 #include "cohort/v1/info.grpc.pb.h"
 #include "daemon/coordinator/temp_dir.h"
 #include "daemon/security/cluster_ca.h"
+#include "daemon/metrics/daemon_metrics.h"
 #include "daemon/security/daemon_security.h"
+#include "daemon/server/daemon_http.h"
 #include "daemon/server/daemon_server.h"
 #include "daemon/server/testing/test_credentials.h"
 #include "daemon/service/info_service.h"
@@ -158,8 +161,22 @@ TEST_F(NodeCertificateRenewalTest, ThePeriodicCheckRenewsOnceTheCertificateIsDue
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   ASSERT_NE(server, nullptr);
   const std::string address = "127.0.0.1:" + std::to_string(port);
-  auto served_serial = [&]() -> std::string {
-    StatusOr<std::vector<std::string>> chain = security::fetch_server_chain(address, std::chrono::seconds(5));
+  // Its HTTPS port (http_listen, scraped with a token file), as cohortd opens it.
+  const std::string token_file = agent_dir_.path() + "/scrape.token";
+  ASSERT_TRUE(security::write_private_file(token_file, "scrape-secret\n", 0600).ok());
+  metrics::DaemonMetrics metrics;
+  DaemonHttpOptions http_options;
+  http_options.listen = "127.0.0.1:0";
+  http_options.token_file = token_file;
+  http_options.security = agent->get();
+  http_options.metrics = &metrics;
+  StatusOr<std::unique_ptr<http::HttpServer>> https = create_daemon_http(http_options);
+  ASSERT_TRUE(https.ok()) << https.status().to_string();
+  ASSERT_TRUE((*https)->start().ok());
+  const std::string https_address = "127.0.0.1:" + std::to_string((*https)->port());
+  auto served_serial = [&](const std::string& at = "") -> std::string {
+    StatusOr<std::vector<std::string>> chain =
+        security::fetch_server_chain(at.empty() ? address : at, std::chrono::seconds(5));
     if (!chain.ok() || chain->empty()) return "";
     StatusOr<security::CertificateInfo> leaf = security::certificate_info(chain->front());
     return leaf.ok() ? leaf->serial : "";
@@ -183,6 +200,7 @@ TEST_F(NodeCertificateRenewalTest, ThePeriodicCheckRenewsOnceTheCertificateIsDue
   StatusOr<security::KeyAndCertificate> forged = other_ca->issue(tls::kCoordinatorName, {tls::kCoordinatorName}, {});
   ASSERT_TRUE(forged.ok());
   EXPECT_EQ(served_serial(), joined.serial);
+  EXPECT_EQ(served_serial(https_address), joined.serial);
   grpc::Status trusted = call_as(coordinator_->security().serving_certificate());
   EXPECT_TRUE(trusted.ok()) << trusted.error_code() << " " << trusted.error_message();
   EXPECT_EQ(call_as(*forged).error_code(), grpc::StatusCode::UNAVAILABLE) << "a certificate of another CA";
@@ -210,10 +228,15 @@ TEST_F(NodeCertificateRenewalTest, ThePeriodicCheckRenewsOnceTheCertificateIsDue
   while (served_serial() != renewed.serial && std::chrono::steady_clock::now() < reload_deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(served_serial(), renewed.serial) << "the open port still serves the old certificate";
+  // The HTTPS port too, to its new connections (it looks at serving.pem once a second).
+  while (served_serial(https_address) != renewed.serial && std::chrono::steady_clock::now() < reload_deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(served_serial(https_address), renewed.serial) << "the HTTPS port still serves the old certificate";
   trusted = call_as(coordinator_->security().serving_certificate());
   EXPECT_TRUE(trusted.ok()) << trusted.error_code() << " " << trusted.error_message();
   EXPECT_EQ(call_as(*forged).error_code(), grpc::StatusCode::UNAVAILABLE) << "a certificate of another CA";
   server->Shutdown();
+  (*https)->stop();
   agent->reset();
   auto restarted = security::DaemonSecurity::open(agent_options());
   ASSERT_TRUE(restarted.ok()) << restarted.status().to_string();
