@@ -270,7 +270,8 @@ class PosixProcessHandle final : public ProcessHandle {
     }
     // A reaped leader's group is not signalled here: its id may since belong to another group.
     // Its cgroup is the task's own: what is left in it is killed and the cgroup removed (bounded),
-    // which also ends the stragglers that hold the pipes.
+    // which also ends the stragglers that hold the pipes. Nothing when remove_cgroup removed it
+    // already: a cgroup of the same name may belong to a later task by now.
     cgroup_.reset();
     // A straggler that still holds the pipes only delays the reader until stop_reader_.
     stop_reader_.store(true);
@@ -294,7 +295,7 @@ class PosixProcessHandle final : public ProcessHandle {
   }
 
   std::optional<ExitStatus> poll_exit() override {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     if (exit_.has_value()) return exit_;
     // Look without reaping first: while the exited leader is a zombie its pid still names the
     // group, so what it left behind (a shell's background job, a forked helper) can be killed
@@ -306,14 +307,18 @@ class PosixProcessHandle final : public ProcessHandle {
       return exit_;
     }
     ::kill(-pid_, SIGKILL);  // ESRCH: the leader was alone
-    // And whatever left the group (setsid, a double fork): the task's cgroup holds it still.
-    if (cgroup_ != nullptr) cgroup_->kill().ignore_error();
     int wait_status = 0;
     pid_t result = 0;
     while ((result = ::waitpid(pid_, &wait_status, 0)) < 0 && errno == EINTR) {
     }
     if (result == pid_) exit_ = ExitStatus::from_wait_status(wait_status);
-    return exit_;
+    const std::optional<ExitStatus> exit = exit_;
+    lock.unlock();
+    // And whatever left the group (setsid, a double fork): the task's cgroup holds it still. After
+    // the reap and outside mu_, as the freezer fallback may wait: the cgroup is the task's alone
+    // (TaskCgroup acts through its directory's descriptor), so the reap changes nothing for it.
+    if (exit.has_value() && cgroup_ != nullptr) cgroup_->kill().ignore_error();
+    return exit;
   }
 
   bool is_stopped() override {
@@ -330,7 +335,8 @@ class PosixProcessHandle final : public ProcessHandle {
     return signalled;
   }
 
-  Status remove_cgroup() override {
+  using ProcessHandle::remove_cgroup;
+  Status remove_cgroup(std::chrono::steady_clock::time_point deadline) override {
     if (cgroup_ == nullptr) return ok_status();
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -339,7 +345,7 @@ class PosixProcessHandle final : public ProcessHandle {
                                          cgroup_->path(), pid_);
       }
     }
-    return cgroup_->kill_and_remove();
+    return cgroup_->kill_and_remove(deadline);
   }
 
   std::string cgroup_path() const override { return cgroup_ != nullptr ? cgroup_->path() : std::string(); }

@@ -150,7 +150,10 @@ class ProcessHandle {
   // gone; FAILED_PRECONDITION while the process runs; DEADLINE_EXCEEDED naming the pids left (the
   // handle's destructor tries again, and so does the agent's next start). Blocking. The default:
   // OK.
-  virtual Status remove_cgroup() { return ok_status(); }
+  // All of it (the kills too) ends by `deadline` at the latest, so a caller removing several
+  // tasks' cgroups can share one bound (TaskSupervisor::stop).
+  virtual Status remove_cgroup(std::chrono::steady_clock::time_point deadline) { return ok_status(); }
+  Status remove_cgroup() { return remove_cgroup(std::chrono::steady_clock::time_point::max()); }
 
   // The process's cgroup directory; empty when it has none (no cgroup v2, a fake launcher).
   virtual std::string cgroup_path() const { return ""; }

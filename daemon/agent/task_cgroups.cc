@@ -8,11 +8,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <iterator>
+#include <filesystem>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -33,23 +33,34 @@ constexpr int kMakeDirectoryTries = 3;
 // 255 bytes).
 constexpr size_t kMaxReadableKeyLength = 100;
 
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return "";
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+// Reads a whole file: open(O_CLOEXEC) and read rather than std::ifstream, whose descriptor would
+// leak into a child that another thread forks meanwhile (the launcher forks on its own thread).
+// `dir_fd` AT_FDCWD: `path` as given; otherwise relative to that directory. "" when unreadable.
+std::string read_all_at(int dir_fd, const std::string& path) {
+  const int fd = ::openat(dir_fd, path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string text;
+  char buffer[4096];
+  while (true) {
+    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return text;
 }
 
-// Writes `value` to a cgroup file; errno_status naming the file otherwise.
-Status write_file(const std::string& path, std::string_view value) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return errno_status(fmt::format("open({})", path), errno);
-  ssize_t n = ::write(fd, value.data(), value.size());
-  int write_errno = errno;
+std::string read_all(const std::string& path) { return read_all_at(AT_FDCWD, path); }
+
+// Writes `value` to a cgroup file (`name` relative to `dir_fd`); 0, or the errno.
+int write_at(int dir_fd, const char* name, std::string_view value) {
+  const int fd = ::openat(dir_fd, name, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  const ssize_t n = ::write(fd, value.data(), value.size());
+  const int write_errno = errno;
   ::close(fd);
-  if (n != static_cast<ssize_t>(value.size())) {
-    return errno_status(fmt::format("write {:?} to {}", std::string(value), path), write_errno);
-  }
-  return ok_status();
+  return n == static_cast<ssize_t>(value.size()) ? 0 : (write_errno != 0 ? write_errno : EIO);
 }
 
 // A "key value" line of a flat keyed file (cgroup.events); -1 when absent.
@@ -63,12 +74,18 @@ long keyed_value(const std::string& text, std::string_view key) {
   return -1;
 }
 
-std::vector<pid_t> read_pids(const std::string& cgroup) {
+std::vector<pid_t> read_pids_at(int dir_fd) {
   std::vector<pid_t> pids;
-  std::istringstream lines(read_all(cgroup + "/cgroup.procs"));
+  std::istringstream lines(read_all_at(dir_fd, "cgroup.procs"));
   long pid = 0;
   while (lines >> pid) pids.push_back(static_cast<pid_t>(pid));
   return pids;
+}
+
+std::string join_pids(const std::vector<pid_t>& pids) {
+  std::string text;
+  for (pid_t pid : pids) text += fmt::format("{}{}", text.empty() ? "" : " ", pid);
+  return text;
 }
 
 bool exists(const std::string& path) {
@@ -124,6 +141,20 @@ StatusOr<std::string> own_cgroup_directory(const std::string& mountinfo_path,
   if (!found_own || own.empty() || own[0] != '/') {
     return failed_precondition_error(
         "no cgroup v2 line (\"0::/...\") in {}: this kernel has no cgroup v2 hierarchy", self_cgroup_path);
+  }
+  // Inside a cgroup namespace the path is relative to the namespace's root, and a process that was
+  // moved out of that root shows as "/../<elsewhere>": not below any mount this process sees, and
+  // joined with a mount point it would name a directory outside the hierarchy.
+  for (size_t start = 0; start < own.size();) {
+    const size_t end = std::min(own.find('/', start), own.size());
+    if (own.compare(start, end - start, "..") == 0) {
+      return failed_precondition_error(
+          "the agent's cgroup {} (from {}) lies outside the root of the cgroup namespace it runs in (a \"..\" "
+          "component): it cannot be reached below the cgroup2 mount. Start the agent inside its cgroup "
+          "namespace's root (or in no cgroup namespace of its own)",
+          own, self_cgroup_path);
+    }
+    start = end + 1;
   }
   // "<id> <parent> <major:minor> <root> <mount point> <options> [optional fields] - <type> <source> <super
   // options>"
@@ -192,76 +223,100 @@ std::string cgroup_name_for(const std::string& key) {
   return fmt::format("{}{}{:016x}", readable, readable.empty() ? "" : "-", hash);
 }
 
-TaskCgroup::TaskCgroup(std::string path, int procs_fd, bool use_cgroup_kill,
+TaskCgroup::TaskCgroup(std::string path, int dir_fd, int procs_fd, bool owned, bool use_cgroup_kill,
                        std::chrono::milliseconds empty_timeout)
     : path_(std::move(path)),
+      dir_fd_(dir_fd),
       procs_fd_(procs_fd),
+      owned_(owned),
       use_cgroup_kill_(use_cgroup_kill),
-      empty_timeout_(empty_timeout) {}
+      empty_timeout_(empty_timeout) {
+  if (dir_fd_ < 0) removed_.store(true);
+}
 
 TaskCgroup::~TaskCgroup() {
-  // Only a cgroup create() made is this object's to remove; the ones made for a look or a kill of
-  // an existing directory (procs_fd_ -1: create's check of a name, remove_leftovers) are not.
-  if (procs_fd_ < 0) return;
-  ::close(procs_fd_);
-  // Usually removed already when its task ended (TaskSupervisor); a launch that failed, a handle
-  // dropped without a reap, or a task that never reached the supervisor end here.
-  kill_and_remove().ignore_error();
+  // Only a cgroup create() made is this object's to remove; the ones opened for a look or a kill
+  // of an existing directory (create's check of a name, remove_leftovers) are not. Usually removed
+  // already when its task ended (TaskSupervisor); a launch that failed, a handle dropped without a
+  // reap, or a task that never reached the supervisor end here.
+  if (owned_ && !removed_.load()) kill_and_remove().ignore_error();
+  if (procs_fd_ >= 0) ::close(procs_fd_);
+  if (dir_fd_ >= 0) ::close(dir_fd_);
 }
 
 Status TaskCgroup::kill() const {
+  return kill_until(std::chrono::steady_clock::now() + empty_timeout_);
+}
+
+Status TaskCgroup::kill_until(std::chrono::steady_clock::time_point deadline) const {
+  // A removed cgroup has nothing left to kill; its descriptor reaches no file (ENOENT) either, so
+  // a kill racing with the removal cannot reach a newer cgroup of the same name.
+  if (removed_.load()) return ok_status();
+  // One that refuses the write (no cgroup.kill before 5.14) gets the fallback.
   if (use_cgroup_kill_) {
-    // A cgroup already removed has nothing left to kill; one that refuses the write (no such file
-    // after all) gets the fallback.
-    if (write_file(path_ + "/cgroup.kill", "1").ok() || !exists(path_)) return ok_status();
+    const int err = write_at(dir_fd_, "cgroup.kill", "1");
+    if (err == 0 || err == ENOENT || err == ENODEV) return ok_status();
   }
   // The fallback for kernels before 5.14: freeze first, so no process forks a new one between the
   // read of cgroup.procs and the kills (cgroup.freeze, 5.2+; without it the kill repeats in
   // kill_and_remove until the cgroup is empty). A frozen process still dies of SIGKILL.
-  const bool frozen = write_file(path_ + "/cgroup.freeze", "1").ok();
+  const bool frozen = write_at(dir_fd_, "cgroup.freeze", "1") == 0;
   if (frozen) {
-    const auto deadline = std::chrono::steady_clock::now() + empty_timeout_;
     while (std::chrono::steady_clock::now() < deadline) {
-      const std::string events = read_all(path_ + "/cgroup.events");
+      const std::string events = read_all_at(dir_fd_, "cgroup.events");
       if (events.empty() || keyed_value(events, "frozen") == 1 || keyed_value(events, "populated") == 0)
         break;
       std::this_thread::sleep_for(kEmptyPollInterval);
     }
   }
-  for (pid_t pid : read_pids(path_)) ::kill(pid, SIGKILL);
-  if (frozen) write_file(path_ + "/cgroup.freeze", "0").ignore_error();
+  for (pid_t pid : read_pids_at(dir_fd_)) ::kill(pid, SIGKILL);
+  if (frozen) write_at(dir_fd_, "cgroup.freeze", "0");
   return ok_status();
 }
 
 bool TaskCgroup::populated() const {
   // A removed cgroup (no cgroup.events) holds nothing.
-  return keyed_value(read_all(path_ + "/cgroup.events"), "populated") == 1;
+  if (removed_.load()) return false;
+  return keyed_value(read_all_at(dir_fd_, "cgroup.events"), "populated") == 1;
 }
 
-Status TaskCgroup::kill_and_remove() const {
-  if (!exists(path_)) return ok_status();
-  COHORT_RETURN_IF_ERROR(kill());
+Status TaskCgroup::kill_and_remove(std::chrono::steady_clock::time_point deadline) const {
+  if (removed_.load()) return ok_status();
   const auto start = std::chrono::steady_clock::now();
-  auto last_kill = start;
+  // One bound for the kills (the fallback's freeze waits) and the wait together.
+  const auto end = std::min(deadline, start + empty_timeout_);
+  COHORT_RETURN_IF_ERROR(kill_until(end));
+  auto last_kill = std::chrono::steady_clock::now();
   while (populated()) {
     const auto now = std::chrono::steady_clock::now();
-    if (now - start >= empty_timeout_) {
-      std::string pids;
-      for (pid_t pid : read_pids(path_)) pids += fmt::format("{}{}", pids.empty() ? "" : " ", pid);
+    if (now >= end) {
+      const std::string pids = join_pids(read_pids_at(dir_fd_));
       return deadline_exceeded_error(
           "cgroup {} still holds pids {} {} ms after SIGKILL; they are probably stuck in the kernel "
           "(uninterruptible sleep on a hung mount or driver): check `ps -o pid,stat,wchan -p {}`. The agent "
           "removes the cgroup at its next start",
-          path_, pids, empty_timeout_.count(), pids);
+          path_, pids, std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count(), pids);
     }
     if (now - last_kill >= kKillRepeatInterval) {
-      kill().ignore_error();
+      kill_until(end).ignore_error();
       last_kill = now;
     }
     std::this_thread::sleep_for(kEmptyPollInterval);
   }
+  // rmdir takes a path: only while the path still names this cgroup (the same inode as the
+  // descriptor). Gone, or another cgroup of that name now: this one was removed already. (A name
+  // made again between this look and the rmdir would have to be created within that instant, and
+  // the rmdir of a cgroup its task has entered fails.)
+  struct stat mine {};
+  struct stat named {};
+  if (::fstat(dir_fd_, &mine) != 0 || ::lstat(path_.c_str(), &named) != 0 || mine.st_ino != named.st_ino ||
+      mine.st_dev != named.st_dev) {
+    removed_.store(true);
+    return ok_status();
+  }
   if (::rmdir(path_.c_str()) != 0 && errno != ENOENT)
     return errno_status(fmt::format("rmdir({})", path_), errno);
+  removed_.store(true);
   return ok_status();
 }
 
@@ -341,6 +396,12 @@ StatusOr<std::shared_ptr<TaskCgroups>> TaskCgroups::open(const TaskCgroupsOption
   return cgroups;
 }
 
+std::unique_ptr<TaskCgroup> TaskCgroups::existing(const std::string& path) const {
+  const int dir_fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  return std::unique_ptr<TaskCgroup>(
+      new TaskCgroup(path, dir_fd, -1, /*owned=*/false, use_cgroup_kill_, empty_timeout_));
+}
+
 StatusOr<std::unique_ptr<TaskCgroup>> TaskCgroups::create(const std::string& name) const {
   if (!valid_cgroup_name(name)) {
     return invalid_argument_error("task cgroup name {:?} must be one path component of [A-Za-z0-9._-]", name);
@@ -350,13 +411,12 @@ StatusOr<std::unique_ptr<TaskCgroup>> TaskCgroups::create(const std::string& nam
     if (errno != EEXIST) return errno_status(fmt::format("mkdir({}) for a task's cgroup", path), errno);
     // Left by an earlier task of that name whose processes would not die in time. Never killed
     // here: a name given twice must not end another task's processes.
-    if (TaskCgroup(path, -1, use_cgroup_kill_, empty_timeout_).populated()) {
-      std::string pids;
-      for (pid_t pid : read_pids(path)) pids += fmt::format("{}{}", pids.empty() ? "" : " ", pid);
+    std::unique_ptr<TaskCgroup> earlier = existing(path);
+    if (earlier->populated()) {
+      const std::string pids = join_pids(read_pids_at(earlier->dir_fd_));
       return already_exists_error(
           "task cgroup {} exists and still holds pids {}: a task of that name still runs, or an earlier "
-          "one's "
-          "processes survived SIGKILL (stuck in the kernel: check `ps -o pid,stat,wchan -p {}`)",
+          "one's processes survived SIGKILL (stuck in the kernel: check `ps -o pid,stat,wchan -p {}`)",
           path, pids, pids);
     }
     if (::rmdir(path.c_str()) != 0 && errno != ENOENT) {
@@ -365,14 +425,22 @@ StatusOr<std::unique_ptr<TaskCgroup>> TaskCgroups::create(const std::string& nam
     if (::mkdir(path.c_str(), 0755) != 0)
       return errno_status(fmt::format("mkdir({}) for a task's cgroup", path), errno);
   }
-  const std::string procs = path + "/cgroup.procs";
-  int fd = ::open(procs.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) {
-    Status opened = errno_status(fmt::format("open({})", procs), errno);
+  // The directory's descriptor is what every later kill and look goes through (TaskCgroup).
+  const int dir_fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) {
+    Status opened = errno_status(fmt::format("open({})", path), errno);
     ::rmdir(path.c_str());
     return opened;
   }
-  return std::unique_ptr<TaskCgroup>(new TaskCgroup(path, fd, use_cgroup_kill_, empty_timeout_));
+  const int fd = ::openat(dir_fd, "cgroup.procs", O_WRONLY | O_CLOEXEC);
+  if (fd < 0) {
+    Status opened = errno_status(fmt::format("open({}/cgroup.procs)", path), errno);
+    ::close(dir_fd);
+    ::rmdir(path.c_str());
+    return opened;
+  }
+  return std::unique_ptr<TaskCgroup>(
+      new TaskCgroup(path, dir_fd, fd, /*owned=*/true, use_cgroup_kill_, empty_timeout_));
 }
 
 std::vector<LeftoverCgroup> TaskCgroups::remove_leftovers() const {
@@ -389,11 +457,25 @@ std::vector<LeftoverCgroup> TaskCgroups::remove_leftovers() const {
   for (const std::string& name : names) {
     LeftoverCgroup leftover;
     leftover.path = path_ + "/" + name;
-    leftover.pids = read_pids(leftover.path);
-    leftover.removed = TaskCgroup(leftover.path, -1, use_cgroup_kill_, empty_timeout_).kill_and_remove();
+    std::unique_ptr<TaskCgroup> cgroup = existing(leftover.path);
+    if (cgroup->removed()) continue;  // removed since the listing (a task's end)
+    leftover.pids = read_pids_at(cgroup->dir_fd_);
+    leftover.removed = cgroup->kill_and_remove();
     leftovers.push_back(std::move(leftover));
   }
   return leftovers;
+}
+
+std::string agent_key_for_data_dir(const std::string& data_dir) {
+  std::error_code error;
+  std::filesystem::path canonical = std::filesystem::absolute(data_dir, error);
+  if (!error) canonical = std::filesystem::weakly_canonical(canonical, error);
+  // Without a working directory or with an unreadable parent: the key as typed, normalized.
+  if (error) canonical = std::filesystem::path(data_dir).lexically_normal();
+  std::string key = canonical.string();
+  // weakly_canonical keeps a trailing separator of the input ("/var/lib/cohort/" stays so).
+  while (key.size() > 1 && key.back() == '/') key.pop_back();
+  return key;
 }
 
 }  // namespace cohort::agent

@@ -43,6 +43,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -74,8 +75,14 @@ struct TaskCgroupsOptions {
 };
 
 // One task's cgroup. Thread-safe. The destructor of one that TaskCgroups::create made kills what
-// is left in it and removes it (bounded by empty_timeout; a cgroup that would not empty is left
-// for remove_leftovers at the next start).
+// is left in it and removes it, unless that was done already (bounded by empty_timeout; a cgroup
+// that would not empty is left for remove_leftovers at the next start).
+//
+// Everything acts through a descriptor of the cgroup's own directory, opened when it was made, and
+// never through its path once it is removed: a later task's cgroup may have the same name (a job
+// id given again after a coordinator's restore), and a handle kept for its logs must never kill
+// that task. A removed cgroup's descriptor finds nothing (its files are gone), so a late kill()
+// or destructor does nothing.
 class TaskCgroup {
  public:
   ~TaskCgroup();
@@ -91,23 +98,36 @@ class TaskCgroup {
   // SIGKILLs every process in the cgroup: cgroup.kill, or where the kernel lacks it the fallback
   // (freeze, so nothing forks meanwhile; SIGKILL each pid of cgroup.procs; thaw). Does not wait for
   // them to be gone. Non-blocking with cgroup.kill; the fallback waits for the freeze, at most
-  // empty_timeout.
+  // empty_timeout. Nothing once the cgroup was removed.
   Status kill() const;
   // Whether any process is still in the cgroup (cgroup.events "populated"); false once it is gone.
   bool populated() const;
-  // kill(), then waits until the cgroup is empty (at most empty_timeout) and removes it.
-  // DEADLINE_EXCEEDED naming the cgroup and what is left when it does not empty; OK when it was
-  // removed before. Blocking.
-  Status kill_and_remove() const;
+  // kill(), then waits until the cgroup is empty and removes it; all of it (the kills included)
+  // within empty_timeout or by `deadline`, whichever comes first. DEADLINE_EXCEEDED naming the
+  // cgroup and what is left when it does not empty; OK when it was removed before (by this object,
+  // or a directory of that name is now another cgroup). Blocking.
+  Status kill_and_remove(
+      std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max()) const;
+  // Whether kill_and_remove removed it (or found it gone).
+  bool removed() const { return removed_.load(); }
 
  private:
   friend class TaskCgroups;
-  TaskCgroup(std::string path, int procs_fd, bool use_cgroup_kill, std::chrono::milliseconds empty_timeout);
+  // `dir_fd`: the cgroup's directory (O_DIRECTORY), owned; -1 when it was gone already. `owned`:
+  // made by create(), so the destructor removes it.
+  TaskCgroup(std::string path, int dir_fd, int procs_fd, bool owned, bool use_cgroup_kill,
+             std::chrono::milliseconds empty_timeout);
+  // kill() with the fallback's freeze wait bounded by `deadline`.
+  Status kill_until(std::chrono::steady_clock::time_point deadline) const;
 
   const std::string path_;
-  int procs_fd_ = -1;
+  const int dir_fd_;
+  const int procs_fd_;
+  const bool owned_;
   const bool use_cgroup_kill_;
   const std::chrono::milliseconds empty_timeout_;
+  // Set once the directory was removed (or found replaced): from then on nothing acts on it.
+  mutable std::atomic<bool> removed_{false};
 };
 
 // A cgroup an earlier run of this agent left, and the processes remove_leftovers killed in it.
@@ -149,6 +169,10 @@ class TaskCgroups {
   std::vector<LeftoverCgroup> remove_leftovers() const;
 
  private:
+  // The existing cgroup at `path`, opened for a look or a kill but not owned (its destructor
+  // leaves it); one whose directory is gone acts as removed.
+  std::unique_ptr<TaskCgroup> existing(const std::string& path) const;
+
   TaskCgroups(std::string path, bool use_cgroup_kill, std::chrono::milliseconds empty_timeout);
 
   const std::string path_;
@@ -158,9 +182,17 @@ class TaskCgroups {
 
 // The cgroup v2 directory this process is in, from `mountinfo_path` and `self_cgroup_path`:
 // the cgroup2 mount point joined with the "0::" path (relative to the mount's root).
-// FAILED_PRECONDITION saying what is missing. Blocking (reads two /proc files).
+// FAILED_PRECONDITION saying what is missing, or when the path has a ".." component (the process
+// is outside the root of the cgroup namespace it runs in, so its cgroup is not reachable below
+// the mount). Blocking (reads two /proc files).
 StatusOr<std::string> own_cgroup_directory(const std::string& mountinfo_path,
                                            const std::string& self_cgroup_path);
+
+// The agent key for a data directory: its absolute, normalized form (std::filesystem::
+// weakly_canonical: no trailing '/', no "." or "..", symbolic links of existing parts resolved), so
+// "/var/lib/cohort/", "/var/lib/cohort" and a relative path to it name one agent's directory, and a
+// restarted agent finds what it left whichever way the directory was written.
+std::string agent_key_for_data_dir(const std::string& data_dir);
 
 // A cgroup directory's name for `key` (a path): its characters outside [A-Za-z0-9._-] replaced by
 // '-', at most 100 of them kept (the end), then a hash of the whole key, so two keys never share a

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -34,8 +35,7 @@ using testing::TempDir;
 using testing::TestCgroups;
 using testing::wait_until;
 
-#define SKIP_WITHOUT_CGROUPS(cgroups) \
-  if ((cgroups).get() == nullptr) GTEST_SKIP() << (cgroups).skip_reason()
+#define SKIP_WITHOUT_CGROUPS(cgroups) COHORT_SKIP_WITHOUT_CGROUPS(cgroups)
 
 // A shell line that starts `sleep 1000` in a session of its own (so outside the task's process
 // group, which the task's end and stop signal) and prints its pid first.
@@ -93,6 +93,30 @@ StatusOr<std::unique_ptr<ProcessHandle>> launch_shell(PosixProcessLauncher& laun
   options.env = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin"};
   options.on_stdout = out.callback();
   return launcher.launch(options);
+}
+
+// A task cgroup as a killed agent leaves it: its rank died (PR_SET_PDEATHSIG), its setsid child
+// runs on. Made by hand, as no handle may clean it up. The stray's pid; 0 when it could not start.
+pid_t leave_stray(const std::string& cgroup) {
+  if (::mkdir(cgroup.c_str(), 0755) != 0) return 0;
+  int fds[2];
+  if (::pipe(fds) != 0) return 0;
+  const pid_t child = ::fork();
+  if (child == 0) {
+    const int procs = ::open((cgroup + "/cgroup.procs").c_str(), O_WRONLY);
+    if (procs < 0 || ::write(procs, "0", 1) != 1) ::_exit(1);
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::execl("/bin/sh", "sh", "-c", "setsid sh -c 'echo $$; exec sleep 1000' </dev/null 2>/dev/null &",
+            nullptr);
+    ::_exit(1);
+  }
+  ::close(fds[1]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  char buffer[32] = {};
+  const ssize_t n = ::read(fds[0], buffer, sizeof(buffer) - 1);
+  ::close(fds[0]);
+  return n > 0 ? static_cast<pid_t>(std::atol(buffer)) : 0;
 }
 
 // The task's end: what it left outside its group dies with it and the cgroup goes. Run with each
@@ -195,6 +219,93 @@ TEST(TaskCgroupsTest, KillAllEndsARunningTaskAndEverythingItStarted) {
   end(stray);
 }
 
+// A handle kept after its task ended (the supervisor keeps ended jobs for their logs) must never
+// act on a later task's cgroup of the same name: a job id given again at the same attempt (after a
+// coordinator's restore, ids are <name>-<seq> again) makes the same name. Before, the old handle's
+// cgroup still counted as its own after its removal, and its destructor (or a late kill_all) wrote
+// cgroup.kill into the new task's cgroup by path and removed it: the new rank died at launch.
+void expect_relaunched_name_survives_the_earlier_handle(bool use_cgroup_kill) {
+  TaskCgroupsOptions cgroup_options;
+  cgroup_options.use_cgroup_kill = use_cgroup_kill;
+  TestCgroups cgroups(cgroup_options);
+  SKIP_WITHOUT_CGROUPS(cgroups);
+  PosixProcessLauncher launcher;
+  launcher.set_task_cgroups(cgroups.get());
+  LaunchOptions options;
+  options.argv = {"/bin/sh", "-c", "exit 0"};
+  options.env = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin"};
+  options.cgroup_name = "train-1.attempt-1.rank-0";
+  const std::string cgroup = cgroups.get()->path() + "/" + options.cgroup_name;
+  auto first = launcher.launch(options);
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  ASSERT_TRUE(wait_exit(**first).has_value());
+  Status removed = (*first)->remove_cgroup();
+  ASSERT_TRUE(removed.ok()) << removed.to_string();
+  ASSERT_FALSE(exists(cgroup));
+
+  options.argv = {"/bin/sleep", "1000"};
+  auto second = launcher.launch(options);
+  ASSERT_TRUE(second.ok()) << second.status().to_string();
+  ASSERT_EQ((*second)->cgroup_path(), cgroup);
+  const pid_t pid = (*second)->pid();
+  // The earlier handle, used and then dropped while the new task runs.
+  EXPECT_TRUE((*first)->kill_all().ok());
+  EXPECT_TRUE((*first)->remove_cgroup().ok());
+  first->reset();
+  EXPECT_FALSE((*second)->poll_exit().has_value()) << "the earlier handle killed the new task";
+  EXPECT_TRUE(process_alive(pid)) << "pid " << pid << " of the new task died";
+  EXPECT_TRUE(exists(cgroup)) << "the earlier handle removed the new task's cgroup";
+  EXPECT_NE(read_file(cgroup + "/cgroup.procs").find(std::to_string(pid)), std::string::npos);
+
+  ASSERT_TRUE((*second)->kill_all().ok());
+  ASSERT_TRUE(wait_exit(**second).has_value());
+  EXPECT_TRUE((*second)->remove_cgroup().ok());
+  EXPECT_FALSE(exists(cgroup));
+}
+
+TEST(TaskCgroupsTest, AnEndedTasksHandleLeavesALaterTaskOfTheSameNameAlone) {
+  expect_relaunched_name_survives_the_earlier_handle(true);
+}
+
+TEST(TaskCgroupsTest, AnEndedTasksHandleLeavesALaterTaskOfTheSameNameAloneWithTheFreezerFallback) {
+  expect_relaunched_name_survives_the_earlier_handle(false);
+}
+
+// A test process killed mid-test (a timeout, SIGKILL) leaves its agent directory and the strays in
+// it; the next test's TestCgroups removes them, and leaves the directories of live tests alone.
+TEST(TaskCgroupsTest, WhatAKilledTestProcessLeftIsRemovedByTheNextTest) {
+  TestCgroups cgroups;
+  SKIP_WITHOUT_CGROUPS(cgroups);
+  const std::string tasks_dir = cgroups.get()->path().substr(0, cgroups.get()->path().rfind('/'));
+  // A pid that runs no more: a child that has exited and been reaped.
+  const pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ASSERT_GT(dead, 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(dead, &status, 0), dead);
+  const std::string agent_dir =
+      tasks_dir + "/" + cgroup_name_for(std::string(testing::kTestCgroupKeyPrefix) + std::to_string(dead) + "-0");
+  ASSERT_EQ(::mkdir(agent_dir.c_str(), 0755), 0) << agent_dir << ": " << std::strerror(errno);
+  const pid_t stray = leave_stray(agent_dir + "/job-a.attempt-1.rank-0");
+  if (stray <= 0) {
+    ::rmdir((agent_dir + "/job-a.attempt-1.rank-0").c_str());
+    ::rmdir(agent_dir.c_str());
+    FAIL() << "could not start a process in " << agent_dir;
+  }
+  const std::vector<std::string> removed = testing::remove_dead_tests_cgroups(tasks_dir);
+  EXPECT_NE(std::find(removed.begin(), removed.end(), agent_dir), removed.end()) << agent_dir;
+  EXPECT_FALSE(exists(agent_dir));
+  EXPECT_TRUE(wait_until([&] { return !process_alive(stray); })) << "the stray pid " << stray << " survived";
+  // This test's own directory (its pid runs) stays.
+  EXPECT_TRUE(exists(cgroups.get()->path()));
+  end(stray);
+  // Should the sweep have failed: what this test made goes anyway, once the stray's exit has left
+  // the cgroup (rmdir fails with EBUSY until then).
+  for (const std::string& path : {agent_dir + "/job-a.attempt-1.rank-0", agent_dir}) {
+    wait_until([&] { return ::rmdir(path.c_str()) == 0 || errno == ENOENT; });
+  }
+}
+
 // What the containment is for: without it, the task's end kills its process group only, and a
 // process that left the group runs on. (This is also the fallback where no cgroup v2 is usable:
 // the group is still killed.)
@@ -221,29 +332,6 @@ TEST(TaskCgroupsTest, ARestartedAgentKillsWhatAnEarlierRunLeftAndOnlyThat) {
   SKIP_WITHOUT_CGROUPS(earlier);
   TestCgroups other_agent;
   SKIP_WITHOUT_CGROUPS(other_agent);
-  // A task cgroup as a killed agent leaves it: its rank died (PR_SET_PDEATHSIG), its setsid child
-  // runs on. Made by hand, as no handle may clean it up.
-  auto leave_stray = [](const std::string& cgroup) -> pid_t {
-    if (::mkdir(cgroup.c_str(), 0755) != 0) return 0;
-    int fds[2];
-    if (::pipe(fds) != 0) return 0;
-    const pid_t child = ::fork();
-    if (child == 0) {
-      const int procs = ::open((cgroup + "/cgroup.procs").c_str(), O_WRONLY);
-      if (procs < 0 || ::write(procs, "0", 1) != 1) ::_exit(1);
-      ::dup2(fds[1], STDOUT_FILENO);
-      ::execl("/bin/sh", "sh", "-c", "setsid sh -c 'echo $$; exec sleep 1000' </dev/null 2>/dev/null &",
-              nullptr);
-      ::_exit(1);
-    }
-    ::close(fds[1]);
-    int status = 0;
-    ::waitpid(child, &status, 0);
-    char buffer[32] = {};
-    const ssize_t n = ::read(fds[0], buffer, sizeof(buffer) - 1);
-    ::close(fds[0]);
-    return n > 0 ? static_cast<pid_t>(std::atol(buffer)) : 0;
-  };
   const std::string leftover = earlier.get()->path() + "/job-a.attempt-2.rank-1";
   const pid_t stray = leave_stray(leftover);
   ASSERT_GT(stray, 0) << "could not start a process in " << leftover;
@@ -346,6 +434,20 @@ TEST(OwnCgroupDirectoryTest, JoinsTheCgroup2MountWithTheProcesssCgroup) {
   EXPECT_NE(none.status().message().find("no cgroup2"), std::string::npos) << none.status().message();
   write(cgroup, "4:memory:/\n");
   EXPECT_FALSE(own_cgroup_directory(mountinfo, cgroup).ok());
+  // In a cgroup namespace, a process moved out of the namespace's root sees "/../x": no directory
+  // below the mount, and never one outside it.
+  write(mountinfo, "41 31 0:38 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n");
+  for (const char* line : {"0::/../agent\n", "0::/a/../../agent\n", "0::/..\n"}) {
+    write(cgroup, line);
+    StatusOr<std::string> outside_namespace = own_cgroup_directory(mountinfo, cgroup);
+    ASSERT_FALSE(outside_namespace.ok()) << line << " gave " << outside_namespace.value_or("");
+    EXPECT_EQ(outside_namespace.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(outside_namespace.status().message().find("cgroup namespace"), std::string::npos)
+        << outside_namespace.status().message();
+  }
+  // ".." only as a whole component: a name that merely starts with dots is a name.
+  write(cgroup, "0::/..agent/x..\n");
+  EXPECT_EQ(own_cgroup_directory(mountinfo, cgroup).value_or(""), "/sys/fs/cgroup/unified/..agent/x..");
 }
 
 // Where no cgroup v2 is usable the agent gets an error saying what it looked for, and keeps
@@ -366,6 +468,27 @@ TEST(OwnCgroupDirectoryTest, WithoutACgroup2MountThereAreNoTaskCgroups) {
       << cgroups.status().message();
   options.agent_key = "";
   EXPECT_EQ(TaskCgroups::open(options).status().code(), StatusCode::kInvalidArgument);
+}
+
+// The agent's key is its data directory however it was written, so a restarted agent whose
+// data_dir gained or lost a trailing '/' (or is given relative) finds what it left.
+TEST(OwnCgroupDirectoryTest, TheAgentKeyIsTheDataDirectorysCanonicalPath) {
+  TempDir dir;
+  const std::string data = dir.path() + "/cohort";
+  ASSERT_EQ(::mkdir(data.c_str(), 0700), 0);
+  const std::string key = agent_key_for_data_dir(data);
+  EXPECT_EQ(agent_key_for_data_dir(data + "/"), key);
+  EXPECT_EQ(agent_key_for_data_dir(data + "//"), key);
+  EXPECT_EQ(agent_key_for_data_dir(dir.path() + "/./other/../cohort"), key);
+  EXPECT_EQ(cgroup_name_for(agent_key_for_data_dir(data + "/")), cgroup_name_for(key));
+  // A directory that does not exist yet (the agent makes it later) keeps its written form.
+  EXPECT_EQ(agent_key_for_data_dir(data + "/later/"), key + "/later");
+  EXPECT_EQ(agent_key_for_data_dir("/"), "/");
+  // Relative: from the working directory.
+  char cwd[4096];
+  ASSERT_NE(::getcwd(cwd, sizeof(cwd)), nullptr);
+  EXPECT_EQ(agent_key_for_data_dir("relative-data"), agent_key_for_data_dir(std::string(cwd) + "/relative-data"));
+  EXPECT_EQ(agent_key_for_data_dir("relative-data").front(), '/');
 }
 
 TEST(OwnCgroupDirectoryTest, NamesAreReadableStableAndDistinct) {

@@ -205,9 +205,14 @@ Status TaskSupervisor::launch(const JobTasks& job) {
     }
     started[rank] = std::move(task).value();
   }
-  std::vector<Job> forgotten;  // destroyed after the lock is released
+  // Destroyed after the lock is released: a handle's destructor joins its reader thread and may
+  // wait for its cgroup to empty. An ended job of the same id (given again, e.g. after a
+  // coordinator's restore) is among them.
+  std::vector<Job> forgotten;
   std::lock_guard<std::mutex> lock(mu_);
-  jobs_[job.job_id] = std::move(started);
+  Job& slot = jobs_[job.job_id];
+  forgotten.push_back(std::move(slot));
+  slot = std::move(started);
   forget_oldest_finished_locked(job.job_id, &forgotten);
   return ok_status();
 }
@@ -234,7 +239,12 @@ void TaskSupervisor::forget_oldest_finished_locked(const std::string& keep, std:
   }
 }
 
-bool TaskSupervisor::check_exit(const std::shared_ptr<Task>& task) {
+bool TaskSupervisor::exit_recorded(const std::shared_ptr<Task>& task) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return task->exit.has_value();
+}
+
+bool TaskSupervisor::check_exit(const std::shared_ptr<Task>& task, RemovalBudget* budget) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (task->exit.has_value()) return true;
@@ -250,8 +260,12 @@ bool TaskSupervisor::check_exit(const std::shared_ptr<Task>& task) {
   // The leader is gone, and poll_exit killed whatever it left in its group and its cgroup (also
   // what left the group: setsid, a daemon); the cgroup is removed once empty, so a rank's slot is
   // really free and no stray keeps the pipes open. Then its last output bytes are delivered before
-  // the exit is reported.
-  Status removed = task->process->remove_cgroup();
+  // the exit is reported. The wait is shared with the other ranks reaped with this one.
+  const auto removal_start = std::chrono::steady_clock::now();
+  const RemovalBudget removal_wait =
+      std::max<RemovalBudget>(*budget, std::chrono::duration_cast<RemovalBudget>(kMinimumCgroupRemovalWait));
+  Status removed = task->process->remove_cgroup(removal_start + removal_wait);
+  *budget -= std::min<RemovalBudget>(*budget, std::chrono::steady_clock::now() - removal_start);
   if (!removed.ok()) {
     spdlog::warn("agent: job {} rank {} on node {} exited, but its cgroup was not removed: {}", task->job_id,
                  task->rank, options_.node_id, removed.to_string());
@@ -270,10 +284,10 @@ bool TaskSupervisor::check_exit(const std::shared_ptr<Task>& task) {
 }
 
 bool TaskSupervisor::wait_all_exited(const std::vector<std::shared_ptr<Task>>& tasks,
-                                     const std::function<bool()>& give_up) {
+                                     const std::function<bool()>& give_up, RemovalBudget* budget) {
   while (true) {
     bool all_exited = true;
-    for (const auto& task : tasks) all_exited = check_exit(task) && all_exited;
+    for (const auto& task : tasks) all_exited = check_exit(task, budget) && all_exited;
     if (all_exited) return true;
     if (give_up()) return false;
     std::this_thread::sleep_for(options_.exit_poll_interval);
@@ -291,18 +305,25 @@ Status TaskSupervisor::stop(const std::string& job_id) {
       tasks.push_back(task);
     }
   }
+  // Every rank is signalled before any is reaped: a reap waits for the rank's cgroup to empty.
+  // (A leader that exited but is not reaped yet still holds its group's id, and a reaped one's
+  // group is not signalled: signal_group.)
+  RemovalBudget budget = std::chrono::duration_cast<RemovalBudget>(options_.cgroup_removal_wait);
   for (const auto& task : tasks) {
-    if (!check_exit(task)) task->process->signal_group(SIGTERM).ignore_error();
+    if (!exit_recorded(task)) task->process->signal_group(SIGTERM).ignore_error();
   }
   coordinator::TimePoint grace_deadline = clock_->now() + options_.stop_grace_period;
-  wait_all_exited(tasks, [&] { return clock_->now() >= grace_deadline; });
+  wait_all_exited(
+      tasks, [&] { return clock_->now() >= grace_deadline; }, &budget);
   // Ranks that exited had their groups and cgroups killed when reaped (check_exit); the rest get
-  // SIGKILL, group and cgroup (what left the group never saw the SIGTERM).
+  // SIGKILL, group and cgroup (what left the group never saw the SIGTERM), all of them before the
+  // wait for any.
   for (const auto& task : tasks) {
-    if (!check_exit(task)) task->process->kill_all().ignore_error();
+    if (!exit_recorded(task)) task->process->kill_all().ignore_error();
   }
   auto kill_deadline = std::chrono::steady_clock::now() + kKillWaitTimeout;
-  if (!wait_all_exited(tasks, [&] { return std::chrono::steady_clock::now() >= kill_deadline; })) {
+  if (!wait_all_exited(
+          tasks, [&] { return std::chrono::steady_clock::now() >= kill_deadline; }, &budget)) {
     return deadline_exceeded_error(
         "stop job {}: a rank survived SIGKILL for {}; it is probably stuck in the kernel "
         "(uninterruptible sleep); check `ps -o pid,stat,wchan` on node {}",
@@ -321,9 +342,12 @@ void TaskSupervisor::monitor_loop() {
       }
     }
     lock.unlock();
+    // The ranks reaped in one pass share one cgroup wait, so a few whose strays hang in the kernel
+    // hold up the reports of the others (and the hang checks) once, not once each.
+    RemovalBudget budget = std::chrono::duration_cast<RemovalBudget>(options_.cgroup_removal_wait);
     for (const auto& task : running) {
       check_hang(task);
-      check_exit(task);
+      check_exit(task, &budget);
     }
     sweep_expired_logs();
     lock.lock();

@@ -62,6 +62,9 @@ inline constexpr Duration kDefaultExitPollInterval = std::chrono::milliseconds(5
 // After a process exits, how long to wait for its pipes to deliver the last bytes (a grandchild
 // holding them open must not delay the exit report longer than this).
 inline constexpr Duration kDefaultOutputDrainTimeout = std::chrono::seconds(2);
+// Each rank's cgroup removal waits at least this long even when the shared wait
+// (TaskSupervisorOptions::cgroup_removal_wait) is spent: a SIGKILLed stray takes milliseconds.
+inline constexpr Duration kMinimumCgroupRemovalWait = std::chrono::milliseconds(100);
 // After SIGKILL, how long to wait for the kernel to reap; only a process stuck in
 // uninterruptible sleep (a hung NFS or GPU driver call) takes longer.
 inline constexpr Duration kKillWaitTimeout = std::chrono::seconds(10);
@@ -125,6 +128,10 @@ struct TaskSupervisorOptions {
   Duration heartbeat_interval = kDefaultRankHeartbeatInterval;
   // Each task's exec handshake deadline (LaunchOptions::exec_timeout; daemon config exec_timeout_ms).
   Duration exec_timeout = kDefaultExecTimeout;
+  // How long the cgroup removals of the ranks reaped together (one stop, one monitor pass) may wait
+  // for their cgroups to empty, all of them together (each at least kMinimumCgroupRemovalWait):
+  // ranks whose strays hang in the kernel then cost one wait, not one each.
+  Duration cgroup_removal_wait = std::chrono::duration_cast<Duration>(kDefaultCgroupEmptyTimeout);
 };
 
 // The tasks of one job that run on this node.
@@ -249,11 +256,18 @@ class TaskSupervisor {
   // Starts one rank; its log files may keep attempt_log_bytes / (ranks here) bytes (0: no cap).
   StatusOr<std::shared_ptr<Task>> start_task(const JobTasks& job, int rank, int local_rank,
                                              uint64_t attempt_log_bytes);
-  // Reaps the task if its process exited, reporting the exit exactly once. Returns whether it
-  // has exited. Call without holding mu_.
-  bool check_exit(const std::shared_ptr<Task>& task);
+  // What is left of the wait that the cgroup removals of ranks reaped together share
+  // (options_.cgroup_removal_wait); one per stop() or monitor pass, used by one thread.
+  using RemovalBudget = std::chrono::steady_clock::duration;
+  // Reaps the task if its process exited, removes its cgroup (waiting at most what is left of
+  // `budget`, which it spends, but kMinimumCgroupRemovalWait at least), and reports the exit
+  // exactly once. Returns whether it has exited. Call without holding mu_.
+  bool check_exit(const std::shared_ptr<Task>& task, RemovalBudget* budget);
+  // Whether the task's exit was reported. Non-blocking.
+  bool exit_recorded(const std::shared_ptr<Task>& task) const;
   // Polls the tasks until all exited or `done()` says to give up.
-  bool wait_all_exited(const std::vector<std::shared_ptr<Task>>& tasks, const std::function<bool()>& give_up);
+  bool wait_all_exited(const std::vector<std::shared_ptr<Task>>& tasks, const std::function<bool()>& give_up,
+                       RemovalBudget* budget);
   void monitor_loop();
   // Every kLogRetentionSweepInterval (by the clock): deletes the log directories of jobs quiet for
   // options_.log_retention (none of their tasks running here) and forgets those jobs, and deletes

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -263,6 +264,14 @@ class FakeProcess final : public ProcessHandle {
     return exit_;
   }
   bool wait_output_closed(std::chrono::milliseconds) override { return true; }
+  // A cgroup whose strays hang in the kernel, when `cgroup_stuck_for` is positive: the removal
+  // waits until the deadline, or that long (a real cgroup's empty timeout), and fails.
+  Status remove_cgroup(std::chrono::steady_clock::time_point deadline) override {
+    if (cgroup_stuck_for.count() <= 0) return ok_status();
+    std::this_thread::sleep_until(std::min(deadline, std::chrono::steady_clock::now() + cgroup_stuck_for));
+    return deadline_exceeded_error("fake cgroup of pid {} still holds pids", pid_);
+  }
+  std::chrono::milliseconds cgroup_stuck_for{0};
   std::vector<int> signals() const {
     std::lock_guard<std::mutex> lock(mu_);
     return signals_;
@@ -279,11 +288,13 @@ class FakeLauncher final : public ProcessLauncher {
  public:
   StatusOr<std::unique_ptr<ProcessHandle>> launch(const LaunchOptions& options) override {
     auto process = std::make_unique<FakeProcess>(next_pid_++);
+    process->cgroup_stuck_for = cgroup_stuck_for_;
     processes_.push_back(process.get());
     return std::unique_ptr<ProcessHandle>(std::move(process));
   }
   std::vector<FakeProcess*> processes_;  // owned by the supervisor's tasks
   pid_t next_pid_ = 1000;
+  std::chrono::milliseconds cgroup_stuck_for_{0};  // FakeProcess::cgroup_stuck_for of later launches
 };
 
 TEST_F(TaskSupervisorTest, KillFollowsTermOnlyWhenTheFakeClockPassesTheGracePeriod) {
@@ -320,6 +331,27 @@ TEST_F(TaskSupervisorTest, KillFollowsTermOnlyWhenTheFakeClockPassesTheGracePeri
   EXPECT_TRUE(exits[0].stopped);
 }
 
+
+// The ranks of one stop whose cgroups will not empty (strays stuck in the kernel) cost one removal
+// wait together, not one each: before, each rank's reap waited its cgroup's whole empty timeout,
+// one after another (8 ranks x 1 s here; 5 s each with the real default).
+TEST_F(TaskSupervisorTest, StuckCgroupsOfOneStopShareOneRemovalWait) {
+  FakeLauncher launcher;
+  launcher.cgroup_stuck_for_ = 1s;
+  TaskSupervisorOptions opts = options(0s);
+  opts.cgroup_removal_wait = 300ms;
+  TaskSupervisor supervisor(opts, &launcher, recorder_.callback());
+  ASSERT_TRUE(supervisor.launch(shell_job("job-stuck", "unused", 8)).ok());
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(supervisor.stop("job-stuck").ok());
+  const auto took = std::chrono::steady_clock::now() - start;
+  // 300 ms shared, then at least kMinimumCgroupRemovalWait (100 ms) for each of the others (the
+  // monitor thread reaps some with a wait of its own): about 1 s at most; eight full waits would be
+  // 8 s (4 s with the monitor reaping half).
+  EXPECT_LT(took, 2500ms) << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
+  EXPECT_GE(took, 300ms) << "the removals did not wait at all";
+  EXPECT_EQ(recorder_.exits().size(), 8u) << "every rank's exit is reported, its cgroup left or not";
+}
 
 // ---- hang detection (issue 16): real processes, short limits ----
 
@@ -548,10 +580,16 @@ class TaskSupervisorCgroupTest : public TaskSupervisorTest {
 
 TEST_F(TaskSupervisorCgroupTest, ARanksStrayThatLeftItsGroupEndsWithTheRank) {
   testing::TestCgroups cgroups;
-  if (cgroups.get() == nullptr) GTEST_SKIP() << cgroups.skip_reason();
+  COHORT_SKIP_WITHOUT_CGROUPS(cgroups);
   launcher_.set_task_cgroups(cgroups.get());
   TaskSupervisor supervisor(options(), &launcher_, recorder_.callback());
-  JobTasks job = shell_job("job-cg", std::string(kStray) + "exit 0");
+  // The rank waits until the stray has printed its pid (into a file the rank then prints): the
+  // monitor kills the rank's cgroup as soon as it reaps the rank, which could otherwise come before
+  // the stray printed anything.
+  const std::string pid_file = dir_.path() + "/stray.pid";
+  JobTasks job = shell_job("job-cg", "setsid sh -c 'echo $$ > " + pid_file +
+                                         "; exec sleep 1000' </dev/null & while [ ! -s " + pid_file +
+                                         " ]; do sleep 0.01; done; cat " + pid_file + "; exit 0");
   job.attempt = 2;
   ASSERT_TRUE(supervisor.launch(job).ok());
   const pid_t stray = stray_pid(supervisor, "job-cg");
@@ -568,9 +606,40 @@ TEST_F(TaskSupervisorCgroupTest, ARanksStrayThatLeftItsGroupEndsWithTheRank) {
   end(stray);
 }
 
+// A job id given again at the same attempt (a coordinator restored from its store, or a fresh one,
+// numbers jobs <name>-<seq> again) gets the same cgroup names. The ended job the supervisor kept
+// for its logs is replaced then, and its handles go: before, their destructors killed the new
+// ranks' cgroups by path (and did so while holding the supervisor's lock).
+TEST_F(TaskSupervisorCgroupTest, AJobIdGivenAgainKeepsItsNewRanksRunning) {
+  testing::TestCgroups cgroups;
+  COHORT_SKIP_WITHOUT_CGROUPS(cgroups);
+  launcher_.set_task_cgroups(cgroups.get());
+  TaskSupervisor supervisor(options(2s), &launcher_, recorder_.callback());
+  JobTasks job = shell_job("train-1", "exit 0");
+  job.attempt = 1;
+  ASSERT_TRUE(supervisor.launch(job).ok());
+  ASSERT_TRUE(recorder_.wait_for(1));
+  const std::string cgroup = cgroups.get()->path() + "/train-1.attempt-1.rank-0";
+  EXPECT_FALSE(std::filesystem::exists(cgroup));
+
+  job.argv = {"/bin/sh", "-c", "exec sleep 1000"};
+  ASSERT_TRUE(supervisor.launch(job).ok());
+  auto tasks = supervisor.tasks("train-1");
+  ASSERT_TRUE(tasks.ok());
+  const pid_t pid = (*tasks)[0].pid;
+  EXPECT_EQ((*tasks)[0].cgroup, cgroup);
+  EXPECT_TRUE(testing::process_alive(pid)) << "the new rank " << pid << " was killed at its launch";
+  EXPECT_TRUE(std::filesystem::exists(cgroup)) << "the new rank's cgroup was removed at its launch";
+  std::this_thread::sleep_for(100ms);  // several monitor passes
+  EXPECT_EQ(supervisor.running_tasks(), 1);
+  EXPECT_EQ(recorder_.exits().size(), 1u);
+  ASSERT_TRUE(supervisor.stop("train-1").ok());
+  EXPECT_FALSE(std::filesystem::exists(cgroup));
+}
+
 TEST_F(TaskSupervisorCgroupTest, StoppingAJobKillsWhatLeftTheRanksGroups) {
   testing::TestCgroups cgroups;
-  if (cgroups.get() == nullptr) GTEST_SKIP() << cgroups.skip_reason();
+  COHORT_SKIP_WITHOUT_CGROUPS(cgroups);
   launcher_.set_task_cgroups(cgroups.get());
   TaskSupervisor supervisor(options(2s), &launcher_, recorder_.callback());
   ASSERT_TRUE(supervisor.launch(shell_job("job-stop-cg", std::string(kStray) + "exec sleep 1000")).ok());

@@ -5,6 +5,10 @@
 
 #include <dirent.h>
 #include <stdlib.h>
+#include <errno.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -112,23 +117,86 @@ inline bool process_alive(pid_t pid) {
   return state != 'Z' && state != 'X';
 }
 
+// The agent key prefix of the tests' task cgroups: cohort-test-<pid>-<n>.
+inline constexpr const char* kTestCgroupKeyPrefix = "cohort-test-";
+
+// Kills and removes what earlier test processes that are gone now (a SIGKILLed or timed-out test)
+// left in `tasks_dir` (<own cgroup>/cohort-tasks): the agent directories cohort-test-<pid>-<n>-<hash>
+// whose <pid> runs no more, with the processes still in their task cgroups. A test that ends
+// normally removes its own (TestCgroups); without this, a killed one's would stay forever. Returns
+// the directories it removed.
+inline std::vector<std::string> remove_dead_tests_cgroups(const std::string& tasks_dir) {
+  std::vector<std::string> removed;
+  std::vector<std::string> keys;
+  DIR* dir = ::opendir(tasks_dir.c_str());
+  if (dir == nullptr) return removed;
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name.rfind(kTestCgroupKeyPrefix, 0) != 0) continue;
+    // The directory is cgroup_name_for(key), key "cohort-test-<pid>-<n>" (all kept as it is).
+    const size_t hash = name.rfind('-');
+    if (hash == std::string::npos) continue;
+    const std::string key = name.substr(0, hash);
+    if (cgroup_name_for(key) != name) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(key.c_str() + std::strlen(kTestCgroupKeyPrefix), &end, 10);
+    if (pid <= 0 || end == nullptr || *end != '-') continue;
+    // Alive (EPERM: alive, another user's): not a leftover. A pid reused since is left until later.
+    if (pid == ::getpid() || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    keys.push_back(key);
+  }
+  ::closedir(dir);
+  for (const std::string& key : keys) {
+    TaskCgroupsOptions options;
+    options.agent_key = key;
+    StatusOr<std::shared_ptr<TaskCgroups>> cgroups = TaskCgroups::open(options);
+    if (!cgroups.ok()) continue;
+    (*cgroups)->remove_leftovers();
+    const std::string path = (*cgroups)->path();
+    cgroups->reset();  // removes the agent directory, now empty
+    struct stat info {};
+    if (::stat(path.c_str(), &info) != 0) removed.push_back(path);
+  }
+  return removed;
+}
+
 // The task cgroups of one test: a directory under a key of its own (tests run side by side in
-// one cgroup), opened at construction. Where this machine has no cgroup v2 the test's user may
-// write (a non-root run), get() is nullptr and skip_reason says why: the test then skips. The
-// destructor kills and removes every cgroup the test left, even after a failed assertion; declare
-// it before the launcher and the handles, so they go first.
+// one cgroup), opened at construction, after removing what killed earlier test processes left
+// (remove_dead_tests_cgroups). get() is nullptr only where the facility is truly absent, and then
+// skip_reason says why and the test skips: not root (a user's delegated cgroup is not assumed), or
+// no cgroup2 mount holding this process's cgroup, or that mount read-only. Root with a cgroup2
+// mount must get its cgroups: otherwise failure() says why and the test fails, so a regression in
+// TaskCgroups::open cannot pass as a skip. The destructor kills and removes every cgroup the test
+// left, even after a failed assertion; declare it before the launcher and the handles, so they go
+// first.
 class TestCgroups {
  public:
   explicit TestCgroups(TaskCgroupsOptions options = {}) {
     static std::atomic<int> next{0};
-    options.agent_key = "cohort-test-" + std::to_string(::getpid()) + "-" + std::to_string(next++);
+    options.agent_key = kTestCgroupKeyPrefix + std::to_string(::getpid()) + "-" + std::to_string(next++);
     key_ = options.agent_key;
+    const std::string uid = "uid " + std::to_string(::geteuid());
+    StatusOr<std::string> own = own_cgroup_directory(options.mountinfo_path, options.self_cgroup_path);
+    if (!own.ok()) {
+      skip_reason_ = "no cgroup v2 for task containment here (" + uid + "): " + own.status().message();
+      return;
+    }
+    struct statvfs mount {};
+    if (::statvfs(own->c_str(), &mount) == 0 && (mount.f_flag & ST_RDONLY) != 0) {
+      skip_reason_ = "the cgroup2 mount holding " + *own + " is read-only here (" + uid + ")";
+      return;
+    }
+    if (::geteuid() != 0) {
+      skip_reason_ = "task cgroups need root here (" + uid + "; a delegated cgroup is not assumed)";
+      return;
+    }
+    remove_dead_tests_cgroups(*own + "/" + kTaskCgroupsDirectory);
     StatusOr<std::shared_ptr<TaskCgroups>> opened = TaskCgroups::open(options);
     if (opened.ok()) {
       cgroups_ = *opened;
     } else {
-      skip_reason_ = "no writable cgroup v2 for task containment here (uid " + std::to_string(::geteuid()) +
-                     "): " + opened.status().message();
+      failure_ = "root with a cgroup2 mount at " + *own + ", yet TaskCgroups::open failed: " +
+                 opened.status().to_string();
     }
   }
   ~TestCgroups() {
@@ -139,12 +207,23 @@ class TestCgroups {
 
   const std::shared_ptr<TaskCgroups>& get() const { return cgroups_; }
   const std::string& skip_reason() const { return skip_reason_; }
+  // Why get() is nullptr where it should not be (root, cgroup2 present); empty otherwise.
+  const std::string& failure() const { return failure_; }
   const std::string& key() const { return key_; }  // TaskCgroupsOptions::agent_key
 
  private:
   std::string key_;
   std::shared_ptr<TaskCgroups> cgroups_;
   std::string skip_reason_;
+  std::string failure_;
 };
+
+// In a test: fails it when TestCgroups should have cgroups but has none, skips it when this
+// machine has no facility for them.
+#define COHORT_SKIP_WITHOUT_CGROUPS(cgroups)                                    \
+  if ((cgroups).get() == nullptr) {                                             \
+    if (!(cgroups).failure().empty()) FAIL() << (cgroups).failure();            \
+    GTEST_SKIP() << (cgroups).skip_reason();                                    \
+  }
 
 }  // namespace cohort::agent::testing
