@@ -228,8 +228,9 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
     // may write: what a rank moves out of its process group (setsid, a daemonizing tool, a double
     // fork) then ends with the rank. The data directory names this agent's part (agents may share
     // a machine and a cgroup); what an earlier run left in it goes before anything is launched.
+    // Its canonical path, so that "/var/lib/cohort/" and "/var/lib/cohort" are one agent.
     agent::TaskCgroupsOptions cgroup_options;
-    cgroup_options.agent_key = server->options_.data_dir;
+    cgroup_options.agent_key = agent::agent_key_for_data_dir(server->options_.data_dir);
     StatusOr<std::shared_ptr<agent::TaskCgroups>> cgroups = agent::TaskCgroups::open(cgroup_options);
     if (cgroups.ok()) {
       for (const agent::LeftoverCgroup& left : (*cgroups)->remove_leftovers()) {
