@@ -78,7 +78,7 @@ struct TlsIdentity {
   std::unique_ptr<X509, X509Free> leaf;
   std::unique_ptr<EVP_PKEY, KeyFree> key;
   std::unique_ptr<STACK_OF(X509), ChainFree> chain;  // what follows the leaf (the cluster CA)
-  std::string description;                          // describe(leaf)
+  std::string description;                           // describe(leaf)
 };
 
 namespace {
@@ -92,7 +92,8 @@ StatusOr<std::shared_ptr<const TlsIdentity>> parse_identity(const std::string& k
   auto identity = std::make_shared<TlsIdentity>();
   auto certs = memory_bio(certificate_pem);
   identity->leaf.reset(PEM_read_bio_X509(certs.get(), nullptr, nullptr, nullptr));
-  if (identity->leaf == nullptr) return invalid_argument_error("{} holds no PEM certificate", certificate_source);
+  if (identity->leaf == nullptr)
+    return invalid_argument_error("{} holds no PEM certificate", certificate_source);
   identity->chain.reset(sk_X509_new_null());
   while (X509* extra = PEM_read_bio_X509(certs.get(), nullptr, nullptr, nullptr)) {
     if (sk_X509_push(identity->chain.get(), extra) == 0) {
@@ -102,12 +103,14 @@ StatusOr<std::shared_ptr<const TlsIdentity>> parse_identity(const std::string& k
   }
   ERR_clear_error();  // the loop ends on "no start line", which is not an error here
   auto key_bio = memory_bio(key_pem);
-  identity->key.reset(PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr));
+  // No passphrase: OpenSSL's default would ask on the terminal, in a handshake on a server thread.
+  pem_password_cb* no_passphrase = [](char*, int, int, void*) { return 0; };
+  identity->key.reset(PEM_read_bio_PrivateKey(key_bio.get(), nullptr, no_passphrase, nullptr));
   if (identity->key == nullptr) return invalid_argument_error("{} holds no PEM private key", key_source);
   if (X509_check_private_key(identity->leaf.get(), identity->key.get()) != 1) {
     ERR_clear_error();
-    return invalid_argument_error("the private key in {} is not the key of the certificate in {} ({})", key_source,
-                                  certificate_source, describe(identity->leaf.get()));
+    return invalid_argument_error("the private key in {} is not the key of the certificate in {} ({})",
+                                  key_source, certificate_source, describe(identity->leaf.get()));
   }
   identity->description = describe(identity->leaf.get());
   return std::shared_ptr<const TlsIdentity>(std::move(identity));
@@ -116,7 +119,8 @@ StatusOr<std::shared_ptr<const TlsIdentity>> parse_identity(const std::string& k
 // Installs the key and certificate chain and refuses TLS below 1.2.
 bool setup_tls(SSL_CTX& ctx, const TlsIdentity& identity) {
   SSL_CTX_set_min_proto_version(&ctx, TLS1_2_VERSION);
-  return SSL_CTX_use_cert_and_key(&ctx, identity.leaf.get(), identity.key.get(), identity.chain.get(), 1) == 1;
+  return SSL_CTX_use_cert_and_key(&ctx, identity.leaf.get(), identity.key.get(), identity.chain.get(), 1) ==
+         1;
 }
 
 void refuse(httplib::Response& response, int status, const std::string& message) {
@@ -175,8 +179,9 @@ class ServingCertificate {
   // SSL_CTX_set_cert_cb's callback: 1 to go on with the handshake, 0 to fail it.
   static int serve_current(SSL* ssl, void* self) {
     std::shared_ptr<const TlsIdentity> identity = static_cast<ServingCertificate*>(self)->current();
-    return SSL_use_cert_and_key(ssl, identity->leaf.get(), identity->key.get(), identity->chain.get(), 1) == 1 ? 1
-                                                                                                             : 0;
+    return SSL_use_cert_and_key(ssl, identity->leaf.get(), identity->key.get(), identity->chain.get(), 1) == 1
+               ? 1
+               : 0;
   }
 
  private:
@@ -266,10 +271,9 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::create(HttpServerOptions optio
         options.listen);
   }
   const bool from_files = !options.key_file.empty() || !options.certificate_file.empty();
-  if (!options.plaintext &&
-      ((from_files ? options.key_file.empty() || options.certificate_file.empty()
-                   : options.key_pem.empty() || options.certificate_pem.empty()) ||
-       !options.verify_token)) {
+  if (!options.plaintext && ((from_files ? options.key_file.empty() || options.certificate_file.empty()
+                                         : options.key_pem.empty() || options.certificate_pem.empty()) ||
+                             !options.verify_token)) {
     return invalid_argument_error(
         "the HTTPS server on {} needs a key, a certificate (both in memory or both as files) and a token "
         "verifier (a daemon bug)",
@@ -283,20 +287,20 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::create(HttpServerOptions optio
   } else {
     std::shared_ptr<const TlsIdentity> identity;
     if (from_files) {
-      server->certificate_ = std::make_unique<ServingCertificate>(opts.listen, opts.key_file, opts.certificate_file,
-                                                                  opts.certificate_check_interval);
+      server->certificate_ = std::make_unique<ServingCertificate>(
+          opts.listen, opts.key_file, opts.certificate_file, opts.certificate_check_interval);
       Status loaded = server->certificate_->load();
       if (!loaded.ok()) {
-        return invalid_argument_error("the HTTPS server on {} cannot use its key and certificate: {}", opts.listen,
-                                      loaded.message());
+        return invalid_argument_error("the HTTPS server on {} cannot use its key and certificate: {}",
+                                      opts.listen, loaded.message());
       }
       identity = server->certificate_->current();
     } else {
       StatusOr<std::shared_ptr<const TlsIdentity>> parsed =
           parse_identity(opts.key_pem, opts.certificate_pem, "the daemon's key", "the daemon's certificate");
       if (!parsed.ok()) {
-        return invalid_argument_error("the HTTPS server on {} cannot use its key and certificate: {}", opts.listen,
-                                      parsed.status().message());
+        return invalid_argument_error("the HTTPS server on {} cannot use its key and certificate: {}",
+                                      opts.listen, parsed.status().message());
       }
       identity = std::move(*parsed);
     }

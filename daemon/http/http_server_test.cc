@@ -361,7 +361,8 @@ TEST_F(HttpServerRenewalTest, AReplacementThatDoesNotLoadKeepsThePreviousCertifi
 
   // node-c's certificate with node-b's key: the pair does not match.
   write_serving(issued_[1].key_pem, issued_[2].certificate_pem);
-  const std::string warning = "cannot use the changed key " + serving_file_ + " and certificate " + serving_file_;
+  const std::string warning =
+      "cannot use the changed key " + serving_file_ + " and certificate " + serving_file_;
   const auto deadline = std::chrono::steady_clock::now() + kRenewalWait;
   while (log_.count(warning) == 0 && std::chrono::steady_clock::now() < deadline) {
     EXPECT_EQ(served_serial(), serial_b);
@@ -370,7 +371,8 @@ TEST_F(HttpServerRenewalTest, AReplacementThatDoesNotLoadKeepsThePreviousCertifi
   ASSERT_EQ(log_.count(warning), 1) << "no warning naming " << serving_file_;
   EXPECT_EQ(log_.count("is not the key of the certificate"), 1);
   // Past the next checks: still B, and the unchanged broken file is not warned about again.
-  const auto later = std::chrono::steady_clock::now() + 2 * kDefaultCertificateCheckInterval + std::chrono::milliseconds(200);
+  const auto later = std::chrono::steady_clock::now() + 2 * kDefaultCertificateCheckInterval +
+                     std::chrono::milliseconds(200);
   while (std::chrono::steady_clock::now() < later) {
     EXPECT_EQ(served_serial(), serial_b);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -390,7 +392,8 @@ TEST_F(HttpServerRenewalTest, KeyAndCertificateFilesThatDoNotLoadFailCreate) {
   StatusOr<std::unique_ptr<HttpServer>> server = HttpServer::create(options);
   ASSERT_FALSE(server.ok());
   EXPECT_EQ(server.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(server.status().message().find(options.key_file), std::string::npos) << server.status().to_string();
+  EXPECT_NE(server.status().message().find(options.key_file), std::string::npos)
+      << server.status().to_string();
 }
 
 TEST(HttpServerPlaintextTest, ServesWithoutAuthenticationOnLoopbackOnly) {
