@@ -61,9 +61,11 @@ inline constexpr rlim_t kChildMaxProcesses = 64 * 1024;
 // How long a child may take from fork to execve (its chdir into the working directory, then the
 // exec of argv[0]). Both touch the filesystem as the job's user: a path on a hung mount (an NFS
 // server gone) blocks them in the kernel with no end, and a launch waiting for them would hold its
-// caller (the agent's LaunchTasks) forever. 30 s is far beyond a healthy exec, even of a large
-// binary on a slow network filesystem.
-inline constexpr std::chrono::milliseconds kDefaultExecTimeout = std::chrono::seconds(30);
+// caller (the agent's LaunchTasks) forever. 8 s is far beyond a healthy exec, even of a large
+// binary on a slow network filesystem, and stays under the coordinator's default LaunchTasks
+// deadline (peer_rpc_timeout_ms, 10 s), so a launch held up by one hung exec fails with the exec's
+// own error, naming the directory or program, rather than a bare "deadline exceeded".
+inline constexpr std::chrono::milliseconds kDefaultExecTimeout = std::chrono::seconds(8);
 
 // How a process ended.
 struct ExitStatus {

@@ -101,7 +101,7 @@ const std::vector<DaemonSetting>& daemon_settings() {
        "roles more than peer_rpc_timeout_ms: at least the larger of 10000 and peer_rpc_timeout_ms + 1)"},
       {"exec_timeout_ms", "--exec-timeout-ms", "MS",
        "agent: a task that has not exec'd its program this long after its fork (its working_dir or command on "
-       "a hung mount) fails its launch and is killed (default 30000; 1000..3600000). A node's ranks exec one "
+       "a hung mount) fails its launch and is killed (default 8000; 1000..3600000). A node's ranks exec one "
        "after another within one LaunchTasks call, whose deadline is the coordinator's peer_rpc_timeout_ms: "
        "past that the coordinator gets 'deadline exceeded' instead of the launch's error"},
       {"log_level", "--log-level", "LEVEL", "trace, debug, info, warn, error or off"},
