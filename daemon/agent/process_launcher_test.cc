@@ -26,25 +26,10 @@
 namespace cohort::agent {
 namespace {
 
+using testing::Collected;
 using testing::kTestWaitTimeout;
 using testing::TempDir;
 using testing::wait_until;
-
-// Collects a stream's bytes from the reader thread.
-struct Collected {
-  std::mutex mu;
-  std::string bytes;
-  OutputCallback callback() {
-    return [this](std::string_view chunk) {
-      std::lock_guard<std::mutex> lock(mu);
-      bytes.append(chunk);
-    };
-  }
-  std::string get() {
-    std::lock_guard<std::mutex> lock(mu);
-    return bytes;
-  }
-};
 
 std::optional<ExitStatus> wait_exit(ProcessHandle& process) {
   std::optional<ExitStatus> exit;

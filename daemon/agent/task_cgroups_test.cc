@@ -28,6 +28,7 @@
 namespace cohort::agent {
 namespace {
 
+using testing::Collected;
 using testing::kTestWaitTimeout;
 using testing::process_alive;
 using testing::read_file;
@@ -40,22 +41,6 @@ using testing::wait_until;
 // A shell line that starts `sleep 1000` in a session of its own (so outside the task's process
 // group, which the task's end and stop signal) and prints its pid first.
 constexpr const char* kSetsidSleeper = "setsid sh -c 'echo $$; exec sleep 1000' </dev/null";
-
-// Collects a stream's bytes from the reader thread.
-struct Collected {
-  std::mutex mu;
-  std::string bytes;
-  OutputCallback callback() {
-    return [this](std::string_view chunk) {
-      std::lock_guard<std::mutex> lock(mu);
-      bytes.append(chunk);
-    };
-  }
-  std::string get() {
-    std::lock_guard<std::mutex> lock(mu);
-    return bytes;
-  }
-};
 
 // The first number the task printed (the stray's pid), once it did; 0 if it never did.
 pid_t printed_pid(Collected& out) {

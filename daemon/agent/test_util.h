@@ -22,16 +22,35 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <thread>
 #include <vector>
 
+#include "daemon/agent/process_launcher.h"
 #include "daemon/agent/task_cgroups.h"
 #include "daemon/coordinator/temp_dir.h"
 
 namespace cohort::agent::testing {
+
+// Collects a stream's bytes from the reader thread.
+struct Collected {
+  std::mutex mu;
+  std::string bytes;
+  OutputCallback callback() {
+    return [this](std::string_view chunk) {
+      std::lock_guard<std::mutex> lock(mu);
+      bytes.append(chunk);
+    };
+  }
+  std::string get() {
+    std::lock_guard<std::mutex> lock(mu);
+    return bytes;
+  }
+};
 
 // Long enough for a loaded 2-core machine to fork and run a shell; tests finish far sooner.
 inline constexpr std::chrono::milliseconds kTestWaitTimeout = std::chrono::seconds(20);
