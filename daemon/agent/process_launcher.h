@@ -154,7 +154,7 @@ class ProcessHandle {
   // OK.
   // All of it (the kills too) ends by `deadline` at the latest, so a caller removing several
   // tasks' cgroups can share one bound (TaskSupervisor::stop).
-  virtual Status remove_cgroup(std::chrono::steady_clock::time_point deadline) { return ok_status(); }
+  virtual Status remove_cgroup(std::chrono::steady_clock::time_point /*deadline*/) { return ok_status(); }
   Status remove_cgroup() { return remove_cgroup(std::chrono::steady_clock::time_point::max()); }
 
   // The process's cgroup directory; empty when it has none (no cgroup v2, a fake launcher).
