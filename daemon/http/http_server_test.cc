@@ -44,6 +44,17 @@ std::optional<HttpCaller> verify(const std::string& token) {
   return std::nullopt;
 }
 
+// A server on a loopback port with the tests' tokens and a /page for users, not yet started.
+StatusOr<std::unique_ptr<HttpServer>> page_server(HttpServerOptions options) {
+  options.listen = "127.0.0.1:0";
+  options.verify_token = verify;
+  COHORT_ASSIGN_OR_RETURN(std::unique_ptr<HttpServer> server, HttpServer::create(options));
+  server->handle_get("/page", HttpAccess::kUser, [](const HttpRequest& request) {
+    return HttpResponse{200, "text/plain", "hello " + request.caller.name};
+  });
+  return server;
+}
+
 class HttpServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -56,16 +67,11 @@ class HttpServerTest : public ::testing::Test {
     std::ofstream(ca_file_) << ca->certificate_pem();
 
     HttpServerOptions options;
-    options.listen = "127.0.0.1:0";
     options.key_pem = issued->key_pem;
     options.certificate_pem = issued->certificate_pem;
-    options.verify_token = verify;
-    StatusOr<std::unique_ptr<HttpServer>> server = HttpServer::create(options);
+    StatusOr<std::unique_ptr<HttpServer>> server = page_server(options);
     ASSERT_TRUE(server.ok()) << server.status().to_string();
     server_ = std::move(*server);
-    server_->handle_get("/page", HttpAccess::kUser, [](const HttpRequest& request) {
-      return HttpResponse{200, "text/plain", "hello " + request.caller.name};
-    });
     server_->handle_get("/admin", HttpAccess::kAdmin, [](const HttpRequest&) {
       return HttpResponse{200, "text/plain", "secret"};
     });
@@ -264,15 +270,10 @@ class HttpServerRenewalTest : public ::testing::Test {
     write_serving(issued_[0].key_pem, issued_[0].certificate_pem);
 
     HttpServerOptions options;
-    options.listen = "127.0.0.1:0";
     options.key_file = options.certificate_file = serving_file_;
-    options.verify_token = verify;
-    StatusOr<std::unique_ptr<HttpServer>> server = HttpServer::create(options);
+    StatusOr<std::unique_ptr<HttpServer>> server = page_server(options);
     ASSERT_TRUE(server.ok()) << server.status().to_string();
     server_ = std::move(*server);
-    server_->handle_get("/page", HttpAccess::kUser, [](const HttpRequest& request) {
-      return HttpResponse{200, "text/plain", "hello " + request.caller.name};
-    });
     ASSERT_TRUE(server_->start().ok());
   }
   void TearDown() override {
