@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -21,6 +22,7 @@
 
 #include <gtest/gtest.h>
 
+#include "daemon/agent/task_cgroups.h"
 #include "daemon/agent/test_util.h"
 
 namespace cohort::agent {
@@ -193,6 +195,18 @@ class UnprivilegedWorkersTest : public ::testing::Test {
   TempDir dir_;
 };
 
+// A SIGKILLed agent cannot remove its tasks' cgroups (emptied, as its workers died with it):
+// remove them as its next start would, so the test leaves nothing in the machine's cgroup tree.
+void remove_task_cgroups(const std::string& data_dir) {
+  TaskCgroupsOptions options;
+  options.agent_key = agent_key_for_data_dir(data_dir);
+  StatusOr<std::shared_ptr<TaskCgroups>> cgroups = TaskCgroups::open(options);
+  if (!cgroups.ok()) return;  // no containment here, so the agent made none
+  for (const LeftoverCgroup& left : (*cgroups)->remove_leftovers()) {
+    EXPECT_TRUE(left.removed.ok()) << left.path << ": " << left.removed.to_string();
+  }
+}  // the TaskCgroups' destructor removes the agent's directory, and cohort-tasks when empty
+
 TEST_F(UnprivilegedWorkersTest, CohortRunWorkersAreUnprivilegedAndDieWithIt) {
   const std::string name = "unpriv-run-" + std::to_string(::getpid());
   const std::string log = dir_.path() + "/cohort-run.log";
@@ -206,6 +220,10 @@ TEST_F(UnprivilegedWorkersTest, CohortRunWorkersAreUnprivilegedAndDieWithIt) {
   expect_unprivileged(workers);
   run.kill_and_reap();
   expect_all_gone_soon(workers);
+  // `cohort run`'s own data directory, which its SIGKILL left under TMPDIR.
+  for (const auto& entry : std::filesystem::directory_iterator(dir_.path())) {
+    if (entry.path().filename().string().rfind("cohort-run-", 0) == 0) remove_task_cgroups(entry.path().string());
+  }
 }
 
 TEST_F(UnprivilegedWorkersTest, CohortdWorkersAreUnprivilegedAndDieWithIt) {
@@ -256,6 +274,7 @@ TEST_F(UnprivilegedWorkersTest, CohortdWorkersAreUnprivilegedAndDieWithIt) {
   expect_unprivileged(workers);
   daemon.kill_and_reap();
   expect_all_gone_soon(workers);
+  remove_task_cgroups(data_dir);
 }
 
 }  // namespace
