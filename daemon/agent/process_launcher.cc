@@ -2,12 +2,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/close_range.h>
 #include <poll.h>
 #include <grp.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -136,6 +138,24 @@ struct ChildPlan {
   int error_fd;
 };
 
+// Marks every descriptor from 3 up close-on-exec: the agent's threads open files without
+// O_CLOEXEC here and there (std::ifstream; gRPC's certificate watcher re-reading the node's key),
+// and one that was open at the fork would otherwise reach the job's program (its user could read
+// the node's private key through it). The descriptors the child still needs (the exec handshake,
+// the cgroup's procs file) close at the exec as before. Async-signal-safe.
+void close_inherited_descriptors_on_exec() {
+  if (::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) == 0) return;
+  // Kernels before 5.11: each descriptor up to the soft limit (bounded: the loop is per launch).
+  rlimit limit{};
+  const rlim_t last = ::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY
+                          ? std::min<rlim_t>(limit.rlim_cur, 1 << 20)
+                          : 1 << 16;
+  for (rlim_t fd = 3; fd < last; ++fd) {
+    const int flags = ::fcntl(static_cast<int>(fd), F_GETFD);
+    if (flags >= 0 && (flags & FD_CLOEXEC) == 0) ::fcntl(static_cast<int>(fd), F_SETFD, flags | FD_CLOEXEC);
+  }
+}
+
 // Runs in the child between fork and exec: async-signal-safe calls only.
 [[noreturn]] void exec_child(const ChildPlan& plan) {
   if (::setpgid(0, 0) != 0) fail_child(plan.error_fd, ChildStage::kSetpgid);
@@ -153,6 +173,7 @@ struct ChildPlan {
   ::dup2(plan.stdin_fd, STDIN_FILENO);
   ::dup2(plan.stdout_fd, STDOUT_FILENO);
   ::dup2(plan.stderr_fd, STDERR_FILENO);
+  close_inherited_descriptors_on_exec();
   // Limits first, while still privileged (a root launcher may set any value).
   for (const ChildLimit& limit : *plan.limits) {
     if (::setrlimit(limit.resource, &limit.value) != 0) fail_child(plan.error_fd, ChildStage::kRlimit);

@@ -1,5 +1,6 @@
 #include "daemon/agent/process_launcher.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -56,6 +57,23 @@ TEST(PosixProcessLauncherTest, CapturesBothStreamsAndExitCode) {
   ASSERT_TRUE((*process)->wait_output_closed(kTestWaitTimeout));
   EXPECT_EQ(out.get(), "out\n");
   EXPECT_EQ(err.get(), "err\n");
+}
+
+TEST(PosixProcessLauncherTest, ADescriptorTheAgentOpenedWithoutCloseOnExecDoesNotReachTheTask) {
+  // As an agent thread reading a file with std::ifstream (no O_CLOEXEC) at the moment of a fork.
+  const int leaked = ::open("/dev/null", O_RDONLY);
+  ASSERT_GE(leaked, 3);
+  Collected out;
+  LaunchOptions options;
+  options.argv = {"/bin/sh", "-c", "if [ -e /proc/$$/fd/" + std::to_string(leaked) + " ]; then echo open; else echo closed; fi"};
+  options.on_stdout = out.callback();
+  PosixProcessLauncher launcher;
+  auto process = launcher.launch(options);
+  ASSERT_TRUE(process.ok()) << process.status().to_string();
+  ASSERT_TRUE(wait_exit(**process).has_value());
+  ASSERT_TRUE((*process)->wait_output_closed(kTestWaitTimeout));
+  ::close(leaked);
+  EXPECT_EQ(out.get(), "closed\n");
 }
 
 TEST(PosixProcessLauncherTest, PassesExactlyTheGivenEnvironmentAndWorkingDir) {
