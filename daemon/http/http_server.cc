@@ -92,8 +92,12 @@ StatusOr<std::shared_ptr<const TlsIdentity>> parse_identity(const std::string& k
   auto identity = std::make_shared<TlsIdentity>();
   auto certs = memory_bio(certificate_pem);
   identity->leaf.reset(PEM_read_bio_X509(certs.get(), nullptr, nullptr, nullptr));
-  if (identity->leaf == nullptr)
+  // Every failure clears OpenSSL's error queue: this runs inside a handshake's certificate
+  // callback (a reload), and a stale error there would fail that handshake.
+  if (identity->leaf == nullptr) {
+    ERR_clear_error();
     return invalid_argument_error("{} holds no PEM certificate", certificate_source);
+  }
   identity->chain.reset(sk_X509_new_null());
   while (X509* extra = PEM_read_bio_X509(certs.get(), nullptr, nullptr, nullptr)) {
     if (sk_X509_push(identity->chain.get(), extra) == 0) {
@@ -106,7 +110,10 @@ StatusOr<std::shared_ptr<const TlsIdentity>> parse_identity(const std::string& k
   // No passphrase: OpenSSL's default would ask on the terminal, in a handshake on a server thread.
   pem_password_cb* no_passphrase = [](char*, int, int, void*) { return 0; };
   identity->key.reset(PEM_read_bio_PrivateKey(key_bio.get(), nullptr, no_passphrase, nullptr));
-  if (identity->key == nullptr) return invalid_argument_error("{} holds no PEM private key", key_source);
+  if (identity->key == nullptr) {
+    ERR_clear_error();
+    return invalid_argument_error("{} holds no PEM private key", key_source);
+  }
   if (X509_check_private_key(identity->leaf.get(), identity->key.get()) != 1) {
     ERR_clear_error();
     return invalid_argument_error("the private key in {} is not the key of the certificate in {} ({})",
