@@ -38,6 +38,20 @@ std::optional<ExitStatus> wait_exit(ProcessHandle& process) {
   return exit;
 }
 
+// Launches `options` and returns what it printed on stdout once it has exited and its output is
+// closed; gtest failures (and an empty string) when it could not be launched or did not end.
+std::string stdout_of(LaunchOptions options) {
+  Collected out;
+  options.on_stdout = out.callback();
+  PosixProcessLauncher launcher;
+  auto process = launcher.launch(options);
+  EXPECT_TRUE(process.ok()) << process.status().to_string();
+  if (!process.ok()) return "";
+  EXPECT_TRUE(wait_exit(**process).has_value());
+  EXPECT_TRUE((*process)->wait_output_closed(kTestWaitTimeout));
+  return out.get();
+}
+
 TEST(PosixProcessLauncherTest, CapturesBothStreamsAndExitCode) {
   Collected out;
   Collected err;
@@ -63,33 +77,20 @@ TEST(PosixProcessLauncherTest, ADescriptorTheAgentOpenedWithoutCloseOnExecDoesNo
   // As an agent thread reading a file with std::ifstream (no O_CLOEXEC) at the moment of a fork.
   const int leaked = ::open("/dev/null", O_RDONLY);
   ASSERT_GE(leaked, 3);
-  Collected out;
   LaunchOptions options;
   options.argv = {"/bin/sh", "-c", "if [ -e /proc/$$/fd/" + std::to_string(leaked) + " ]; then echo open; else echo closed; fi"};
-  options.on_stdout = out.callback();
-  PosixProcessLauncher launcher;
-  auto process = launcher.launch(options);
-  ASSERT_TRUE(process.ok()) << process.status().to_string();
-  ASSERT_TRUE(wait_exit(**process).has_value());
-  ASSERT_TRUE((*process)->wait_output_closed(kTestWaitTimeout));
+  const std::string out = stdout_of(options);
   ::close(leaked);
-  EXPECT_EQ(out.get(), "closed\n");
+  EXPECT_EQ(out, "closed\n");
 }
 
 TEST(PosixProcessLauncherTest, PassesExactlyTheGivenEnvironmentAndWorkingDir) {
   TempDir dir;
-  Collected out;
   LaunchOptions options;
   options.argv = {"/bin/sh", "-c", "echo \"$COHORT_TEST_VALUE $HOME_IS_SET\"; pwd"};
   options.env = {"COHORT_TEST_VALUE=hello world"};
   options.working_dir = dir.path();
-  options.on_stdout = out.callback();
-  PosixProcessLauncher launcher;
-  auto process = launcher.launch(options);
-  ASSERT_TRUE(process.ok()) << process.status().to_string();
-  ASSERT_TRUE(wait_exit(**process).has_value());
-  ASSERT_TRUE((*process)->wait_output_closed(kTestWaitTimeout));
-  EXPECT_EQ(out.get(), "hello world \n" + std::filesystem::canonical(dir.path()).string() + "\n");
+  EXPECT_EQ(stdout_of(options), "hello world \n" + std::filesystem::canonical(dir.path()).string() + "\n");
 }
 
 TEST(PosixProcessLauncherTest, MissingBinaryIsAnErrorNamingThePath) {
