@@ -18,6 +18,7 @@ during training (broadcast_buffers=False; the C++ side broadcasts no buffers eit
 after each epoch.
 """
 import argparse
+import ctypes
 import gzip
 import os
 import resource
@@ -130,8 +131,18 @@ class FashionCnn(nn.Module):
         return self.fc2(F.relu(self.fc1(h.flatten(1))))
 
 
+def set_openblas_threads(n):
+    """torch.set_num_threads leaves OpenBLAS's own threads alone; cohort's ranks set both
+    (worker/base/blas_threads.h), and so does this side, so that both run one BLAS thread."""
+    try:
+        ctypes.CDLL("libopenblas.so.0").openblas_set_num_threads(n)
+    except (OSError, AttributeError):
+        pass  # another BLAS: nothing to set
+
+
 def run(rank, args, store_path):
     torch.set_num_threads(1)
+    set_openblas_threads(1)
     dist.init_process_group("gloo", init_method="file://" + store_path, rank=rank, world_size=args.ranks)
     size = args.ranks
     xtr, ytr = shard(*read_split(True, args.limit), rank, size, equal=True)

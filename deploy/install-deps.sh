@@ -13,10 +13,12 @@ packages=(
   libtorch-dev
   # Debian's libtorch recommends OpenBLAS, which --no-install-recommends below would skip, leaving
   # the netlib reference BLAS behind libblas.so.3: its sgemm was 38 % of a Fashion-MNIST training
-  # step, and OpenBLAS halved the step's CPU time (74 -> 37 ms, bench/README.md). The serial build:
-  # a rank's BLAS then runs on its own thread, as at::set_num_threads sets the rest, instead of
-  # each process starting a thread per core.
-  libopenblas0-serial
+  # step, and OpenBLAS halved the step's CPU time (74 -> 37 ms, bench/README.md). The threaded
+  # build (Debian's default flavour), not the serial one: the serial build has no locking, and two
+  # threads of one process calling it at once got wrong products (in-process rank threads, and
+  # libtorch's own intra-op threads). Ranks set its thread count next to libtorch's
+  # (worker/base/blas_threads.h); tests/train:blas_thread_safety_test checks which build is in use.
+  libopenblas0-pthread
   libyaml-cpp-dev libsqlite3-dev libsystemd-dev libssl-dev
   # systemd-analyze: deploy:cohortd_service_security_test scores the unit (--offline, no running systemd).
   systemd
@@ -92,5 +94,13 @@ if ! getent passwd cohort-job >/dev/null; then
     { echo "install-deps: need root or sudo to create the cohort-job user" >&2; exit 1; }
   echo "install-deps: creating system user cohort-job"
   $sudo useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin cohort-job
+fi
+# An earlier install-deps installed the serial OpenBLAS. The threaded one's higher priority takes
+# libblas.so.3 over in auto mode; a manual choice of the serial build is only pointed out.
+if update-alternatives --query libblas.so.3-x86_64-linux-gnu 2>/dev/null |
+    grep -q '^Value: .*openblas-serial/'; then
+  echo "install-deps: warning: libblas.so.3 is set by hand to the serial OpenBLAS, which is not safe" \
+    "to call from several threads of one process; switch with" \
+    "'update-alternatives --auto libblas.so.3-x86_64-linux-gnu'" >&2
 fi
 echo "install-deps: done"

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <string>
 
+#include "worker/base/blas_threads.h"
 #include "worker/base/process_liveness.h"
 #include "worker/comm/bootstrap.h"
 #include "worker/examples/local_ranks.h"
@@ -23,8 +24,10 @@ std::unique_ptr<comm::Communicator> start_example_rank(int argc, char** argv, co
     *exit_code = run_local_ranks(argc, argv, flags.ranks, *parse_cpu_bind(flags.cpu_bind));
     return nullptr;
   }
-  // Each rank is one process of several sharing the machine's cores.
+  // Each rank is one process of several sharing the machine's cores: one intra-op thread, and
+  // one BLAS thread (worker/base/blas_threads.h).
   at::set_num_threads(1);
+  set_openblas_threads(1);
   // Before the dataset and the model allocate: keeps each step's tensors in the heap instead of
   // faulting them in again every step (train/host_allocator.h).
   train::tune_host_allocator();

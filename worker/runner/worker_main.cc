@@ -24,6 +24,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "worker/base/blas_threads.h"
 #include "worker/base/cli_flags.h"
 #include "worker/base/logging.h"
 #include "worker/base/rank_heartbeat.h"
@@ -104,9 +105,12 @@ cohort::Status run_worker(WorkerFlags flags) {
   spdlog::info("rank {} of {} joined via {} ({} communicator, {} rank(s) on this node), training on {}",
                (*comm)->rank(), (*comm)->size(), flags.init, kind, (*comm)->intra_size(), device.str());
   // The ranks on this node share its cores.
+  // libtorch's intra-op threads and OpenBLAS's threads alike (worker/base/blas_threads.h).
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  at::set_num_threads(
-      static_cast<int>(std::max(1u, cores / static_cast<unsigned>(std::max(1, (*comm)->intra_size())))));
+  int threads = static_cast<int>(std::max(1u, cores / static_cast<unsigned>(std::max(1, (*comm)->intra_size()))));
+  at::set_num_threads(threads);
+  cohort::set_openblas_threads(threads);
+  if (const char* warning = cohort::blas_threads_warning(threads); *warning != '\0') spdlog::warn("{}", warning);
 
   std::unique_ptr<cohort::worker::MetricsReporter> reporter;
   if ((*comm)->rank() == 0) reporter = cohort::worker::MetricsReporter::from_environment();
