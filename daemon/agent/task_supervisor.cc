@@ -4,6 +4,7 @@
 #include "daemon/agent/job_id.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -109,6 +110,20 @@ std::vector<std::string> TaskSupervisor::environment_for(const JobTasks& job, in
   for (const auto& [name, value] : job.env) env[name] = value;
   if (auto it = job.rank_env.find(rank); it != job.rank_env.end()) {
     for (const auto& [name, value] : it->second) env[name] = value;
+  }
+  // Several ranks on one node share its cores: unless the job or the agent's environment says
+  // otherwise, each rank's OpenMP, OpenBLAS and MKL threads get its share of them. Without it
+  // every rank starts a thread per core (libtorch's intra-op pool, OpenBLAS's), and N ranks run
+  // N x cores busy threads. torchrun sets OMP_NUM_THREADS=1 in the same case; a share of the CPUs
+  // keeps big nodes busy, and is 1 where the ranks outnumber them.
+  if (job.ranks.size() > 1 && env.find("OMP_NUM_THREADS") == env.end()) {
+    int cpus = options_.cpu_count;
+    if (cpus <= 0) {
+      cpu_set_t allowed;
+      CPU_ZERO(&allowed);
+      cpus = sched_getaffinity(0, sizeof(allowed), &allowed) == 0 ? CPU_COUNT(&allowed) : 1;
+    }
+    env["OMP_NUM_THREADS"] = std::to_string(std::max(1, cpus / static_cast<int>(job.ranks.size())));
   }
   env["RANK"] = std::to_string(rank);
   env["WORLD_SIZE"] = std::to_string(job.world_size);

@@ -132,6 +132,9 @@ struct TaskSupervisorOptions {
   // for their cgroups to empty, all of them together (each at least kMinimumCgroupRemovalWait):
   // ranks whose strays hang in the kernel then cost one wait, not one each.
   Duration cgroup_removal_wait = std::chrono::duration_cast<Duration>(kDefaultCgroupEmptyTimeout);
+  // The CPUs the node's ranks share, for their default OMP_NUM_THREADS (environment_for);
+  // 0: the agent's own CPU affinity.
+  int cpu_count = 0;
 };
 
 // The tasks of one job that run on this node.

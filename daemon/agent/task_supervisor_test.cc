@@ -121,6 +121,50 @@ TEST_F(TaskSupervisorTest, EnvironmentReachesEachRank) {
             "5 6 1 2 10.0.0.1 29500 job-env node-a 127.0.0.1:7070 extra value\n");
 }
 
+// Ranks sharing a node get their share of its CPUs as OMP_NUM_THREADS (as torchrun sets 1), unless
+// the job or the agent's environment sets it; a lone rank is left alone.
+TEST_F(TaskSupervisorTest, RanksSharingANodeGetTheirShareOfItsCpusAsOmpNumThreads) {
+  TaskSupervisorOptions opts = options();
+  opts.inherit_environment = false;  // the test's own environment may set OMP_NUM_THREADS
+  opts.cpu_count = 8;
+  TaskSupervisor supervisor(opts, &launcher_, recorder_.callback());
+  const std::string print = "echo \"[${OMP_NUM_THREADS-unset}]\"";
+  JobTasks three = shell_job("job-three", print);
+  three.world_size = 3;
+  three.ranks = {0, 1, 2};
+  ASSERT_TRUE(supervisor.launch(three).ok());
+  JobTasks many = shell_job("job-many", print);
+  many.world_size = 12;
+  many.ranks = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};  // more ranks than CPUs: one thread each
+  ASSERT_TRUE(supervisor.launch(many).ok());
+  JobTasks set = shell_job("job-set", print);
+  set.world_size = 2;
+  set.ranks = {0, 1};
+  set.env = {{"OMP_NUM_THREADS", "3"}};
+  ASSERT_TRUE(supervisor.launch(set).ok());
+  JobTasks alone = shell_job("job-alone", print);
+  ASSERT_TRUE(supervisor.launch(alone).ok());
+  ASSERT_TRUE(recorder_.wait_for(3 + 12 + 2 + 1));
+  EXPECT_EQ(log_text(supervisor, "job-three", 2), "[2]\n");
+  EXPECT_EQ(log_text(supervisor, "job-many", 11), "[1]\n");
+  EXPECT_EQ(log_text(supervisor, "job-set", 1), "[3]\n");
+  EXPECT_EQ(log_text(supervisor, "job-alone", 0), "[unset]\n");
+}
+
+TEST_F(TaskSupervisorTest, TheAgentsOwnOmpNumThreadsIsKept) {
+  TaskSupervisorOptions opts = options();
+  opts.inherit_environment = false;
+  opts.base_environment = {"OMP_NUM_THREADS=5"};  // as the agent's environment would carry it
+  opts.cpu_count = 8;
+  TaskSupervisor supervisor(opts, &launcher_, recorder_.callback());
+  JobTasks job = shell_job("job-agent-env", "echo \"[${OMP_NUM_THREADS-unset}]\"");
+  job.world_size = 2;
+  job.ranks = {0, 1};
+  ASSERT_TRUE(supervisor.launch(job).ok());
+  ASSERT_TRUE(recorder_.wait_for(2));
+  EXPECT_EQ(log_text(supervisor, "job-agent-env", 0), "[5]\n");
+}
+
 // The rank learns its heartbeat file and the interval the agent expects (task_heartbeat_interval_ms)
 // together; without a heartbeat directory it gets neither.
 TEST_F(TaskSupervisorTest, TheHeartbeatIntervalReachesEachRank) {
