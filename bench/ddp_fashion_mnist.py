@@ -135,7 +135,8 @@ def set_openblas_threads(n):
     """torch.set_num_threads leaves OpenBLAS's own threads alone; cohort's ranks set both
     (worker/base/blas_threads.h), and so does this side, so that both run one BLAS thread."""
     try:
-        ctypes.CDLL("libopenblas.so.0").openblas_set_num_threads(n)
+        # RTLD_NOLOAD: the OpenBLAS torch already loaded, never a second copy with its own threads.
+        ctypes.CDLL("libopenblas.so.0", mode=os.RTLD_NOLOAD | os.RTLD_NOW).openblas_set_num_threads(n)
     except (OSError, AttributeError):
         pass  # another BLAS: nothing to set
 

@@ -96,11 +96,15 @@ if ! getent passwd cohort-job >/dev/null; then
   $sudo useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin cohort-job
 fi
 # An earlier install-deps installed the serial OpenBLAS. The threaded one's higher priority takes
-# libblas.so.3 over in auto mode; a manual choice of the serial build is only pointed out.
-if update-alternatives --query libblas.so.3-x86_64-linux-gnu 2>/dev/null |
-    grep -q '^Value: .*openblas-serial/'; then
-  echo "install-deps: warning: libblas.so.3 is set by hand to the serial OpenBLAS, which is not safe" \
-    "to call from several threads of one process; switch with" \
-    "'update-alternatives --auto libblas.so.3-x86_64-linux-gnu'" >&2
-fi
+# the alternatives over in auto mode; one set by hand to the serial build is only pointed out.
+# libopenblas.so.0 decides which OpenBLAS loads (libblas.so.3 and liblapack.so.3 are thin
+# wrappers that load it), so all three are looked at.
+for group in libopenblas.so.0 libblas.so.3 liblapack.so.3; do
+  if update-alternatives --query "${group}-x86_64-linux-gnu" 2>/dev/null |
+      grep -q '^Value: .*openblas-serial/'; then
+    echo "install-deps: warning: ${group} is set by hand to the serial OpenBLAS, which is not safe to" \
+      "call from several threads of one process; switch with" \
+      "'update-alternatives --auto ${group}-x86_64-linux-gnu'" >&2
+  fi
+done
 echo "install-deps: done"

@@ -2,9 +2,9 @@
 
 #include "daemon/agent/confined_dir.h"
 #include "daemon/agent/job_id.h"
+#include "daemon/agent/node_inventory.h"
 
 #include <fcntl.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -84,12 +84,20 @@ TaskSupervisor::TaskSupervisor(TaskSupervisorOptions options, ProcessLauncher* l
 }
 
 TaskSupervisor::~TaskSupervisor() {
-  std::vector<std::string> job_ids;
+  // Every job's ranks at once: one grace period for all of them, not one per job (an agent with
+  // a few jobs whose ranks ignore SIGTERM would otherwise outlast systemd's stop timeout).
+  std::vector<std::shared_ptr<Task>> tasks;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [job_id, job] : jobs_) job_ids.push_back(job_id);
+    for (auto& [job_id, job] : jobs_) {
+      for (auto& [rank, task] : job) {
+        if (!task->exit.has_value()) task->stopping = true;
+        tasks.push_back(task);
+      }
+    }
   }
-  for (const std::string& job_id : job_ids) stop(job_id).ignore_error();
+  Status stopped = stop_tasks(tasks, "stop every job at shutdown");
+  if (!stopped.ok()) spdlog::error("{}", stopped.message());
   {
     std::lock_guard<std::mutex> lock(mu_);
     shutdown_ = true;
@@ -111,19 +119,17 @@ std::vector<std::string> TaskSupervisor::environment_for(const JobTasks& job, in
   if (auto it = job.rank_env.find(rank); it != job.rank_env.end()) {
     for (const auto& [name, value] : it->second) env[name] = value;
   }
-  // Several ranks on one node share its cores: unless the job or the agent's environment says
-  // otherwise, each rank's OpenMP, OpenBLAS and MKL threads get its share of them. Without it
-  // every rank starts a thread per core (libtorch's intra-op pool, OpenBLAS's), and N ranks run
-  // N x cores busy threads. torchrun sets OMP_NUM_THREADS=1 in the same case; a share of the CPUs
-  // keeps big nodes busy, and is 1 where the ranks outnumber them.
-  if (job.ranks.size() > 1 && env.find("OMP_NUM_THREADS") == env.end()) {
-    int cpus = options_.cpu_count;
-    if (cpus <= 0) {
-      cpu_set_t allowed;
-      CPU_ZERO(&allowed);
-      cpus = sched_getaffinity(0, sizeof(allowed), &allowed) == 0 ? CPU_COUNT(&allowed) : 1;
-    }
-    env["OMP_NUM_THREADS"] = std::to_string(std::max(1, cpus / static_cast<int>(job.ranks.size())));
+  // Several ranks on one node share its cores: unless the job (env or rank_env) or the agent's
+  // environment says otherwise, each rank's OpenMP, OpenBLAS and MKL threads get its share of
+  // them: the agent's CPUs over this job's ranks here or the node's slots, whichever is more
+  // (other jobs may hold the other slots). Without it every rank starts a thread per core
+  // (libtorch's intra-op pool, OpenBLAS's), and N ranks run N x cores busy threads. torchrun sets
+  // OMP_NUM_THREADS=1 in the same case; a share keeps big nodes busy, and is 1 where the ranks
+  // outnumber the CPUs.
+  const int sharers = std::max(options_.slots, static_cast<int>(job.ranks.size()));
+  if (sharers > 1 && env.find("OMP_NUM_THREADS") == env.end()) {
+    const int cpus = options_.cpu_count > 0 ? options_.cpu_count : available_cores();
+    env["OMP_NUM_THREADS"] = std::to_string(std::max(1, cpus / sharers));
   }
   env["RANK"] = std::to_string(rank);
   env["WORLD_SIZE"] = std::to_string(job.world_size);
@@ -320,6 +326,10 @@ Status TaskSupervisor::stop(const std::string& job_id) {
       tasks.push_back(task);
     }
   }
+  return stop_tasks(tasks, fmt::format("stop job {}", job_id));
+}
+
+Status TaskSupervisor::stop_tasks(const std::vector<std::shared_ptr<Task>>& tasks, const std::string& what) {
   // Every rank is signalled before any is reaped: a reap waits for the rank's cgroup to empty.
   // (A leader that exited but is not reaped yet still holds its group's id, and a reaped one's
   // group is not signalled: signal_group.)
@@ -340,9 +350,9 @@ Status TaskSupervisor::stop(const std::string& job_id) {
   if (!wait_all_exited(
           tasks, [&] { return std::chrono::steady_clock::now() >= kill_deadline; }, &budget)) {
     return deadline_exceeded_error(
-        "stop job {}: a rank survived SIGKILL for {}; it is probably stuck in the kernel "
+        "{}: a rank survived SIGKILL for {}; it is probably stuck in the kernel "
         "(uninterruptible sleep); check `ps -o pid,stat,wchan` on node {}",
-        job_id, coordinator::format_duration(kKillWaitTimeout), options_.node_id);
+        what, coordinator::format_duration(kKillWaitTimeout), options_.node_id);
   }
   return ok_status();
 }

@@ -133,8 +133,11 @@ struct TaskSupervisorOptions {
   // ranks whose strays hang in the kernel then cost one wait, not one each.
   Duration cgroup_removal_wait = std::chrono::duration_cast<Duration>(kDefaultCgroupEmptyTimeout);
   // The CPUs the node's ranks share, for their default OMP_NUM_THREADS (environment_for);
-  // 0: the agent's own CPU affinity.
+  // 0: the agent's own CPU affinity (available_cores()).
   int cpu_count = 0;
+  // Tasks this node runs at once (the daemon's `slots`): a rank's default share of the CPUs is at
+  // most 1 / slots of them, since other jobs' ranks may take the other slots.
+  int slots = 1;
 };
 
 // The tasks of one job that run on this node.
@@ -192,7 +195,8 @@ class TaskSupervisor {
  public:
   // `launcher` must outlive the supervisor.
   TaskSupervisor(TaskSupervisorOptions options, ProcessLauncher* launcher, TaskExitCallback on_exit);
-  // Stops every job that still runs (blocking up to the grace period), then the monitor.
+  // Stops every job that still runs, all their ranks together (blocking up to one grace period
+  // plus kKillWaitTimeout), then the monitor.
   ~TaskSupervisor();
   TaskSupervisor(const TaskSupervisor&) = delete;
   TaskSupervisor& operator=(const TaskSupervisor&) = delete;
@@ -266,6 +270,9 @@ class TaskSupervisor {
   // `budget`, which it spends, but kMinimumCgroupRemovalWait at least), and reports the exit
   // exactly once. Returns whether it has exited. Call without holding mu_.
   bool check_exit(const std::shared_ptr<Task>& task, RemovalBudget* budget);
+  // stop()'s work on `tasks` (already marked stopping): SIGTERM to all, SIGKILL to all after the
+  // grace period, and the reaps. `what` starts the error.
+  Status stop_tasks(const std::vector<std::shared_ptr<Task>>& tasks, const std::string& what);
   // Whether the task's exit was reported. Non-blocking.
   bool exit_recorded(const std::shared_ptr<Task>& task) const;
   // Polls the tasks until all exited or `done()` says to give up.

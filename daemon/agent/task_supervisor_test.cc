@@ -151,6 +151,22 @@ TEST_F(TaskSupervisorTest, RanksSharingANodeGetTheirShareOfItsCpusAsOmpNumThread
   EXPECT_EQ(log_text(supervisor, "job-alone", 0), "[unset]\n");
 }
 
+// With slots for other jobs' ranks, a rank's share is the CPUs over the slots, even alone.
+TEST_F(TaskSupervisorTest, TheSlotsBoundARanksShareOfTheCpus) {
+  TaskSupervisorOptions opts = options();
+  opts.inherit_environment = false;
+  opts.cpu_count = 8;
+  opts.slots = 4;
+  TaskSupervisor supervisor(opts, &launcher_, recorder_.callback());
+  ASSERT_TRUE(supervisor.launch(shell_job("job-one-of-four", "echo \"[${OMP_NUM_THREADS-unset}]\"")).ok());
+  JobTasks per_rank = shell_job("job-rank-env", "echo \"[${OMP_NUM_THREADS-unset}]\"");
+  per_rank.rank_env = {{0, {{"OMP_NUM_THREADS", "7"}}}};
+  ASSERT_TRUE(supervisor.launch(per_rank).ok());
+  ASSERT_TRUE(recorder_.wait_for(2));
+  EXPECT_EQ(log_text(supervisor, "job-one-of-four", 0), "[2]\n");
+  EXPECT_EQ(log_text(supervisor, "job-rank-env", 0), "[7]\n");
+}
+
 TEST_F(TaskSupervisorTest, TheAgentsOwnOmpNumThreadsIsKept) {
   TaskSupervisorOptions opts = options();
   opts.inherit_environment = false;
@@ -245,6 +261,32 @@ TEST_F(TaskSupervisorTest, StopKillsARankThatIgnoresTermAfterTheGracePeriod) {
   ASSERT_EQ(exits.size(), 1u);
   EXPECT_EQ(exits[0].status.signal, SIGKILL);
   EXPECT_TRUE(exits[0].stopped);
+}
+
+// At shutdown every job's ranks share one grace period: three jobs whose ranks ignore SIGTERM
+// take one grace period to stop, not three.
+TEST_F(TaskSupervisorTest, ShutdownStopsEveryJobWithinOneGracePeriod) {
+  constexpr Duration kGrace = 1500ms;
+  constexpr int kJobs = 3;
+  std::optional<TaskSupervisor> supervisor;
+  supervisor.emplace(options(kGrace), &launcher_, recorder_.callback());
+  for (int j = 0; j < kJobs; ++j) {
+    const std::string id = fmt::format("job-stubborn-{}", j);
+    ASSERT_TRUE(
+        supervisor->launch(shell_job(id, "trap '' TERM; echo ready; while true; do sleep 0.05; done")).ok());
+    ASSERT_TRUE(wait_until([&] { return log_text(*supervisor, id, 0) == "ready\n"; }));
+  }
+  auto start = std::chrono::steady_clock::now();
+  supervisor.reset();  // ~TaskSupervisor stops them
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(elapsed, kGrace);
+  EXPECT_LT(elapsed, 2 * kGrace) << "the jobs' grace periods ran one after another";
+  std::vector<TaskExit> exits = recorder_.exits();
+  ASSERT_EQ(exits.size(), static_cast<size_t>(kJobs));
+  for (const TaskExit& exit : exits) {
+    EXPECT_EQ(exit.status.signal, SIGKILL);
+    EXPECT_TRUE(exit.stopped);
+  }
 }
 
 TEST_F(TaskSupervisorTest, StopKillsTheWholeGroupIncludingGrandchildren) {

@@ -188,6 +188,7 @@ StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::start(DaemonServerOptions 
     supervisor_options.heartbeat_timeout = server->options_.task_heartbeat_timeout;
     supervisor_options.heartbeat_interval = server->options_.task_heartbeat_interval;
     supervisor_options.exec_timeout = server->options_.exec_timeout;
+    supervisor_options.slots = server->options_.slots;  // the ranks' default OMP_NUM_THREADS
     if (server->options_.role == DaemonRole::kAll &&
         server->options_.exec_timeout >= server->options_.peer_rpc_timeout) {
       // A node's ranks exec one after another inside one LaunchTasks call, whose deadline is

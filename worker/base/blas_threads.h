@@ -12,13 +12,15 @@
 
 namespace cohort {
 
-// Tells the process's OpenBLAS to use `threads` (at least 1) threads per call. Returns false, and
-// does nothing, when the BLAS loaded into the process is not OpenBLAS (the netlib reference BLAS,
-// for one, has no threads to set). Safe to call from any thread, at any time.
+// Tells the process's OpenBLAS to use `threads` (at least 1) threads per call, process-wide.
+// Returns false, and does nothing, when no OpenBLAS is loaded into the process (the netlib
+// reference BLAS, for one, has no threads to set). Call it at startup, before threads start BLAS
+// work: OpenBLAS reads the count without synchronisation.
 bool set_openblas_threads(int threads);
 
 // How the process's OpenBLAS was built to run, from openblas_get_parallel(): kSerial (no locking:
-// unsafe to call from two threads at once), kPthreads or kOpenMp; kNotOpenBlas for any other BLAS.
+// unsafe to call from two threads at once), kPthreads or kOpenMp; kNotOpenBlas when no OpenBLAS
+// is loaded (or it answers a code this does not know).
 enum class OpenBlasBuild { kNotOpenBlas, kSerial, kPthreads, kOpenMp };
 OpenBlasBuild openblas_build();
 
