@@ -96,8 +96,8 @@ TaskSupervisor::~TaskSupervisor() {
       }
     }
   }
-  Status stopped = stop_tasks(tasks, "stop every job at shutdown");
-  if (!stopped.ok()) spdlog::error("{}", stopped.message());
+  Status stopped = stop_tasks(tasks, "agent shutdown: stopping every job");
+  if (!stopped.ok()) spdlog::error("agent: {}", stopped.to_string());
   {
     std::lock_guard<std::mutex> lock(mu_);
     shutdown_ = true;
@@ -307,10 +307,14 @@ bool TaskSupervisor::check_exit(const std::shared_ptr<Task>& task, RemovalBudget
 bool TaskSupervisor::wait_all_exited(const std::vector<std::shared_ptr<Task>>& tasks,
                                      const std::function<bool()>& give_up, RemovalBudget* budget) {
   while (true) {
+    // Asked before the pass: one reap may take a while (its cgroup wait, its output drain), so a
+    // rank looked at early in a pass that ends past the deadline gets one more look, and a rank
+    // that died in time is never reported as surviving.
+    const bool last = give_up();
     bool all_exited = true;
     for (const auto& task : tasks) all_exited = check_exit(task, budget) && all_exited;
     if (all_exited) return true;
-    if (give_up()) return false;
+    if (last) return false;
     std::this_thread::sleep_for(options_.exit_poll_interval);
   }
 }
@@ -349,10 +353,17 @@ Status TaskSupervisor::stop_tasks(const std::vector<std::shared_ptr<Task>>& task
   auto kill_deadline = std::chrono::steady_clock::now() + kKillWaitTimeout;
   if (!wait_all_exited(
           tasks, [&] { return std::chrono::steady_clock::now() >= kill_deadline; }, &budget)) {
+    std::string survivor = "a rank";
+    for (const auto& task : tasks) {
+      if (!exit_recorded(task)) {
+        survivor = fmt::format("rank {} of job {}", task->rank, task->job_id);
+        break;
+      }
+    }
     return deadline_exceeded_error(
-        "{}: a rank survived SIGKILL for {}; it is probably stuck in the kernel "
+        "{}: {} survived SIGKILL for {}; it is probably stuck in the kernel "
         "(uninterruptible sleep); check `ps -o pid,stat,wchan` on node {}",
-        what, coordinator::format_duration(kKillWaitTimeout), options_.node_id);
+        what, survivor, coordinator::format_duration(kKillWaitTimeout), options_.node_id);
   }
   return ok_status();
 }

@@ -100,7 +100,7 @@ TEST(BlasThreadSafetyTest, TheInstalledOpenBlasIsTheThreadedBuild) {
 TEST(BlasThreadSafetyTest, ConcurrentProductsAreRightWithOneBlasThreadEach) {
   at::set_num_threads(1);
   cohort::set_openblas_threads(1);
-  EXPECT_EQ(wrong_threads(4, 150), 0)
+  EXPECT_EQ(wrong_threads(4, 60), 0)
       << "the BLAS gave wrong products when called from 4 threads at once; is it Debian's serial "
          "OpenBLAS (no locking)? `update-alternatives --display libblas.so.3-x86_64-linux-gnu`";
 }
@@ -108,7 +108,7 @@ TEST(BlasThreadSafetyTest, ConcurrentProductsAreRightWithOneBlasThreadEach) {
 TEST(BlasThreadSafetyTest, ConcurrentProductsAreRightWithThreadedBlas) {
   at::set_num_threads(1);
   cohort::set_openblas_threads(2);
-  EXPECT_EQ(wrong_threads(3, 100), 0) << "with 2 BLAS threads per call";
+  EXPECT_EQ(wrong_threads(3, 40), 0) << "with 2 BLAS threads per call";
 }
 
 }  // namespace
