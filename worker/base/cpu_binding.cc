@@ -2,7 +2,9 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -44,6 +46,19 @@ StatusOr<std::vector<int>> allowed_cpus() {
     if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
   }
   return cpus;
+}
+
+int cpu_threads_for_rank(int local_size, std::string* ignored) {
+  if (const char* text = std::getenv("OMP_NUM_THREADS"); text != nullptr && *text != '\0') {
+    char* end = nullptr;
+    errno = 0;
+    const long value = std::strtol(text, &end, 10);
+    if (*end == '\0' && errno == 0 && value > 0 && value <= 1 << 20) return static_cast<int>(value);
+    if (ignored != nullptr) *ignored = text;
+  }
+  StatusOr<std::vector<int>> allowed = allowed_cpus();
+  const int cpus = allowed.ok() && !allowed->empty() ? static_cast<int>(allowed->size()) : 1;
+  return std::max(1, cpus / std::max(1, local_size));
 }
 
 StatusOr<std::vector<std::vector<int>>> plan_local_ranks(CpuBind bind, int local_size) {

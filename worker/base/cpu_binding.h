@@ -44,6 +44,13 @@ Status bind_to_cpus(const std::vector<int>& cpus);
 // plan_local_ranks and bind_to_cpus for one rank. Returns the CPUs bound to (empty: none).
 StatusOr<std::vector<int>> bind_local_rank(CpuBind bind, int local_rank, int local_size);
 
+// How many CPU threads (libtorch's intra-op pool, OpenBLAS's) one of `local_size` ranks on this
+// node should run: OMP_NUM_THREADS when it is a positive number (the job's choice, or the share
+// cohortd's agent computed from its slots), else this process's CPUs (its affinity, not every CPU
+// of the machine) divided by local_size, at least 1. A value that is set but not a positive
+// number is ignored, and `ignored` (if given) receives it.
+int cpu_threads_for_rank(int local_size, std::string* ignored = nullptr);
+
 // "0-3", "0,2,5-6": the form taskset and /proc/<pid>/status use.
 std::string format_cpu_list(const std::vector<int>& cpus);
 

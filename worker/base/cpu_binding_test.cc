@@ -2,6 +2,9 @@
 
 #include <sched.h>
 
+#include <cstdlib>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -95,6 +98,61 @@ TEST(CpuBindingTest, BindsTheCallingThreadToItsShare) {
   EXPECT_TRUE(bind_local_rank(CpuBind::kAuto, 0, size + 1)->empty());
   EXPECT_EQ(bind_local_rank(CpuBind::kCore, 0, size + 1).status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(*allowed_cpus(), *allowed);
+}
+
+}  // namespace
+}  // namespace cohort
+
+namespace cohort {
+namespace {
+
+// Sets OMP_NUM_THREADS for one test and puts the previous value back.
+class ScopedOmpThreads {
+ public:
+  explicit ScopedOmpThreads(const char* value) {
+    if (const char* old = std::getenv("OMP_NUM_THREADS"); old != nullptr) previous_ = old;
+    if (value != nullptr) {
+      setenv("OMP_NUM_THREADS", value, 1);
+    } else {
+      unsetenv("OMP_NUM_THREADS");
+    }
+  }
+  ~ScopedOmpThreads() {
+    if (previous_) {
+      setenv("OMP_NUM_THREADS", previous_->c_str(), 1);
+    } else {
+      unsetenv("OMP_NUM_THREADS");
+    }
+  }
+
+ private:
+  std::optional<std::string> previous_;
+};
+
+TEST(CpuThreadsForRankTest, OmpNumThreadsWinsWhenItIsAPositiveNumber) {
+  ScopedOmpThreads omp("3");
+  std::string ignored;
+  EXPECT_EQ(cpu_threads_for_rank(2, &ignored), 3);
+  EXPECT_EQ(ignored, "");
+}
+
+TEST(CpuThreadsForRankTest, OtherwiseTheAllowedCpusAreShared) {
+  ScopedOmpThreads omp(nullptr);
+  const int cpus = static_cast<int>(allowed_cpus()->size());
+  EXPECT_EQ(cpu_threads_for_rank(1), cpus);
+  EXPECT_EQ(cpu_threads_for_rank(cpus + 5), 1) << "at least one thread";
+  if (cpus >= 2) {
+    EXPECT_EQ(cpu_threads_for_rank(2), cpus / 2);
+  }
+}
+
+TEST(CpuThreadsForRankTest, AMalformedValueIsIgnoredAndReported) {
+  for (const char* bad : {"0", "-2", "four", "4,2", "2x"}) {
+    ScopedOmpThreads omp(bad);
+    std::string ignored;
+    EXPECT_EQ(cpu_threads_for_rank(1, &ignored), static_cast<int>(allowed_cpus()->size())) << bad;
+    EXPECT_EQ(ignored, bad);
+  }
 }
 
 }  // namespace

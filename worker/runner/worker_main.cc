@@ -26,6 +26,7 @@
 
 #include "worker/base/blas_threads.h"
 #include "worker/base/cli_flags.h"
+#include "worker/base/cpu_binding.h"
 #include "worker/base/logging.h"
 #include "worker/base/rank_heartbeat.h"
 #include "worker/base/status.h"
@@ -104,10 +105,15 @@ cohort::Status run_worker(WorkerFlags flags) {
   // (progress lines come from rank 0 only).
   spdlog::info("rank {} of {} joined via {} ({} communicator, {} rank(s) on this node), training on {}",
                (*comm)->rank(), (*comm)->size(), flags.init, kind, (*comm)->intra_size(), device.str());
-  // The ranks on this node share its cores.
-  // libtorch's intra-op threads and OpenBLAS's threads alike (worker/base/blas_threads.h).
-  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  int threads = static_cast<int>(std::max(1u, cores / static_cast<unsigned>(std::max(1, (*comm)->intra_size()))));
+  // The ranks on this node share its cores: libtorch's intra-op threads and OpenBLAS's alike
+  // (worker/base/blas_threads.h), OMP_NUM_THREADS when the job or the agent set it (the agent's
+  // default counts its slots), else this process's CPUs over the node's ranks.
+  std::string ignored;
+  const int threads = cohort::cpu_threads_for_rank((*comm)->intra_size(), &ignored);
+  if (!ignored.empty()) {
+    spdlog::warn("OMP_NUM_THREADS='{}' is not a positive number of threads; using {} (this process's CPUs over "
+                 "the {} rank(s) on this node)", ignored, threads, (*comm)->intra_size());
+  }
   at::set_num_threads(threads);
   cohort::set_openblas_threads(threads);
   if (const char* warning = cohort::blas_threads_warning(threads); *warning != '\0') spdlog::warn("{}", warning);
