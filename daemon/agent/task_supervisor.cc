@@ -353,11 +353,15 @@ Status TaskSupervisor::stop_tasks(const std::vector<std::shared_ptr<Task>>& task
   auto kill_deadline = std::chrono::steady_clock::now() + kKillWaitTimeout;
   if (!wait_all_exited(
           tasks, [&] { return std::chrono::steady_clock::now() >= kill_deadline; }, &budget)) {
+    // A rank the monitor is reporting right now has exited: not the one to name.
     std::string survivor = "a rank";
-    for (const auto& task : tasks) {
-      if (!exit_recorded(task)) {
-        survivor = fmt::format("rank {} of job {}", task->rank, task->job_id);
-        break;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& task : tasks) {
+        if (!task->exit.has_value() && !task->claimed) {
+          survivor = fmt::format("rank {} of job {}", task->rank, task->job_id);
+          break;
+        }
       }
     }
     return deadline_exceeded_error(

@@ -50,10 +50,13 @@ StatusOr<std::vector<int>> allowed_cpus() {
 
 int cpu_threads_for_rank(int local_size, std::string* ignored) {
   if (const char* text = std::getenv("OMP_NUM_THREADS"); text != nullptr && *text != '\0') {
+    // As libgomp reads it: spaces around the number, and of a nested list ("4,2") the first level.
     char* end = nullptr;
     errno = 0;
     const long value = std::strtol(text, &end, 10);
-    if (*end == '\0' && errno == 0 && value > 0 && value <= 1 << 20) return static_cast<int>(value);
+    while (*end == ' ' || *end == '\t') ++end;
+    const bool whole = *end == '\0' || *end == ',';
+    if (end != text && whole && errno == 0 && value > 0 && value <= kMaxCpuThreads) return static_cast<int>(value);
     if (ignored != nullptr) *ignored = text;
   }
   StatusOr<std::vector<int>> allowed = allowed_cpus();

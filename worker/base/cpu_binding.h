@@ -45,10 +45,12 @@ Status bind_to_cpus(const std::vector<int>& cpus);
 StatusOr<std::vector<int>> bind_local_rank(CpuBind bind, int local_rank, int local_size);
 
 // How many CPU threads (libtorch's intra-op pool, OpenBLAS's) one of `local_size` ranks on this
-// node should run: OMP_NUM_THREADS when it is a positive number (the job's choice, or the share
-// cohortd's agent computed from its slots), else this process's CPUs (its affinity, not every CPU
-// of the machine) divided by local_size, at least 1. A value that is set but not a positive
-// number is ignored, and `ignored` (if given) receives it.
+// node should run: OMP_NUM_THREADS when it holds a count in 1..kMaxCpuThreads (the job's choice, or
+// the share cohortd's agent computed from its slots; of a nested list such as "4,2" the first
+// level, as libgomp reads it), else this process's CPUs (its affinity, not every CPU of the
+// machine) divided by local_size, at least 1. A value that is set but holds no such count is
+// ignored, and `ignored` (if given) receives it.
+inline constexpr long kMaxCpuThreads = 1L << 20;
 int cpu_threads_for_rank(int local_size, std::string* ignored = nullptr);
 
 // "0-3", "0,2,5-6": the form taskset and /proc/<pid>/status use.

@@ -129,11 +129,14 @@ class ScopedOmpThreads {
   std::optional<std::string> previous_;
 };
 
-TEST(CpuThreadsForRankTest, OmpNumThreadsWinsWhenItIsAPositiveNumber) {
-  ScopedOmpThreads omp("3");
-  std::string ignored;
-  EXPECT_EQ(cpu_threads_for_rank(2, &ignored), 3);
-  EXPECT_EQ(ignored, "");
+TEST(CpuThreadsForRankTest, OmpNumThreadsWinsWhenItHoldsACount) {
+  // As libgomp reads them: spaces around it, and the first level of a nested list.
+  for (auto [text, count] : {std::pair{"3", 3}, std::pair{" 4", 4}, std::pair{"4 ", 4}, std::pair{"6,2", 6}}) {
+    ScopedOmpThreads omp(text);
+    std::string ignored;
+    EXPECT_EQ(cpu_threads_for_rank(2, &ignored), count) << "'" << text << "'";
+    EXPECT_EQ(ignored, "") << "'" << text << "'";
+  }
 }
 
 TEST(CpuThreadsForRankTest, OtherwiseTheAllowedCpusAreShared) {
@@ -147,7 +150,7 @@ TEST(CpuThreadsForRankTest, OtherwiseTheAllowedCpusAreShared) {
 }
 
 TEST(CpuThreadsForRankTest, AMalformedValueIsIgnoredAndReported) {
-  for (const char* bad : {"0", "-2", "four", "4,2", "2x"}) {
+  for (const char* bad : {"0", "-2", "four", "2x", ",4", "99999999999999999999", "2000000"}) {
     ScopedOmpThreads omp(bad);
     std::string ignored;
     EXPECT_EQ(cpu_threads_for_rank(1, &ignored), static_cast<int>(allowed_cpus()->size())) << bad;

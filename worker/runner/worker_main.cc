@@ -111,8 +111,8 @@ cohort::Status run_worker(WorkerFlags flags) {
   std::string ignored;
   const int threads = cohort::cpu_threads_for_rank((*comm)->intra_size(), &ignored);
   if (!ignored.empty()) {
-    spdlog::warn("OMP_NUM_THREADS='{}' is not a positive number of threads; using {} (this process's CPUs over "
-                 "the {} rank(s) on this node)", ignored, threads, (*comm)->intra_size());
+    spdlog::warn("OMP_NUM_THREADS='{}' holds no thread count in 1..{}; using {} (this process's CPUs over the {} "
+                 "rank(s) on this node)", ignored, cohort::kMaxCpuThreads, threads, (*comm)->intra_size());
   }
   at::set_num_threads(threads);
   cohort::set_openblas_threads(threads);
