@@ -273,11 +273,13 @@ bool TaskSupervisor::check_exit(const std::shared_ptr<Task>& task, RemovalBudget
   }
   std::optional<ExitStatus> exit = task->process->poll_exit();
   if (!exit.has_value()) return false;
+  const auto reaped_at = std::chrono::system_clock::now();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (task->claimed || task->exit.has_value()) return task->exit.has_value();
     task->claimed = true;
   }
+  remove_orphaned_segments(task->process->pid(), reaped_at);
   // The leader is gone, and poll_exit killed whatever it left in its group and its cgroup (also
   // what left the group: setsid, a daemon); the cgroup is removed once empty, so a rank's slot is
   // really free and no stray keeps the pipes open. Then its last output bytes are delivered before
@@ -302,6 +304,30 @@ bool TaskSupervisor::check_exit(const std::shared_ptr<Task>& task, RemovalBudget
   }
   if (on_exit_) on_exit_(report);
   return true;
+}
+
+void TaskSupervisor::remove_orphaned_segments(pid_t pid, std::chrono::system_clock::time_point reaped_at) const {
+  // worker/comm/shm names a communicator's segment /cohort-<creator pid>-<16 hex digits> and
+  // unlinks it once every rank has mapped it; a name still there after its creator is gone was
+  // never mapped by every peer, so no setup can still succeed through it. Only names older than
+  // the reap: a process that reuses the pid right after creates its own, newer one.
+  if (options_.shared_memory_dir.empty() || pid <= 0) return;
+  const std::string prefix = fmt::format("cohort-{}-", pid);
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(options_.shared_memory_dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() != prefix.size() + 16 || name.compare(0, prefix.size(), prefix) != 0) continue;
+    if (name.find_first_not_of("0123456789abcdef", prefix.size()) != std::string::npos) continue;
+    struct stat info {};
+    if (::lstat(entry.path().c_str(), &info) != 0 || !S_ISREG(info.st_mode)) continue;
+    const auto changed = std::chrono::system_clock::time_point(std::chrono::duration_cast<std::chrono::system_clock::duration>(
+        std::chrono::seconds(info.st_ctim.tv_sec) + std::chrono::nanoseconds(info.st_ctim.tv_nsec)));
+    if (changed > reaped_at) continue;
+    if (::unlink(entry.path().c_str()) == 0) {
+      spdlog::info("agent: removed {}, the shared-memory segment of a communicator whose creator (pid {}) exited "
+                   "before its peers had mapped it", entry.path().string(), pid);
+    }
+  }
 }
 
 bool TaskSupervisor::wait_all_exited(const std::vector<std::shared_ptr<Task>>& tasks,

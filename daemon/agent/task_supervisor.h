@@ -138,6 +138,10 @@ struct TaskSupervisorOptions {
   // Tasks this node runs at once (the daemon's `slots`): a rank's default share of the CPUs is at
   // most 1 / slots of them, since other jobs' ranks may take the other slots.
   int slots = 1;
+  // Where the ranks' shared-memory segments are named (shm_open's directory). A rank that dies
+  // between creating its communicator's segment and its peers mapping it leaves the name behind
+  // (worker/comm/shm); the agent removes such names when it reaps the rank. Empty: it does not.
+  std::string shared_memory_dir = "/dev/shm";
 };
 
 // The tasks of one job that run on this node.
@@ -273,6 +277,9 @@ class TaskSupervisor {
   // stop()'s work on `tasks` (already marked stopping): SIGTERM to all, SIGKILL to all after the
   // grace period, and the reaps. `what` starts the error.
   Status stop_tasks(const std::vector<std::shared_ptr<Task>>& tasks, const std::string& what);
+  // Unlinks the shared-memory segment names (options_.shared_memory_dir) that reaped process
+  // `pid` created and its peers never mapped, those older than `reaped_at`.
+  void remove_orphaned_segments(pid_t pid, std::chrono::system_clock::time_point reaped_at) const;
   // Whether the task's exit was reported. Non-blocking.
   bool exit_recorded(const std::shared_ptr<Task>& task) const;
   // Polls the tasks until all exited or `done()` says to give up.

@@ -1,6 +1,7 @@
 #include "daemon/agent/task_supervisor.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
@@ -261,6 +262,38 @@ TEST_F(TaskSupervisorTest, StopKillsARankThatIgnoresTermAfterTheGracePeriod) {
   ASSERT_EQ(exits.size(), 1u);
   EXPECT_EQ(exits[0].status.signal, SIGKILL);
   EXPECT_TRUE(exits[0].stopped);
+}
+
+// A rank that created its communicator's segment and died before its peers mapped it leaves the
+// name in /dev/shm; the agent removes it when it reaps the rank, and nothing else.
+TEST_F(TaskSupervisorTest, AReapedRanksOrphanedSegmentNameIsRemoved) {
+  const std::string shm = dir_.path() + "/shm";
+  ASSERT_EQ(::mkdir(shm.c_str(), 0700), 0);
+  TaskSupervisorOptions opts = options();
+  opts.shared_memory_dir = shm;
+  TaskSupervisor supervisor(opts, &launcher_, recorder_.callback());
+  // The rank prints its pid, then waits for the test to create the names.
+  const std::string go = dir_.path() + "/go";
+  ASSERT_TRUE(supervisor
+                  .launch(shell_job("job-shm", "echo $$; while [ ! -e " + go + " ]; do sleep 0.02; done"))
+                  .ok());
+  std::string pid;
+  ASSERT_TRUE(wait_until([&] {
+    pid = log_text(supervisor, "job-shm", 0);
+    return !pid.empty() && pid.back() == '\n';
+  }));
+  pid.pop_back();
+  const std::string orphan = shm + "/cohort-" + pid + "-0123456789abcdef";
+  // Kept: another pid's, a longer pid with this one as its prefix, a name of another shape.
+  const std::vector<std::string> kept = {shm + "/cohort-1-0123456789abcdef", shm + "/cohort-" + pid + "1-0123456789abcdef",
+                                         shm + "/cohort-" + pid + "-notahexname00000", shm + "/cohort-" + pid + "-0123"};
+  auto create = [](const std::string& path) { ASSERT_TRUE(std::ofstream(path) << "x") << path; };
+  for (const std::string& path : kept) create(path);
+  create(orphan);
+  create(go);
+  ASSERT_TRUE(recorder_.wait_for(1));
+  EXPECT_FALSE(std::filesystem::exists(orphan));
+  for (const std::string& path : kept) EXPECT_TRUE(std::filesystem::exists(path)) << path;
 }
 
 // At shutdown every job's ranks share one grace period: three jobs whose ranks ignore SIGTERM

@@ -47,7 +47,8 @@
 // Lifetime: rank 0 creates the segment under a name unique to the communicator and attempt;
 // every rank maps it; once all have (agreed over the transport) every rank unlinks it, so nothing
 // is left in /dev/shm after any exit, SIGKILL included. The only window is rank 0 dying between
-// creating it and broadcasting the name, which the others see as a failed setup.
+// creating it and broadcasting the name, which the others see as a failed setup; under cohortd the
+// agent then removes the name when it reaps rank 0 (the name carries its pid: TaskSupervisor).
 //
 // Thread-safety: none; one collective at a time, on the communicator's executor. Every rank of
 // the group calls the same operation with the same sizes (as collectives.h's contract).
