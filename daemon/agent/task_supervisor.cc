@@ -271,9 +271,11 @@ bool TaskSupervisor::check_exit(const std::shared_ptr<Task>& task, RemovalBudget
     if (task->exit.has_value()) return true;
     if (task->claimed) return false;  // another thread is reporting it right now
   }
+  // Before the reap: once reaped, the pid may be reused (poll_exit then still kills the cgroup,
+  // which can take a while), and a segment made under it must look newer than this.
+  const auto reaped_at = std::chrono::system_clock::now();
   std::optional<ExitStatus> exit = task->process->poll_exit();
   if (!exit.has_value()) return false;
-  const auto reaped_at = std::chrono::system_clock::now();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (task->claimed || task->exit.has_value()) return task->exit.has_value();
@@ -314,7 +316,9 @@ void TaskSupervisor::remove_orphaned_segments(pid_t pid, std::chrono::system_clo
   if (options_.shared_memory_dir.empty() || pid <= 0) return;
   const std::string prefix = fmt::format("cohort-{}-", pid);
   std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(options_.shared_memory_dir, error)) {
+  for (std::filesystem::directory_iterator it(options_.shared_memory_dir, error), end; !error && it != end;
+       it.increment(error)) {
+    const std::filesystem::directory_entry& entry = *it;
     const std::string name = entry.path().filename().string();
     if (name.size() != prefix.size() + 16 || name.compare(0, prefix.size(), prefix) != 0) continue;
     if (name.find_first_not_of("0123456789abcdef", prefix.size()) != std::string::npos) continue;
