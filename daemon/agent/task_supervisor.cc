@@ -89,12 +89,7 @@ TaskSupervisor::~TaskSupervisor() {
   std::vector<std::shared_ptr<Task>> tasks;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [job_id, job] : jobs_) {
-      for (auto& [rank, task] : job) {
-        if (!task->exit.has_value()) task->stopping = true;
-        tasks.push_back(task);
-      }
-    }
+    for (auto& [job_id, job] : jobs_) mark_stopping(job, &tasks);
   }
   Status stopped = stop_tasks(tasks, "agent shutdown: stopping every job");
   if (!stopped.ok()) spdlog::error("agent: {}", stopped.to_string());
@@ -355,12 +350,16 @@ Status TaskSupervisor::stop(const std::string& job_id) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = jobs_.find(job_id);
     if (it == jobs_.end()) return not_found_error("stop: no job {} on node {}", job_id, options_.node_id);
-    for (auto& [rank, task] : it->second) {
-      if (!task->exit.has_value()) task->stopping = true;
-      tasks.push_back(task);
-    }
+    mark_stopping(it->second, &tasks);
   }
   return stop_tasks(tasks, fmt::format("stop job {}", job_id));
+}
+
+void TaskSupervisor::mark_stopping(Job& job, std::vector<std::shared_ptr<Task>>* tasks) {
+  for (auto& [rank, task] : job) {
+    if (!task->exit.has_value()) task->stopping = true;
+    tasks->push_back(task);
+  }
 }
 
 Status TaskSupervisor::stop_tasks(const std::vector<std::shared_ptr<Task>>& tasks, const std::string& what) {

@@ -274,6 +274,9 @@ class TaskSupervisor {
   // `budget`, which it spends, but kMinimumCgroupRemovalWait at least), and reports the exit
   // exactly once. Returns whether it has exited. Call without holding mu_.
   bool check_exit(const std::shared_ptr<Task>& task, RemovalBudget* budget);
+  // Marks the job's running tasks as being stopped (their exits are reported as stops, and the
+  // hang checks leave them alone) and appends all its tasks to `tasks`. Call holding mu_.
+  void mark_stopping(Job& job, std::vector<std::shared_ptr<Task>>* tasks);
   // stop()'s work on `tasks` (already marked stopping): SIGTERM to all, SIGKILL to all after the
   // grace period, and the reaps. `what` starts the error.
   Status stop_tasks(const std::vector<std::shared_ptr<Task>>& tasks, const std::string& what);
