@@ -24,6 +24,9 @@ namespace {
 constexpr const char* kContextCounterKey = "cohort/comm/next_context_id";
 // Fixed size of a collective's signature in COHORT_DEBUG=detail cross-checks.
 constexpr size_t kSignatureBytes = 160;
+// How often the executor looks at a run token it waits for without a notification (see
+// return_run_token()): only when a blocking call ran while the executor started.
+constexpr std::chrono::milliseconds kExecutorTokenRecheck{1};
 
 std::string describe(DataType dtype, size_t count) {
   return fmt::format("{} x {}", data_type_name(dtype), count);
@@ -536,15 +539,20 @@ bool Communicator::try_take_run_token() {
 }
 
 void Communicator::return_run_token() {
+  if (!executor_started_.load(std::memory_order_acquire)) {
+    // No executor to hand the token to: a plain store. Should the executor start meanwhile and
+    // look at the token before this store shows, it looks again within kExecutorTokenRecheck
+    // (executor_loop) instead of waiting for a notification that will not come.
+    running_.store(false, std::memory_order_release);
+    return;
+  }
   // Sequentially consistent, with executor_started_'s store and load: either this thread sees the
   // executor started and wakes it through the mutex, or the executor starts after the token is
   // back and takes it at its first look. The executor checks the token under queue_mutex_, so
   // taking the mutex before notifying cannot slip between its check and its wait.
   running_.exchange(false, std::memory_order_seq_cst);
-  if (executor_started_.load(std::memory_order_seq_cst)) {
-    { std::lock_guard<std::mutex> lock(queue_mutex_); }
-    queue_cv_.notify_all();
-  }
+  { std::lock_guard<std::mutex> lock(queue_mutex_); }
+  queue_cv_.notify_all();
 }
 
 template <typename Body>
@@ -554,19 +562,21 @@ std::shared_ptr<Work> Communicator::submit(const OpInfo& info, const CallOptions
   // either still counted in queued_ or holds the token, so issue order holds.
   if (call.blocking && queued_.load(std::memory_order_acquire) == 0 && try_take_run_token()) {
     // One clock reading starts the deadline, the record and the blocked time; one ends them.
-    const Clock::time_point start = Clock::now();
+    const Clock::time_point start = clock_.now();
     Clock::time_point end;
     Status status = run_recorded(sequence_, info, timeout, start, body, &end);
+    // Under the token: see inline_blocked_ns_.
+    inline_blocked_ns_.store(inline_blocked_ns_.load(std::memory_order_relaxed) +
+                                 std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count(),
+                             std::memory_order_relaxed);
     return_run_token();
-    blocked_ns_->fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count(),
-                           std::memory_order_relaxed);
     return status.ok() ? completed_ok_work() : completed_work(std::move(status));
   }
   // The deadline starts when the operation starts running, not when it is queued: a bucket queued
   // behind others must not time out for waiting its turn.
   auto work = std::make_shared<CompletionWork>(blocked_ns_);
   std::function<Status()> task = [this, info, timeout, body = std::forward<Body>(body)] {
-    return run_recorded(sequence_, info, timeout, Clock::now(), body, nullptr);
+    return run_recorded(sequence_, info, timeout, clock_.now(), body, nullptr);
   };
   {
     std::lock_guard<std::mutex> lock(queue_mutex_);
@@ -586,10 +596,18 @@ void Communicator::executor_loop() {
   // Device memory queries and pinned allocations here then use the rank's GPU's context.
   set_current_cuda_device(cuda_device_);
   std::unique_lock<std::mutex> lock(queue_mutex_);
+  // The token is taken here, under the mutex: see return_run_token().
+  auto ready = [this] { return (!queue_.empty() && try_take_run_token()) || (stopping_ && queue_.empty()); };
   while (true) {
-    // The token is taken in the predicate, under the mutex: see return_run_token().
-    queue_cv_.wait(
-        lock, [this] { return (!queue_.empty() && try_take_run_token()) || (stopping_ && queue_.empty()); });
+    while (!ready()) {
+      // Work waiting for the token looks again now and then: a blocking call that took the token
+      // before this thread started may give it back without a notification.
+      if (queue_.empty()) {
+        queue_cv_.wait(lock);
+      } else {
+        queue_cv_.wait_for(lock, kExecutorTokenRecheck);
+      }
+    }
     if (queue_.empty()) return;  // stopping
     Task task = std::move(queue_.front());
     queue_.pop_front();
@@ -608,13 +626,14 @@ template <typename Body>
 Status Communicator::run_recorded(uint64_t sequence_hint, const OpInfo& info, Duration timeout,
                                   Clock::time_point start, const Body& body, Clock::time_point* end) {
   const Deadline deadline = Deadline::after(timeout, start);
-  uint64_t id = recorder_->start(sequence_hint, info, start);
+  // The run token's holder is the collectives' only recorder: the lock-free lane.
+  uint64_t id = recorder_->start_exclusive(sequence_hint, info, start);
   Status status;
   if (debug_checks_) status = cross_check(info.signature(), deadline);
   if (status.ok()) status = body(deadline);
-  const Clock::time_point finished = Clock::now();
+  const Clock::time_point finished = clock_.now();
   if (end != nullptr) *end = finished;
-  recorder_->finish(id, status, finished);
+  recorder_->finish_exclusive(id, status, finished);
   if (status.ok()) return status;
   std::string suffix = failed_peers();
   if (status.code() == StatusCode::kDeadlineExceeded) {

@@ -50,6 +50,7 @@
 #include "worker/comm/flight_recorder.h"
 #include "worker/comm/store/store.h"
 #include "worker/comm/transport/transport.h"
+#include "worker/comm/tsc_clock.h"
 #include "worker/comm/types.h"
 #include "worker/comm/work.h"
 
@@ -144,7 +145,8 @@ class Communicator {
   // steps lose to communication; rank 0 reports it as Metrics.comm_wait_s). Point-to-point
   // transfers are not counted. Thread-safe, non-blocking.
   std::chrono::nanoseconds blocked_time() const {
-    return std::chrono::nanoseconds(blocked_ns_->load(std::memory_order_relaxed));
+    return std::chrono::nanoseconds(blocked_ns_->load(std::memory_order_relaxed) +
+                                    inline_blocked_ns_.load(std::memory_order_relaxed));
   }
 
   // ---- Collectives. `send == nullptr` or `send == recv` means in place. Counts are elements. ----
@@ -323,6 +325,8 @@ class Communicator {
 
   // Next collective sequence number; advanced only by the thread that runs collectives.
   uint64_t sequence_ = 0;
+  // The collectives' clock (deadline, record, blocked time): read by the run token's holder only.
+  TscClock clock_;
   std::vector<uint8_t> scratch_;
   std::vector<uint8_t> staging_;
   // Per-rank counts and bytes of the running collective (used only while it holds the run token),
@@ -350,11 +354,15 @@ class Communicator {
   std::mutex p2p_post_mutex_;              // COHORT_DEBUG=detail: header and payload posted together
   // blocked_time(), in nanoseconds; shared with the Works it hands out, which may outlive it.
   const std::shared_ptr<std::atomic<int64_t>> blocked_ns_ = std::make_shared<std::atomic<int64_t>>(0);
+  // The blocking calls' share of blocked_time(): only the run token's holder adds to it, so a
+  // plain load and store do (the token orders one holder's store before the next one's load).
+  std::atomic<int64_t> inline_blocked_ns_{0};
 
   // The run token and the queue: exactly one thread runs collectives at a time, in issue order.
-  // The token is an atomic so that a blocking call with nothing queued takes and returns it with
-  // one atomic operation each, without the mutex (the common small-collective path); the queue,
-  // and the executor's wait for the token, are under queue_mutex_.
+  // The token is an atomic so that a blocking call with nothing queued takes it with one atomic
+  // operation, and returns it with a plain store until the executor exists (the common
+  // small-collective path), without the mutex; the queue, and the executor's wait for the token,
+  // are under queue_mutex_.
   bool try_take_run_token();
   void return_run_token();
   std::mutex queue_mutex_;

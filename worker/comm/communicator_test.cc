@@ -453,6 +453,40 @@ TEST(CommunicatorTest, BlockingCallsKeepIssueOrderBehindAsynchronousOnes) {
 namespace cohort::comm {
 namespace {
 
+// The executor starts (an asynchronous call from a second thread) while a blocking call holds the
+// run token on the caller's thread: the blocking call returns the token without the executor's
+// notification path (it has not seen it start), and the queued call still runs, after it.
+TEST(CommunicatorTest, AnExecutorStartedDuringABlockingCallGetsTheToken) {
+  auto statuses = on_loopback(2, "flat", [&](Communicator& comm) -> Status {
+    CallOptions blocking;
+    blocking.blocking = true;
+    float first = static_cast<float>(comm.rank() + 1);  // summed: 3
+    float second = 10.0f * static_cast<float>(comm.rank() + 1);  // summed: 30
+    if (comm.rank() == 1) {
+      // Late, so rank 0's blocking call holds its token for a while; then the same two calls.
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      COHORT_RETURN_IF_ERROR(
+          comm.allreduce(&first, &first, 1, DataType::kFloat32, ReduceOp::kSum, blocking)->error());
+      COHORT_RETURN_IF_ERROR(comm.allreduce(&second, &second, 1, DataType::kFloat32, ReduceOp::kSum)->wait());
+    } else {
+      Status blocking_status;
+      std::thread caller([&] {
+        blocking_status = comm.allreduce(&first, &first, 1, DataType::kFloat32, ReduceOp::kSum, blocking)->error();
+      });
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the blocking call holds the token
+      Status queued = comm.allreduce(&second, &second, 1, DataType::kFloat32, ReduceOp::kSum)->wait();
+      caller.join();
+      COHORT_RETURN_IF_ERROR(blocking_status);
+      COHORT_RETURN_IF_ERROR(queued);
+    }
+    if (first != 3.0f || second != 30.0f) {
+      return internal_error("the calls gave {} and {}, not 3 and 30 (out of order?)", first, second);
+    }
+    return ok_status();
+  }, nodes_of(2));
+  EXPECT_EQ(failures(statuses), "");
+}
+
 TEST(CommunicatorTest, BlockedTimeCountsWaitsOnCollectivesAsyncAndBlocking) {
   constexpr auto kLate = std::chrono::milliseconds(300);
   auto statuses = on_loopback(2, "flat", [&](Communicator& comm) -> Status {

@@ -8,11 +8,13 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "worker/base/status.h"
@@ -55,7 +57,8 @@ struct FlightRecord {
 
 class FlightRecorder {
  public:
-  explicit FlightRecorder(size_t capacity = kDefaultFlightRecorderSize) : capacity_(capacity) {}
+  explicit FlightRecorder(size_t capacity = kDefaultFlightRecorderSize)
+      : capacity_(capacity), exclusive_(std::make_unique<ExclusiveSlot[]>(capacity)) {}
 
   // Records the start of an operation; returns its slot id for finish(). Thread-safe.
   uint64_t start(uint64_t sequence, const OpInfo& info) { return start(sequence, info, Clock::now()); }
@@ -65,6 +68,15 @@ class FlightRecorder {
   // Records the end of operation `id` (ignored if it fell out of the window). Thread-safe.
   void finish(uint64_t id, const Status& status) { finish(id, status, Clock::now()); }
   void finish(uint64_t id, const Status& status, Clock::time_point at);
+
+  // The same for the one-at-a-time lane: operations of which only one runs at a time and whose
+  // successive callers are ordered by the caller (a communicator's collectives, started and
+  // finished by the holder of its run token, whose acquire and release order one holder's writes
+  // before the next one's). Takes no lock and no locked instruction: each slot is a sequence lock
+  // the readers retry. An error outcome is copied under the ring's lock (it is rare). Calling
+  // these from two threads at once is a race. Ids are this lane's own: finish_exclusive() only.
+  uint64_t start_exclusive(uint64_t sequence, const OpInfo& info, Clock::time_point at);
+  void finish_exclusive(uint64_t id, const Status& status, Clock::time_point at);
 
   // One line per recorded operation, oldest first:
   // "#12 allreduce f32 x 1024, sum: OK after 1.2 ms" / "... RUNNING for 30.0 s".
@@ -101,7 +113,32 @@ class FlightRecorder {
     std::atomic<bool> taken_{false};
   };
 
-  // The recorded operations, oldest first (a copy, so dumps format without holding the lock).
+  // A slot of the one-at-a-time lane: every field atomic (relaxed stores are plain stores), so a
+  // reader that races the writer reads a torn record, never undefined behaviour, and `version`
+  // tells it to retry: odd while the writer is inside, bumped twice per write.
+  struct ExclusiveSlot {
+    std::atomic<uint64_t> version{0};
+    std::atomic<uint64_t> id{0};  // the operation's id + 1; 0 while the slot is unused
+    std::atomic<uint64_t> sequence{0};
+    std::atomic<const char*> op{""};
+    std::atomic<const char*> count_label{""};
+    std::atomic<size_t> count{0};
+    std::atomic<int> dtype{-1};
+    std::atomic<int> reduce_op{-1};
+    std::atomic<int> root{-1};
+    std::atomic<int64_t> start{0};  // Clock ticks since its epoch
+    std::atomic<int64_t> end{0};
+    std::atomic<bool> ended{false};
+    std::atomic<bool> failed{false};  // the status is in exclusive_errors_
+  };
+  // Writer side of a slot's sequence lock: the slot's fields may be stored between them.
+  static void begin_write(ExclusiveSlot& slot);
+  static void end_write(ExclusiveSlot& slot);
+  // A consistent copy of `slot`, or nothing when it is unused.
+  std::optional<std::pair<uint64_t, FlightRecord>> read_exclusive(const ExclusiveSlot& slot) const;
+
+  // The recorded operations of both lanes, oldest first (a copy, so dumps format without holding
+  // the lock).
   std::vector<FlightRecord> snapshot() const;
 
   const size_t capacity_;
@@ -111,6 +148,13 @@ class FlightRecorder {
   // so the hot path allocates nothing and a large capacity costs memory only once used.
   std::vector<Entry> ring_;
   uint64_t next_id_ = 0;
+  // The one-at-a-time lane: operation `id` in slot id % capacity_, like the ring; allocated with
+  // the recorder (capacity_ slots of about 100 bytes). exclusive_next_ is only touched by the
+  // lane's writer.
+  std::unique_ptr<ExclusiveSlot[]> exclusive_;
+  uint64_t exclusive_next_ = 0;
+  // The error outcomes of the lane's operations still in its window, by id (under lock_).
+  std::vector<std::pair<uint64_t, Status>> exclusive_errors_;
 };
 
 }  // namespace cohort::comm

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -108,6 +109,127 @@ TEST(FlightRecorderTest, TheWindowKeepsTheLastOperationsOldestFirst) {
   FlightRecorder none(0);
   none.finish(none.start(0, OpInfo{"barrier"}), ok_status());
   EXPECT_EQ(none.dump(), "");
+}
+
+// The one-at-a-time lane (a communicator's collectives) keeps the same window: the last
+// operations oldest first, late finishes of evicted ones ignored, errors kept while in the window
+// and dropped with it.
+TEST(FlightRecorderTest, TheExclusiveLaneKeepsTheSameWindow) {
+  FlightRecorder recorder(3);
+  std::vector<uint64_t> ids;
+  for (uint64_t sequence = 0; sequence < 5; ++sequence) {
+    OpInfo info;
+    info.op = sequence % 2 == 0 ? "allreduce" : "broadcast";
+    info.dtype = static_cast<int>(DataType::kFloat32);
+    info.count = 8 * (sequence + 1);
+    info.reduce_op = sequence % 2 == 0 ? static_cast<int>(ReduceOp::kMax) : -1;
+    info.root = sequence % 2 == 0 ? -1 : 1;
+    ids.push_back(recorder.start_exclusive(sequence, info, Clock::now()));
+    if (sequence != 3) {
+      recorder.finish_exclusive(ids.back(), sequence == 1 ? internal_error("boom") : ok_status(), Clock::now());
+    }
+  }
+  recorder.finish_exclusive(ids[0], internal_error("late finish of an evicted operation"), Clock::now());
+  const std::string dump = recorder.dump();
+  EXPECT_EQ(dump.find("#0 "), std::string::npos) << dump;
+  EXPECT_EQ(dump.find("#1 "), std::string::npos) << dump;
+  EXPECT_EQ(dump.find("boom"), std::string::npos) << dump;
+  EXPECT_EQ(dump.find("evicted"), std::string::npos) << dump;
+  const size_t second = dump.find("  #2 allreduce f32 x 24, max: OK after ");
+  const size_t third = dump.find("  #3 broadcast f32 x 32, root 1: RUNNING for ");
+  const size_t fourth = dump.find("  #4 allreduce f32 x 40, max: OK after ");
+  ASSERT_NE(second, std::string::npos) << dump;
+  ASSERT_NE(third, std::string::npos) << dump;
+  ASSERT_NE(fourth, std::string::npos) << dump;
+  EXPECT_LT(second, third) << dump;
+  EXPECT_LT(third, fourth) << dump;
+  recorder.finish_exclusive(ids[3], deadline_exceeded_error("stuck"), Clock::now());
+  EXPECT_NE(recorder.dump().find("#3 broadcast f32 x 32, root 1: DEADLINE_EXCEEDED: stuck after "),
+            std::string::npos)
+      << recorder.dump();
+  // Three more operations push the failed one out: its error goes with it.
+  for (uint64_t sequence = 5; sequence < 8; ++sequence) {
+    recorder.finish_exclusive(recorder.start_exclusive(sequence, OpInfo{"barrier"}, Clock::now()), ok_status(),
+                              Clock::now());
+  }
+  EXPECT_EQ(recorder.dump().find("stuck"), std::string::npos) << recorder.dump();
+  EXPECT_NE(recorder.dump().find("#7 barrier : OK after "), std::string::npos) << recorder.dump();
+
+  FlightRecorder none(0);
+  none.finish_exclusive(none.start_exclusive(0, OpInfo{"barrier"}, Clock::now()), ok_status(), Clock::now());
+  EXPECT_EQ(none.dump(), "");
+}
+
+// A dump lists both lanes' operations together, oldest start first.
+TEST(FlightRecorderTest, BothLanesAreDumpedInStartOrder) {
+  FlightRecorder recorder(8);
+  const Clock::time_point t0 = Clock::now();
+  auto at = [&](int us) { return t0 + std::chrono::microseconds(us); };
+  OpInfo send{"send", static_cast<int>(DataType::kFloat32), 4};
+  send.peer = 1;
+  send.tag = 0;
+  recorder.finish_exclusive(recorder.start_exclusive(0, OpInfo{"barrier"}, at(10)), ok_status(), at(20));
+  recorder.finish(recorder.start(0, send, at(15)), ok_status(), at(30));
+  recorder.finish_exclusive(recorder.start_exclusive(1, OpInfo{"allreduce"}, at(25)), ok_status(), at(40));
+  recorder.start(1, send, at(35));
+  const std::string dump = recorder.dump();
+  const size_t barrier = dump.find("#0 barrier");
+  const size_t first_send = dump.find("#0 send");
+  const size_t allreduce = dump.find("#1 allreduce");
+  const size_t second_send = dump.find("#1 send f32 x 4, peer 1, tag 0: RUNNING");
+  ASSERT_NE(barrier, std::string::npos) << dump;
+  ASSERT_NE(first_send, std::string::npos) << dump;
+  ASSERT_NE(allreduce, std::string::npos) << dump;
+  ASSERT_NE(second_send, std::string::npos) << dump;
+  EXPECT_LT(barrier, first_send) << dump;
+  EXPECT_LT(first_send, allreduce) << dump;
+  EXPECT_LT(allreduce, second_send) << dump;
+}
+
+// The lane's writer takes no lock, so a dump may race it: every record a dump shows is one the
+// writer wrote whole (the writer makes sequence and count equal; a torn read would mix two).
+TEST(FlightRecorderTest, ADumpRacingTheExclusiveWriterSeesWholeRecords) {
+  FlightRecorder recorder(4);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> written{0};
+  std::thread writer([&] {
+    for (uint64_t i = 1; !stop.load(std::memory_order_relaxed); ++i) {
+      OpInfo info{i % 2 == 0 ? "allreduce" : "allgather", static_cast<int>(DataType::kInt32), i};
+      const Clock::time_point start(Clock::duration(static_cast<Clock::rep>(i) * 1000));
+      recorder.finish_exclusive(recorder.start_exclusive(i, info, start),
+                                i % 1000 == 0 ? internal_error("failed {} ", i) : ok_status(),
+                                start + std::chrono::microseconds(i % 7));
+      written.store(i, std::memory_order_relaxed);
+    }
+  });
+  // Dump while the writer writes, until enough records were checked (or, on a starved machine,
+  // for at most a few seconds).
+  const Clock::time_point give_up = Clock::now() + std::chrono::seconds(3);
+  while (written.load() == 0) std::this_thread::yield();
+  int dumps = 0, records = 0;
+  while (records < 20000 && Clock::now() < give_up) {
+    std::istringstream lines(recorder.dump());
+    ++dumps;
+    for (std::string line; std::getline(lines, line);) {
+      unsigned long long sequence = 0, count = 0;
+      char op[16] = {0};
+      ASSERT_EQ(std::sscanf(line.c_str(), "  #%llu %15s i32 x %llu", &sequence, op, &count), 3) << line;
+      EXPECT_EQ(sequence, count) << line;
+      EXPECT_STREQ(op, sequence % 2 == 0 ? "allreduce" : "allgather") << line;
+      if (line.find("INTERNAL") != std::string::npos) {
+        // Its own error, or (when evicted between the record's read and the error's) that it left.
+        EXPECT_TRUE(line.find(fmt::format("failed {} ", sequence)) != std::string::npos ||
+                    line.find("its error has left the window") != std::string::npos)
+            << line;
+      }
+      ++records;
+    }
+  }
+  stop = true;
+  writer.join();
+  EXPECT_GT(records, 0);
+  GTEST_LOG_(INFO) << dumps << " dumps, " << records << " records checked during " << written.load()
+                   << " writes";
 }
 
 TEST(FlightRecorderTest, PointToPointOperationsAreRecorded) {
