@@ -82,8 +82,17 @@ constexpr size_t kControlBytes = 128;
 constexpr size_t kDataOffset = kControlBytes * kShmMaxRanks;
 // Two banks, each an input and a result region of one chunk.
 constexpr size_t kSlotBytes = 4 * kShmChunkBytes;
-// Each rank's broadcast ring (after the slots): kShmRingEntries entries of kShmInlineBytes.
-constexpr size_t kRingBytes = kShmRingEntries * kShmInlineBytes;
+// Each rank's broadcast ring (after the slots): kShmRingEntries entries of a cache line each, the
+// data and, after it, the generation that posted it (RingTag), so a reader polls one line, the
+// entry's, and finds the data in it: one line transfer per tiny broadcast instead of two (the root's
+// flag and the entry), and the root's next entries are not on the line the reader is reading.
+constexpr size_t kRingEntryBytes = 64;
+// How often a reader of a tiny broadcast looks at the entry's tag before waiting on the root's flag.
+constexpr int kRingTagPolls = 32;
+constexpr size_t kRingTagOffset = 32;
+static_assert(kShmInlineBytes <= kRingTagOffset && kRingTagOffset + sizeof(uint32_t) <= kRingEntryBytes,
+              "a ring entry holds the data and its tag");
+constexpr size_t kRingBytes = kShmRingEntries * kRingEntryBytes;
 static_assert((kShmRingEntries & (kShmRingEntries - 1)) == 0, "ring entries index by generation modulo a power of two");
 // The segment name travels over the transport in a fixed buffer.
 constexpr size_t kNameBytes = 64;
@@ -648,7 +657,13 @@ uint8_t* SharedMemoryEngine::input(int r, int bank) const {
 
 uint8_t* SharedMemoryEngine::ring_entry(int r, uint32_t generation) const {
   return base_ + kDataOffset + static_cast<size_t>(size_) * kSlotBytes + static_cast<size_t>(r) * kRingBytes +
-         static_cast<size_t>(generation % kShmRingEntries) * kShmInlineBytes;
+         static_cast<size_t>(generation % kShmRingEntries) * kRingEntryBytes;
+}
+
+std::atomic<uint32_t>& SharedMemoryEngine::ring_tag(uint8_t* entry) {
+  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) && std::atomic<uint32_t>::is_always_lock_free,
+                "a tag in shared memory is a plain lock-free word");
+  return *reinterpret_cast<std::atomic<uint32_t>*>(entry + kRingTagOffset);
 }
 
 uint8_t* SharedMemoryEngine::post_area(int r, uint32_t phase, size_t bytes) const {
@@ -955,12 +970,25 @@ Status SharedMemoryEngine::broadcast(void* buf, size_t bytes, int root, Deadline
         }
         known_ = readers_done;
       }
-      std::memcpy(ring_entry(rank_, arrived_), data, bytes);
+      uint8_t* entry = ring_entry(rank_, arrived_);
+      std::memcpy(entry, data, bytes);
+      // Release: the data is visible to a reader that sees the tag. The tag is the generation the
+      // publish below makes; the entry's earlier tag is 64 generations back.
+      ring_tag(entry).store(arrived_ + 1, std::memory_order_release);
       return publish("broadcast");
     }
     COHORT_RETURN_IF_ERROR(publish("broadcast"));
-    COHORT_RETURN_IF_ERROR(await(root, arrived_, deadline, "broadcast"));
-    std::memcpy(data, ring_entry(root, arrived_ - 1), bytes);
+    uint8_t* entry = ring_entry(root, arrived_ - 1);
+    // The entry's tag first (the root usually runs ahead: the data is there); the root's flag,
+    // with its futex and liveness checks, when it is not there yet after a short poll.
+    // Oversubscribed, one look: the root likely waits for this core (as in wait_for).
+    bool tagged = false;
+    for (int i = 0, polls = oversubscribed_ ? 1 : kRingTagPolls; i < polls && !tagged; ++i) {
+      tagged = ring_tag(entry).load(std::memory_order_acquire) == arrived_;
+      if (!tagged) cpu_relax();
+    }
+    if (!tagged) COHORT_RETURN_IF_ERROR(await(root, arrived_, deadline, "broadcast"));
+    std::memcpy(data, entry, bytes);
     return ok_status();
   }
   if (broadcast_window_.covers(bytes)) return broadcast_single_copy(buf, bytes, root, deadline);

@@ -190,6 +190,8 @@ class SharedMemoryEngine {
   uint8_t* post_area(int r, uint32_t phase, size_t bytes) const;
   // Rank r's broadcast-ring entry for the phase `generation`.
   uint8_t* ring_entry(int r, uint32_t generation) const;
+  // The generation tag of a ring entry (see kRingEntryBytes).
+  static std::atomic<uint32_t>& ring_tag(uint8_t* entry);
   // The bank this rank writes in the current step; peers' data of the previous step is in 1 - it.
   int bank() const { return static_cast<int>(arrived_ & 1u); }
 
