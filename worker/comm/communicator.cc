@@ -24,9 +24,11 @@ namespace {
 constexpr const char* kContextCounterKey = "cohort/comm/next_context_id";
 // Fixed size of a collective's signature in COHORT_DEBUG=detail cross-checks.
 constexpr size_t kSignatureBytes = 160;
-// How often the executor looks at a run token it waits for without a notification (see
-// return_run_token()): only when a blocking call ran while the executor started.
+// How often, and for how long after it starts, the executor looks at a run token it waits for
+// without a notification (see return_run_token()). The race it covers lasts as long as a store
+// takes to show (nanoseconds); the window is generous, and costs nothing once over.
 constexpr std::chrono::milliseconds kExecutorTokenRecheck{1};
+constexpr std::chrono::seconds kExecutorTokenRecheckWindow{2};
 
 std::string describe(DataType dtype, size_t count) {
   return fmt::format("{} x {}", data_type_name(dtype), count);
@@ -539,18 +541,18 @@ bool Communicator::try_take_run_token() {
 }
 
 void Communicator::return_run_token() {
-  if (!executor_started_.load(std::memory_order_acquire)) {
+  if (!executor_started_.load(std::memory_order_acquire) || plain_token_return_for_testing_) {
     // No executor to hand the token to: a plain store. Should the executor start meanwhile and
-    // look at the token before this store shows, it looks again within kExecutorTokenRecheck
-    // (executor_loop) instead of waiting for a notification that will not come.
+    // look at the token before this store shows, it looks again every kExecutorTokenRecheck for
+    // its first kExecutorTokenRecheckWindow (executor_loop), instead of waiting for a
+    // notification that will not come.
     running_.store(false, std::memory_order_release);
     return;
   }
-  // Sequentially consistent, with executor_started_'s store and load: either this thread sees the
-  // executor started and wakes it through the mutex, or the executor starts after the token is
-  // back and takes it at its first look. The executor checks the token under queue_mutex_, so
-  // taking the mutex before notifying cannot slip between its check and its wait.
-  running_.exchange(false, std::memory_order_seq_cst);
+  // The executor checks the token under queue_mutex_: the store comes before this thread takes
+  // the mutex, so the executor either sees the token back at its check or is already waiting and
+  // gets the notification.
+  running_.store(false, std::memory_order_release);
   { std::lock_guard<std::mutex> lock(queue_mutex_); }
   queue_cv_.notify_all();
 }
@@ -566,9 +568,10 @@ std::shared_ptr<Work> Communicator::submit(const OpInfo& info, const CallOptions
     Clock::time_point end;
     Status status = run_recorded(sequence_, info, timeout, start, body, &end);
     // Under the token: see inline_blocked_ns_.
-    inline_blocked_ns_.store(inline_blocked_ns_.load(std::memory_order_relaxed) +
-                                 std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count(),
-                             std::memory_order_relaxed);
+    const int64_t blocked = std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count();
+    inline_blocked_ns_.store(
+        inline_blocked_ns_.load(std::memory_order_relaxed) + std::max<int64_t>(blocked, 0),
+        std::memory_order_relaxed);
     return_run_token();
     return status.ok() ? completed_ok_work() : completed_work(std::move(status));
   }
@@ -583,7 +586,7 @@ std::shared_ptr<Work> Communicator::submit(const OpInfo& info, const CallOptions
     queue_.push_back(Task{std::move(task), work});
     queued_.fetch_add(1, std::memory_order_release);
     if (!executor_.joinable()) {
-      executor_started_.store(true, std::memory_order_seq_cst);
+      executor_started_.store(true, std::memory_order_release);
       executor_ = std::thread([this] { executor_loop(); });
     }
   }
@@ -598,14 +601,16 @@ void Communicator::executor_loop() {
   std::unique_lock<std::mutex> lock(queue_mutex_);
   // The token is taken here, under the mutex: see return_run_token().
   auto ready = [this] { return (!queue_.empty() && try_take_run_token()) || (stopping_ && queue_.empty()); };
+  const Clock::time_point recheck_until = Clock::now() + kExecutorTokenRecheckWindow;
   while (true) {
     while (!ready()) {
-      // Work waiting for the token looks again now and then: a blocking call that took the token
-      // before this thread started may give it back without a notification.
-      if (queue_.empty()) {
-        queue_cv_.wait(lock);
-      } else {
+      // Work waiting for the token looks again now and then while this thread is new: a blocking
+      // call that did not see it start may give the token back without a notification (see
+      // return_run_token()). Later every holder sees it and notifies.
+      if (!queue_.empty() && Clock::now() < recheck_until) {
         queue_cv_.wait_for(lock, kExecutorTokenRecheck);
+      } else {
+        queue_cv_.wait(lock);
       }
     }
     if (queue_.empty()) return;  // stopping

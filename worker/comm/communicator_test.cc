@@ -454,27 +454,45 @@ namespace cohort::comm {
 namespace {
 
 // The executor starts (an asynchronous call from a second thread) while a blocking call holds the
-// run token on the caller's thread: the blocking call returns the token without the executor's
-// notification path (it has not seen it start), and the queued call still runs, after it.
+// run token on the caller's thread, and the blocking call gives the token back without notifying
+// it, as one does that did not see the executor start (forced here: that race lasts nanoseconds).
+// The queued call still runs, after the blocking one: the new executor looks at the token again
+// by itself. Without that it would wait for a notification forever.
 TEST(CommunicatorTest, AnExecutorStartedDuringABlockingCallGetsTheToken) {
   auto statuses = on_loopback(2, "flat", [&](Communicator& comm) -> Status {
-    CallOptions blocking;
+    comm.return_token_plainly_for_testing();
+    const CallOptions queued_call{std::chrono::seconds(20)};
+    CallOptions blocking = queued_call;
     blocking.blocking = true;
-    float first = static_cast<float>(comm.rank() + 1);  // summed: 3
+    float first = static_cast<float>(comm.rank() + 1);           // summed: 3
     float second = 10.0f * static_cast<float>(comm.rank() + 1);  // summed: 30
     if (comm.rank() == 1) {
       // Late, so rank 0's blocking call holds its token for a while; then the same two calls.
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
       COHORT_RETURN_IF_ERROR(
           comm.allreduce(&first, &first, 1, DataType::kFloat32, ReduceOp::kSum, blocking)->error());
-      COHORT_RETURN_IF_ERROR(comm.allreduce(&second, &second, 1, DataType::kFloat32, ReduceOp::kSum)->wait());
+      COHORT_RETURN_IF_ERROR(
+          comm.allreduce(&second, &second, 1, DataType::kFloat32, ReduceOp::kSum, queued_call)->wait());
     } else {
       Status blocking_status;
       std::thread caller([&] {
-        blocking_status = comm.allreduce(&first, &first, 1, DataType::kFloat32, ReduceOp::kSum, blocking)->error();
+        blocking_status =
+            comm.allreduce(&first, &first, 1, DataType::kFloat32, ReduceOp::kSum, blocking)->error();
       });
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the blocking call holds the token
-      Status queued = comm.allreduce(&second, &second, 1, DataType::kFloat32, ReduceOp::kSum)->wait();
+      // The asynchronous call only once the blocking one runs (holds the token), so both ranks
+      // issue them in the same order.
+      const Clock::time_point give_up = Clock::now() + std::chrono::seconds(10);
+      while (comm.flight_recorder_dump().find("#0 allreduce f32 x 1, sum: RUNNING") ==
+             std::string::npos) {
+        if (Clock::now() > give_up) {
+          caller.join();
+          return internal_error("the blocking allreduce never showed as running:\n{}",
+                                comm.flight_recorder_dump());
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      Status queued =
+          comm.allreduce(&second, &second, 1, DataType::kFloat32, ReduceOp::kSum, queued_call)->wait();
       caller.join();
       COHORT_RETURN_IF_ERROR(blocking_status);
       COHORT_RETURN_IF_ERROR(queued);

@@ -122,7 +122,8 @@ void FlightRecorder::finish_exclusive(uint64_t id, const Status& status, Clock::
   end_write(slot);
 }
 
-std::optional<std::pair<uint64_t, FlightRecord>> FlightRecorder::read_exclusive(const ExclusiveSlot& slot) const {
+std::optional<std::pair<uint64_t, FlightRecord>> FlightRecorder::read_exclusive(
+    const ExclusiveSlot& slot) const {
   constexpr auto relaxed = std::memory_order_relaxed;
   for (int attempt = 0;; ++attempt) {
     const uint64_t before = slot.version.load(std::memory_order_acquire);
@@ -148,7 +149,10 @@ std::optional<std::pair<uint64_t, FlightRecord>> FlightRecorder::read_exclusive(
         if (failed) {
           std::lock_guard<RingLock> lock(lock_);
           // An error evicted between the two reads is named as such.
-          record.status = internal_error("failed (its error has left the window)");
+          record.status = internal_error(
+              "failed; its error left the flight recorder (capacity {}) while this dump was made; a larger "
+              "flight_recorder_size keeps more",
+              capacity_);
           for (const auto& [failed_id, status] : exclusive_errors_) {
             if (failed_id == id - 1) record.status = status;
           }
@@ -159,6 +163,11 @@ std::optional<std::pair<uint64_t, FlightRecord>> FlightRecorder::read_exclusive(
     // Caught mid-write: the writer is inside for a few stores.
     if (attempt >= 64) std::this_thread::yield();
   }
+}
+
+size_t FlightRecorder::exclusive_errors_kept() const {
+  std::lock_guard<RingLock> lock(lock_);
+  return exclusive_errors_.size();
 }
 
 std::vector<FlightRecord> FlightRecorder::snapshot() const {
@@ -176,7 +185,8 @@ std::vector<FlightRecord> FlightRecorder::snapshot() const {
   for (size_t i = 0; i < capacity_; ++i) {
     if (auto entry = read_exclusive(exclusive_[i])) exclusive.push_back(std::move(*entry));
   }
-  std::sort(exclusive.begin(), exclusive.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::sort(exclusive.begin(), exclusive.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
   // Both lanes are in start order; merge them by start time (the lane's own order on ties).
   std::vector<FlightRecord> merged;
   merged.reserve(records.size() + exclusive.size());
@@ -196,7 +206,11 @@ std::string FlightRecorder::dump() const {
   std::string out;
   auto now = Clock::now();
   for (const FlightRecord& r : records) {
-    auto elapsed = std::chrono::duration_cast<std::chrono::microseconds>(r.end.value_or(now) - r.start);
+    // Never negative: a collective's times come from its communicator's counter clock, which
+    // may be a few microseconds off steady_clock (tsc_clock.h).
+    auto elapsed =
+        std::max(std::chrono::microseconds(0),
+                 std::chrono::duration_cast<std::chrono::microseconds>(r.end.value_or(now) - r.start));
     std::string took = elapsed.count() >= 1000 ? fmt::format("{:.1f} ms", elapsed.count() / 1000.0)
                                                : fmt::format("{} us", elapsed.count());
     std::string outcome = !r.end ? "RUNNING for " + took

@@ -81,6 +81,8 @@ class FlightRecorder {
   // One line per recorded operation, oldest first:
   // "#12 allreduce f32 x 1024, sum: OK after 1.2 ms" / "... RUNNING for 30.0 s".
   std::string dump() const;
+  // How many error outcomes of the one-at-a-time lane are kept (at most those in its window).
+  size_t exclusive_errors_kept() const;
 
   // The recorded operations as Chrome Trace Event Format objects ("ph":"X" complete events, ts
   // and dur in microseconds of the wall clock, so dumps of several ranks line up), each followed
@@ -145,7 +147,8 @@ class FlightRecorder {
   mutable RingLock lock_;
   // A ring: operation `id` sits in slot id % capacity_ while it is among the last capacity_
   // (entry.id tells a reused slot apart). Grows to capacity_ and is then overwritten in place,
-  // so the hot path allocates nothing and a large capacity costs memory only once used.
+  // so the hot path allocates nothing and a large capacity costs the ring's memory only once used
+  // (the one-at-a-time lane's slots, below, are made with the recorder).
   std::vector<Entry> ring_;
   uint64_t next_id_ = 0;
   // The one-at-a-time lane: operation `id` in slot id % capacity_, like the ring; allocated with

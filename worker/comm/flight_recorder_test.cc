@@ -126,7 +126,8 @@ TEST(FlightRecorderTest, TheExclusiveLaneKeepsTheSameWindow) {
     info.root = sequence % 2 == 0 ? -1 : 1;
     ids.push_back(recorder.start_exclusive(sequence, info, Clock::now()));
     if (sequence != 3) {
-      recorder.finish_exclusive(ids.back(), sequence == 1 ? internal_error("boom") : ok_status(), Clock::now());
+      recorder.finish_exclusive(ids.back(), sequence == 1 ? internal_error("boom") : ok_status(),
+                                Clock::now());
     }
   }
   recorder.finish_exclusive(ids[0], internal_error("late finish of an evicted operation"), Clock::now());
@@ -144,15 +145,17 @@ TEST(FlightRecorderTest, TheExclusiveLaneKeepsTheSameWindow) {
   EXPECT_LT(second, third) << dump;
   EXPECT_LT(third, fourth) << dump;
   recorder.finish_exclusive(ids[3], deadline_exceeded_error("stuck"), Clock::now());
+  EXPECT_EQ(recorder.exclusive_errors_kept(), 1u);
   EXPECT_NE(recorder.dump().find("#3 broadcast f32 x 32, root 1: DEADLINE_EXCEEDED: stuck after "),
             std::string::npos)
       << recorder.dump();
   // Three more operations push the failed one out: its error goes with it.
   for (uint64_t sequence = 5; sequence < 8; ++sequence) {
-    recorder.finish_exclusive(recorder.start_exclusive(sequence, OpInfo{"barrier"}, Clock::now()), ok_status(),
-                              Clock::now());
+    recorder.finish_exclusive(recorder.start_exclusive(sequence, OpInfo{"barrier"}, Clock::now()),
+                              ok_status(), Clock::now());
   }
   EXPECT_EQ(recorder.dump().find("stuck"), std::string::npos) << recorder.dump();
+  EXPECT_EQ(recorder.exclusive_errors_kept(), 0u) << "the evicted operation's error is still kept";
   EXPECT_NE(recorder.dump().find("#7 barrier : OK after "), std::string::npos) << recorder.dump();
 
   FlightRecorder none(0);
@@ -219,7 +222,7 @@ TEST(FlightRecorderTest, ADumpRacingTheExclusiveWriterSeesWholeRecords) {
       if (line.find("INTERNAL") != std::string::npos) {
         // Its own error, or (when evicted between the record's read and the error's) that it left.
         EXPECT_TRUE(line.find(fmt::format("failed {} ", sequence)) != std::string::npos ||
-                    line.find("its error has left the window") != std::string::npos)
+                    line.find("its error left the flight recorder") != std::string::npos)
             << line;
       }
       ++records;

@@ -661,8 +661,9 @@ uint8_t* SharedMemoryEngine::ring_entry(int r, uint32_t generation) const {
 }
 
 std::atomic<uint32_t>& SharedMemoryEngine::ring_tag(uint8_t* entry) {
-  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) && std::atomic<uint32_t>::is_always_lock_free,
-                "a tag in shared memory is a plain lock-free word");
+  static_assert(
+      sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) && std::atomic<uint32_t>::is_always_lock_free,
+      "a tag in shared memory is a plain lock-free word");
   return *reinterpret_cast<std::atomic<uint32_t>*>(entry + kRingTagOffset);
 }
 
