@@ -152,6 +152,7 @@ StatusOr<std::shared_ptr<TaskSupervisor::Task>> TaskSupervisor::start_task(const
   auto task = std::make_shared<Task>();
   task->job_id = job.job_id;
   task->rank = rank;
+  task->uid = job.run_as ? job.run_as->uid : ::geteuid();
   task->heartbeat_path = heartbeat_path_for(job, rank);
   // A file left by an earlier attempt counts only once it changes.
   if (!task->heartbeat_path.empty()) task->heartbeat_mtime = read_heartbeat_mtime(task->heartbeat_path);
@@ -276,7 +277,7 @@ bool TaskSupervisor::check_exit(const std::shared_ptr<Task>& task, RemovalBudget
     if (task->claimed || task->exit.has_value()) return task->exit.has_value();
     task->claimed = true;
   }
-  remove_orphaned_segments(task->process->pid(), reaped_at);
+  remove_orphaned_segments(task->process->pid(), task->uid, reaped_at);
   // The leader is gone, and poll_exit killed whatever it left in its group and its cgroup (also
   // what left the group: setsid, a daemon); the cgroup is removed once empty, so a rank's slot is
   // really free and no stray keeps the pipes open. Then its last output bytes are delivered before
@@ -303,11 +304,14 @@ bool TaskSupervisor::check_exit(const std::shared_ptr<Task>& task, RemovalBudget
   return true;
 }
 
-void TaskSupervisor::remove_orphaned_segments(pid_t pid, std::chrono::system_clock::time_point reaped_at) const {
+void TaskSupervisor::remove_orphaned_segments(pid_t pid, uid_t uid,
+                                              std::chrono::system_clock::time_point reaped_at) const {
   // worker/comm/shm names a communicator's segment /cohort-<creator pid>-<16 hex digits> and
   // unlinks it once every rank has mapped it; a name still there after its creator is gone was
   // never mapped by every peer, so no setup can still succeed through it. Only names older than
-  // the reap: a process that reuses the pid right after creates its own, newer one.
+  // the reap: a process that reuses the pid right after creates its own, newer one. Only names
+  // the rank's user owns: the directory is shared by every user of the node (a process in
+  // another pid namespace may have the same pid), and a root agent must not remove theirs.
   if (options_.shared_memory_dir.empty() || pid <= 0) return;
   const std::string prefix = fmt::format("cohort-{}-", pid);
   std::error_code error;
@@ -318,7 +322,7 @@ void TaskSupervisor::remove_orphaned_segments(pid_t pid, std::chrono::system_clo
     if (name.size() != prefix.size() + 16 || name.compare(0, prefix.size(), prefix) != 0) continue;
     if (name.find_first_not_of("0123456789abcdef", prefix.size()) != std::string::npos) continue;
     struct stat info {};
-    if (::lstat(entry.path().c_str(), &info) != 0 || !S_ISREG(info.st_mode)) continue;
+    if (::lstat(entry.path().c_str(), &info) != 0 || !S_ISREG(info.st_mode) || info.st_uid != uid) continue;
     const auto changed = std::chrono::system_clock::time_point(std::chrono::duration_cast<std::chrono::system_clock::duration>(
         std::chrono::seconds(info.st_ctim.tv_sec) + std::chrono::nanoseconds(info.st_ctim.tv_nsec)));
     if (changed > reaped_at) continue;

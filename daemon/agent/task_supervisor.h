@@ -249,6 +249,7 @@ class TaskSupervisor {
     std::string job_id;
     int rank = 0;
     std::unique_ptr<ProcessHandle> process;
+    uid_t uid = 0;  // the user it runs as (its segments' owner)
     std::shared_ptr<LogCapture> log;
     std::optional<ExitStatus> exit;  // guarded by mu_
     bool stopping = false;           // guarded by mu_
@@ -281,8 +282,9 @@ class TaskSupervisor {
   // grace period, and the reaps. `what` starts the error.
   Status stop_tasks(const std::vector<std::shared_ptr<Task>>& tasks, const std::string& what);
   // Unlinks the shared-memory segment names (options_.shared_memory_dir) that reaped process
-  // `pid` created and its peers never mapped, those older than `reaped_at`.
-  void remove_orphaned_segments(pid_t pid, std::chrono::system_clock::time_point reaped_at) const;
+  // `pid`, running as `uid`, created and its peers never mapped: those `uid` owns, older than
+  // `reaped_at`.
+  void remove_orphaned_segments(pid_t pid, uid_t uid, std::chrono::system_clock::time_point reaped_at) const;
   // Whether the task's exit was reported. Non-blocking.
   bool exit_recorded(const std::shared_ptr<Task>& task) const;
   // Polls the tasks until all exited or `done()` says to give up.

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -289,11 +290,23 @@ TEST_F(TaskSupervisorTest, AReapedRanksOrphanedSegmentNameIsRemoved) {
                                          shm + "/cohort-" + pid + "-notahexname00000", shm + "/cohort-" + pid + "-0123"};
   auto create = [](const std::string& path) { ASSERT_TRUE(std::ofstream(path) << "x") << path; };
   for (const std::string& path : kept) create(path);
+  // Kept too: a name of the right shape that another user owns (the rank runs as the agent's
+  // user here). Only root can give a file away.
+  const std::string foreign = shm + "/cohort-" + pid + "-fedcba9876543210";
+  if (::geteuid() == 0) {
+    create(foreign);
+    ASSERT_EQ(::chown(foreign.c_str(), 65534, 65534), 0) << foreign;
+  }
   create(orphan);
   create(go);
   ASSERT_TRUE(recorder_.wait_for(1));
   EXPECT_FALSE(std::filesystem::exists(orphan));
   for (const std::string& path : kept) EXPECT_TRUE(std::filesystem::exists(path)) << path;
+  if (::geteuid() == 0) {
+    EXPECT_TRUE(std::filesystem::exists(foreign)) << "another user's segment name was removed";
+  } else {
+    GTEST_LOG_(INFO) << "not root: the other user's name was not tried (only root can chown a file away)";
+  }
 }
 
 // At shutdown every job's ranks share one grace period: three jobs whose ranks ignore SIGTERM

@@ -24,11 +24,14 @@ namespace {
 constexpr const char* kContextCounterKey = "cohort/comm/next_context_id";
 // Fixed size of a collective's signature in COHORT_DEBUG=detail cross-checks.
 constexpr size_t kSignatureBytes = 160;
-// How often, and for how long after it starts, the executor looks at a run token it waits for
-// without a notification (see return_run_token()). The race it covers lasts as long as a store
-// takes to show (nanoseconds); the window is generous, and costs nothing once over.
+// How often the executor looks at a run token it waits for without a notification (see
+// return_run_token()): every kExecutorTokenRecheck in its first kExecutorTokenRecheckWindow, when
+// a blocking call that did not see it start may be giving the token back, then every
+// kExecutorTokenRecheckLater (that call's thread may have been stopped in between, for as long as
+// anyone likes). Only while work is queued behind a blocking call that holds the token.
 constexpr std::chrono::milliseconds kExecutorTokenRecheck{1};
 constexpr std::chrono::seconds kExecutorTokenRecheckWindow{2};
+constexpr std::chrono::milliseconds kExecutorTokenRecheckLater{100};
 
 std::string describe(DataType dtype, size_t count) {
   return fmt::format("{} x {}", data_type_name(dtype), count);
@@ -543,9 +546,8 @@ bool Communicator::try_take_run_token() {
 void Communicator::return_run_token() {
   if (!executor_started_.load(std::memory_order_acquire) || plain_token_return_for_testing_) {
     // No executor to hand the token to: a plain store. Should the executor start meanwhile and
-    // look at the token before this store shows, it looks again every kExecutorTokenRecheck for
-    // its first kExecutorTokenRecheckWindow (executor_loop), instead of waiting for a
-    // notification that will not come.
+    // look at the token before this store shows, it looks again by itself (kExecutorTokenRecheck)
+    // instead of waiting for a notification that will not come.
     running_.store(false, std::memory_order_release);
     return;
   }
@@ -568,10 +570,10 @@ std::shared_ptr<Work> Communicator::submit(const OpInfo& info, const CallOptions
     Clock::time_point end;
     Status status = run_recorded(sequence_, info, timeout, start, body, &end);
     // Under the token: see inline_blocked_ns_.
-    const int64_t blocked = std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count();
-    inline_blocked_ns_.store(
-        inline_blocked_ns_.load(std::memory_order_relaxed) + std::max<int64_t>(blocked, 0),
-        std::memory_order_relaxed);
+    // Never negative: clock_ never goes back.
+    inline_blocked_ns_.store(inline_blocked_ns_.load(std::memory_order_relaxed) +
+                                 std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count(),
+                             std::memory_order_relaxed);
     return_run_token();
     return status.ok() ? completed_ok_work() : completed_work(std::move(status));
   }
@@ -604,13 +606,14 @@ void Communicator::executor_loop() {
   const Clock::time_point recheck_until = Clock::now() + kExecutorTokenRecheckWindow;
   while (true) {
     while (!ready()) {
-      // Work waiting for the token looks again now and then while this thread is new: a blocking
-      // call that did not see it start may give the token back without a notification (see
-      // return_run_token()). Later every holder sees it and notifies.
-      if (!queue_.empty() && Clock::now() < recheck_until) {
-        queue_cv_.wait_for(lock, kExecutorTokenRecheck);
-      } else {
+      // Work waiting for the token looks again now and then: a blocking call that did not see
+      // this thread start may give the token back without a notification (see
+      // return_run_token()), soon after the start or, were its thread stopped, any time later.
+      if (queue_.empty()) {
         queue_cv_.wait(lock);
+      } else {
+        queue_cv_.wait_for(lock,
+                           Clock::now() < recheck_until ? Duration(kExecutorTokenRecheck) : kExecutorTokenRecheckLater);
       }
     }
     if (queue_.empty()) return;  // stopping

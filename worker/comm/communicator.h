@@ -223,9 +223,6 @@ class Communicator {
 
   // The last operations, one per line (also logged when an operation times out).
   std::string flight_recorder_dump() const { return recorder_->dump(); }
-  // Tests: blocking calls return the run token without notifying the executor even once it has
-  // started, as one that raced its start does. Call before any collective.
-  void return_token_plainly_for_testing() { plain_token_return_for_testing_ = true; }
 
  protected:
   // The synchronous bodies, run on the executor (or the blocking caller). Kinds override
@@ -375,7 +372,10 @@ class Communicator {
   std::atomic<bool> running_{false};  // the run token: held while a collective runs
   bool stopping_ = false;
   std::atomic<bool> executor_started_{false};  // set (under the mutex) when executor_ starts
+  // Tests (CommunicatorTestPeer): blocking calls return the run token without notifying the
+  // executor even once it has started, as one that raced its start does.
   bool plain_token_return_for_testing_ = false;
+  friend class CommunicatorTestPeer;
   std::thread executor_;                       // started on the first asynchronous call
 };
 

@@ -451,6 +451,17 @@ TEST(CommunicatorTest, BlockingCallsKeepIssueOrderBehindAsynchronousOnes) {
 }  // namespace cohort::comm
 
 namespace cohort::comm {
+
+// Reaches the communicator's test seams.
+class CommunicatorTestPeer {
+ public:
+  // Before any collective: blocking calls return the run token without notifying the executor.
+  static void return_token_plainly(Communicator& comm) { comm.plain_token_return_for_testing_ = true; }
+};
+
+}  // namespace cohort::comm
+
+namespace cohort::comm {
 namespace {
 
 // The executor starts (an asynchronous call from a second thread) while a blocking call holds the
@@ -460,7 +471,7 @@ namespace {
 // by itself. Without that it would wait for a notification forever.
 TEST(CommunicatorTest, AnExecutorStartedDuringABlockingCallGetsTheToken) {
   auto statuses = on_loopback(2, "flat", [&](Communicator& comm) -> Status {
-    comm.return_token_plainly_for_testing();
+    CommunicatorTestPeer::return_token_plainly(comm);
     const CallOptions queued_call{std::chrono::seconds(20)};
     CallOptions blocking = queued_call;
     blocking.blocking = true;

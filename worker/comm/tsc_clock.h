@@ -15,9 +15,11 @@
 //   its own error is tens of nanoseconds: about 2e-4 of the rate over the first 1 ms base
 //   (kTscCalibration; about 10 us by the end of the first period), a few parts per million over a
 //   50 ms period after;
-// - a period whose rate differs from the last by more than kMaxTscRateChange (a paused VM, a
-//   clocksource change, a counter reset, the kernel slewing hard) starts the calibration over,
-//   reading steady_clock meanwhile;
+// - a period whose rate differs from the last by more than kMaxTscRateChange, or is out of range
+//   (a paused VM, a clocksource change, a counter reset or jump, the kernel slewing hard), starts
+//   the calibration over, reading steady_clock meanwhile;
+// - a counter whose rate is out of range from a fresh base, or whose pairs never fit
+//   (kMaxRejectedTscPairs in a row), is given up for good;
 // - readings never go back (a re-anchoring may step back by the rate's error: the clock holds).
 // Elsewhere (another architecture, another clocksource, a hypervisor that hides the invariant
 // counter bit) it reads steady_clock.
@@ -41,6 +43,8 @@ inline constexpr double kMinNanosecondsPerTick = 0.05;
 inline constexpr double kMaxNanosecondsPerTick = 5.0;
 // A period's rate this far (relative) from the last starts the calibration over.
 inline constexpr double kMaxTscRateChange = 1e-3;
+// This many interrupted pairs in a row: the counter is given up (see slow_now()).
+inline constexpr int kMaxRejectedTscPairs = 64;
 
 // Whether this machine's counter can stand in for steady_clock (see above): x86-64, CPUID's
 // invariant counter bit, and the kernel's current clocksource "tsc". Reads sysfs on the first
@@ -104,7 +108,17 @@ class BasicTscClock {
     const uint64_t before = source_.counter();
     const Clock::time_point time = source_.reference();
     const uint64_t after = source_.counter();
-    if (after - before > kMaxTscPairTicks) return monotone(time);  // interrupted: pair at a later reading
+    if (after - before > kMaxTscPairTicks) {
+      // Interrupted: pair at a later reading. Where no pair ever fits (a counter the hypervisor
+      // traps, a reference clock that is a system call), give the counter up rather than pay for
+      // three readings at every call.
+      if (++rejected_pairs_ >= kMaxRejectedTscPairs) {
+        allowed_ = false;
+        calibrated_ = false;
+      }
+      return monotone(time);
+    }
+    rejected_pairs_ = 0;
     const uint64_t ticks = before + (after - before) / 2;
     if (!started_) {
       started_ = true;
@@ -112,6 +126,9 @@ class BasicTscClock {
       return monotone(time);
     }
     const Clock::duration since = time - base_time_;
+    // Calibrated, and here early: the counter read behind the anchor (another core's, a hair
+    // behind). Nothing to learn from so short a base.
+    if (calibrated_ && since < kTscCalibration) return monotone(time);
     // The counter went back or stood still against the reference: it was reset, or is not this
     // machine's steady counter after all.
     if (ticks <= base_ticks_ || since.count() <= 0) {
@@ -121,8 +138,13 @@ class BasicTscClock {
     if (!calibrated_ && since < kTscCalibration) return monotone(time);
     const double rate = static_cast<double>(since.count()) / static_cast<double>(ticks - base_ticks_);
     if (!(rate > kMinNanosecondsPerTick && rate < kMaxNanosecondsPerTick)) {
-      allowed_ = false;
-      calibrated_ = false;
+      if (calibrated_) {
+        // A jump of the counter (rewritten by firmware, a migrated VM): calibrate anew.
+        restart(ticks, time);
+      } else {
+        // Out of range from a fresh base: not a clock this can use.
+        allowed_ = false;
+      }
       return monotone(time);
     }
     if (calibrated_ && (rate > nanoseconds_per_tick_ * (1 + kMaxTscRateChange) ||
@@ -145,6 +167,7 @@ class BasicTscClock {
   bool allowed_;
   bool started_ = false;
   bool calibrated_ = false;
+  int rejected_pairs_ = 0;   // in a row
   uint64_t base_ticks_ = 0;  // where the rate being measured started
   Clock::time_point base_time_;
   uint64_t anchor_ticks_ = 0;  // the mapping in use

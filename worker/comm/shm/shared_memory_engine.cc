@@ -83,15 +83,21 @@ constexpr size_t kDataOffset = kControlBytes * kShmMaxRanks;
 // Two banks, each an input and a result region of one chunk.
 constexpr size_t kSlotBytes = 4 * kShmChunkBytes;
 // Each rank's broadcast ring (after the slots): kShmRingEntries entries of a cache line each, the
-// data and, after it, the generation that posted it (RingTag), so a reader polls one line, the
-// entry's, and finds the data in it: one line transfer per tiny broadcast instead of two (the root's
-// flag and the entry), and the root's next entries are not on the line the reader is reading.
+// data and, after it, the tag: the phase count (phases_, 64 bits: it never wraps, and a zeroed
+// entry's 0 is never a phase that a broadcast ends) of the broadcast that posted it (ring_tag).
+// So a reader polls one line, the entry's, and finds the data in it: one line transfer per tiny
+// broadcast instead of two (the root's flag, then the entry), and the root's next entries are not
+// on the line the reader is reading.
 constexpr size_t kRingEntryBytes = 64;
-// How often a reader of a tiny broadcast looks at the entry's tag before waiting on the root's flag.
-constexpr int kRingTagPolls = 32;
+// Where the tag sits in an entry: after the data, 8-byte aligned.
 constexpr size_t kRingTagOffset = 32;
-static_assert(kShmInlineBytes <= kRingTagOffset && kRingTagOffset + sizeof(uint32_t) <= kRingEntryBytes,
+static_assert(kShmInlineBytes <= kRingTagOffset && kRingTagOffset % 8 == 0 &&
+                  kRingTagOffset + sizeof(uint64_t) <= kRingEntryBytes,
               "a ring entry holds the data and its tag");
+// How often a reader of a tiny broadcast looks at the entry's tag before waiting on the root's flag
+// (whose wait polls, yields and sleeps in the futex): a root that runs ahead, the usual case, has
+// posted already, and one that is 32 looks (about a microsecond) behind is worth the full wait.
+constexpr int kRingTagPolls = 32;
 constexpr size_t kRingBytes = kShmRingEntries * kRingEntryBytes;
 static_assert((kShmRingEntries & (kShmRingEntries - 1)) == 0, "ring entries index by generation modulo a power of two");
 // The segment name travels over the transport in a fixed buffer.
@@ -660,11 +666,10 @@ uint8_t* SharedMemoryEngine::ring_entry(int r, uint32_t generation) const {
          static_cast<size_t>(generation % kShmRingEntries) * kRingEntryBytes;
 }
 
-std::atomic<uint32_t>& SharedMemoryEngine::ring_tag(uint8_t* entry) {
-  static_assert(
-      sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) && std::atomic<uint32_t>::is_always_lock_free,
-      "a tag in shared memory is a plain lock-free word");
-  return *reinterpret_cast<std::atomic<uint32_t>*>(entry + kRingTagOffset);
+std::atomic<uint64_t>& SharedMemoryEngine::ring_tag(uint8_t* entry) {
+  static_assert(sizeof(std::atomic<uint64_t>) == sizeof(uint64_t) && std::atomic<uint64_t>::is_always_lock_free,
+                "a tag in shared memory is a plain lock-free word");
+  return *reinterpret_cast<std::atomic<uint64_t>*>(entry + kRingTagOffset);
 }
 
 uint8_t* SharedMemoryEngine::post_area(int r, uint32_t phase, size_t bytes) const {
@@ -759,6 +764,7 @@ Status SharedMemoryEngine::publish(const char* op) {
                                      "communicator", op, label_, failure_.message());
   }
   ++arrived_;
+  ++phases_;
   Control& mine = control(rank_);
   // Release: this phase's writes to our slot are visible to whoever sees the new generation.
   mine.cpu.store(sched_getcpu(), std::memory_order_relaxed);
@@ -964,6 +970,8 @@ Status SharedMemoryEngine::broadcast(void* buf, size_t bytes, int root, Deadline
     // kShmRingEntries phases ago). Oversubscribed, each process then does many broadcasts per
     // time slice instead of one (OpenMPI's eager broadcast does the same).
     if (rank_ == root) {
+      // After a failure nothing in the ring changes: publish() names the failure.
+      if (!failure_.ok()) return publish("broadcast");
       const uint32_t readers_done = arrived_ - static_cast<uint32_t>(kShmRingEntries - 2);
       if (static_cast<int32_t>(known_ - readers_done) < 0) {
         for (int p = 0; p < size_; ++p) {
@@ -973,9 +981,9 @@ Status SharedMemoryEngine::broadcast(void* buf, size_t bytes, int root, Deadline
       }
       uint8_t* entry = ring_entry(rank_, arrived_);
       std::memcpy(entry, data, bytes);
-      // Release: the data is visible to a reader that sees the tag. The tag is the generation the
-      // publish below makes; the entry's earlier tag is 64 generations back.
-      ring_tag(entry).store(arrived_ + 1, std::memory_order_release);
+      // Release: the data is visible to a reader that sees the tag: the phase count the publish
+      // below makes (the entry's earlier tags are whole rings of phases back, or 0).
+      ring_tag(entry).store(phases_ + 1, std::memory_order_release);
       return publish("broadcast");
     }
     COHORT_RETURN_IF_ERROR(publish("broadcast"));
@@ -985,7 +993,7 @@ Status SharedMemoryEngine::broadcast(void* buf, size_t bytes, int root, Deadline
     // Oversubscribed, one look: the root likely waits for this core (as in wait_for).
     bool tagged = false;
     for (int i = 0, polls = oversubscribed_ ? 1 : kRingTagPolls; i < polls && !tagged; ++i) {
-      tagged = ring_tag(entry).load(std::memory_order_acquire) == arrived_;
+      tagged = ring_tag(entry).load(std::memory_order_acquire) == phases_;
       if (!tagged) cpu_relax();
     }
     if (!tagged) COHORT_RETURN_IF_ERROR(await(root, arrived_, deadline, "broadcast"));

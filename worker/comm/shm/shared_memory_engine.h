@@ -191,7 +191,7 @@ class SharedMemoryEngine {
   // Rank r's broadcast-ring entry for the phase `generation`.
   uint8_t* ring_entry(int r, uint32_t generation) const;
   // The generation tag of a ring entry (see kRingEntryBytes).
-  static std::atomic<uint32_t>& ring_tag(uint8_t* entry);
+  static std::atomic<uint64_t>& ring_tag(uint8_t* entry);
   // The bank this rank writes in the current step; peers' data of the previous step is in 1 - it.
   int bank() const { return static_cast<int>(arrived_ & 1u); }
 
@@ -249,6 +249,8 @@ class SharedMemoryEngine {
   const size_t bytes_;
   uint32_t arrived_ = 0;  // phases this rank has ended (== control(rank_).arrive)
   uint32_t known_ = 0;    // every peer's `arrive` is known to be at least this
+  // arrived_ without the wrap: the tiny broadcast ring's tags (kRingEntryBytes).
+  uint64_t phases_ = 0;
   // The first failure: ranks' generations have diverged, so every later operation fails with it.
   Status failure_;
   bool in_process_ = false;
