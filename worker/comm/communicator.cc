@@ -30,14 +30,6 @@ constexpr size_t kSignatureBytes = 160;
 // kExecutorTokenRecheckLater (that call's thread may have been stopped in between, for as long as
 // anyone likes). Only while work is queued behind a blocking call that holds the token.
 constexpr std::chrono::milliseconds kExecutorTokenRecheck{1};
-// Blocking collectives of at most this many bytes (per rank's buffer, as OpInfo counts) are timed
-// with the coarse clock (tsc_clock.h): they take a few microseconds at most unless they wait,
-// and a wait long enough to matter spans ticks.
-constexpr size_t kCoarseTimingBytes = 16 * 1024;
-
-size_t op_bytes(const OpInfo& info) {
-  return info.dtype < 0 ? 0 : info.count * element_size(static_cast<DataType>(info.dtype));
-}
 constexpr std::chrono::seconds kExecutorTokenRecheckWindow{2};
 constexpr std::chrono::milliseconds kExecutorTokenRecheckLater{100};
 
@@ -573,13 +565,10 @@ std::shared_ptr<Work> Communicator::submit(const OpInfo& info, const CallOptions
   // A blocking call with nothing queued runs here. An operation this thread queued earlier is
   // either still counted in queued_ or holds the token, so issue order holds.
   if (call.blocking && queued_.load(std::memory_order_acquire) == 0 && try_take_run_token()) {
-    // One clock reading starts the deadline, the record and the blocked time; one ends them. A
-    // tiny operation's are the coarse clock's: the counter's two readings would be a quarter of
-    // an 8-byte collective.
-    const bool coarse = op_bytes(info) <= kCoarseTimingBytes;
-    const Clock::time_point start = coarse ? coarse_now() : clock_.now();
+    // One clock reading starts the deadline, the record and the blocked time; one ends them.
+    const Clock::time_point start = clock_.now();
     Clock::time_point end;
-    Status status = run_recorded(sequence_, info, timeout, start, body, &end, coarse);
+    Status status = run_recorded(sequence_, info, timeout, start, body, &end);
     // Under the token: see inline_blocked_ns_.
     // Never negative: clock_ never goes back.
     inline_blocked_ns_.store(inline_blocked_ns_.load(std::memory_order_relaxed) +
@@ -643,18 +632,14 @@ void Communicator::executor_loop() {
 
 template <typename Body>
 Status Communicator::run_recorded(uint64_t sequence_hint, const OpInfo& info, Duration timeout,
-                                  Clock::time_point start, const Body& body, Clock::time_point* end,
-                                  bool coarse) {
-  // A coarse start is up to a tick behind: the deadline counts from a tick later, so that it never
-  // cuts the time the caller gave.
-  const Deadline deadline = Deadline::after(
-      timeout, coarse ? start + std::chrono::duration_cast<Clock::duration>(coarse_resolution()) : start);
+                                  Clock::time_point start, const Body& body, Clock::time_point* end) {
+  const Deadline deadline = Deadline::after(timeout, start);
   // The run token's holder is the collectives' only recorder: the lock-free lane.
-  uint64_t id = recorder_->start_exclusive(sequence_hint, info, start, coarse);
+  uint64_t id = recorder_->start_exclusive(sequence_hint, info, start);
   Status status;
   if (debug_checks_) status = cross_check(info.signature(), deadline);
   if (status.ok()) status = body(deadline);
-  const Clock::time_point finished = coarse ? coarse_now() : clock_.now();
+  const Clock::time_point finished = clock_.now();
   if (end != nullptr) *end = finished;
   recorder_->finish_exclusive(id, status, finished);
   if (status.ok()) return status;

@@ -289,11 +289,10 @@ class Communicator {
   template <typename Body>
   std::shared_ptr<Work> submit(const OpInfo& info, const CallOptions& call, Body&& body);
   // `start` is the clock reading that starts the deadline (after `timeout`) and the record; the
-  // end's reading goes to `*end` when not null (the caller's blocked time). `coarse`: `start` is
-  // coarse_now()'s, and so is the end's (a tiny blocking operation).
+  // end's reading goes to `*end` when not null (the caller's blocked time).
   template <typename Body>
   Status run_recorded(uint64_t sequence_hint, const OpInfo& info, Duration timeout, Clock::time_point start,
-                      const Body& body, Clock::time_point* end, bool coarse = false);
+                      const Body& body, Clock::time_point* end);
   void executor_loop();
   // The bodies of allgather(v) and reduce_scatter(v), after the checks that only the v forms need.
   class RankCounts;

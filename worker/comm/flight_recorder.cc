@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <chrono>
 
-#include "worker/comm/tsc_clock.h"
-
 namespace cohort::comm {
 
 std::string OpInfo::detail() const {
@@ -78,8 +76,7 @@ void FlightRecorder::end_write(ExclusiveSlot& slot) {
   slot.version.store(slot.version.load(std::memory_order_relaxed) + 1, std::memory_order_release);
 }
 
-uint64_t FlightRecorder::start_exclusive(uint64_t sequence, const OpInfo& info, Clock::time_point at,
-                                         bool coarse) {
+uint64_t FlightRecorder::start_exclusive(uint64_t sequence, const OpInfo& info, Clock::time_point at) {
   const uint64_t id = exclusive_next_++;
   if (capacity_ == 0) return id;
   ExclusiveSlot& slot = exclusive_[id % capacity_];
@@ -97,7 +94,6 @@ uint64_t FlightRecorder::start_exclusive(uint64_t sequence, const OpInfo& info, 
   slot.start.store(at.time_since_epoch().count(), relaxed);
   slot.ended.store(false, relaxed);
   slot.failed.store(false, relaxed);
-  slot.coarse.store(coarse, relaxed);
   end_write(slot);
   if (evicted_failure) {
     // The error of the operation this slot held is out of the window now.
@@ -145,7 +141,6 @@ std::optional<std::pair<uint64_t, FlightRecord>> FlightRecorder::read_exclusive(
       const bool ended = slot.ended.load(relaxed);
       const int64_t end = slot.end.load(relaxed);
       const bool failed = slot.failed.load(relaxed);
-      record.coarse = slot.coarse.load(relaxed);
       // The loads above happen before the second look at the version.
       std::atomic_thread_fence(std::memory_order_acquire);
       if (slot.version.load(relaxed) == before) {
@@ -218,9 +213,6 @@ std::string FlightRecorder::dump() const {
                  std::chrono::duration_cast<std::chrono::microseconds>(r.end.value_or(now) - r.start));
     std::string took = elapsed.count() >= 1000 ? fmt::format("{:.1f} ms", elapsed.count() / 1000.0)
                                                : fmt::format("{} us", elapsed.count());
-    // A tiny operation's coarse times say only that it took less than a tick (when it did).
-    const auto step = std::chrono::duration_cast<std::chrono::microseconds>(coarse_resolution());
-    if (r.coarse && r.end && elapsed < step) took = fmt::format("< {} ms", step.count() / 1000.0);
     std::string outcome = !r.end ? "RUNNING for " + took
                                  : (r.status.ok() ? "OK" : r.status.to_string()) + " after " + took;
     out += fmt::format("  #{} {} {}: {}\n", r.sequence, r.info.op, r.info.detail(), outcome);

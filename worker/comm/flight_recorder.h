@@ -53,9 +53,6 @@ struct FlightRecord {
   Clock::time_point start;
   std::optional<Clock::time_point> end;  // unset while running
   Status status;            // the outcome once ended
-  // The times are coarse_now()'s (tsc_clock.h), a tiny operation's: a duration under its step
-  // reads as "< step".
-  bool coarse = false;
 };
 
 class FlightRecorder {
@@ -78,7 +75,7 @@ class FlightRecorder {
   // before the next one's). Takes no lock and no locked instruction: each slot is a sequence lock
   // the readers retry. An error outcome is copied under the ring's lock (it is rare). Calling
   // these from two threads at once is a race. Ids are this lane's own: finish_exclusive() only.
-  uint64_t start_exclusive(uint64_t sequence, const OpInfo& info, Clock::time_point at, bool coarse = false);
+  uint64_t start_exclusive(uint64_t sequence, const OpInfo& info, Clock::time_point at);
   void finish_exclusive(uint64_t id, const Status& status, Clock::time_point at);
 
   // One line per recorded operation, oldest first:
@@ -135,7 +132,6 @@ class FlightRecorder {
     std::atomic<int64_t> end{0};
     std::atomic<bool> ended{false};
     std::atomic<bool> failed{false};  // the status is in exclusive_errors_
-    std::atomic<bool> coarse{false};
   };
   // Writer side of a slot's sequence lock: the slot's fields may be stored between them.
   static void begin_write(ExclusiveSlot& slot);

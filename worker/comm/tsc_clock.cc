@@ -1,7 +1,5 @@
 #include "worker/comm/tsc_clock.h"
 
-#include <time.h>
-
 #include <fstream>
 #include <string>
 
@@ -27,22 +25,6 @@ bool counter_usable_uncached() {
 }
 
 }  // namespace
-
-Clock::time_point coarse_now() {
-  struct timespec now {};
-  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
-  return Clock::time_point(std::chrono::seconds(now.tv_sec) + std::chrono::nanoseconds(now.tv_nsec));
-}
-
-Clock::duration coarse_resolution() {
-  static const Clock::duration resolution = [] {
-    struct timespec step {};
-    if (::clock_getres(CLOCK_MONOTONIC_COARSE, &step) != 0)
-      return Clock::duration(std::chrono::milliseconds(10));
-    return Clock::duration(std::chrono::seconds(step.tv_sec) + std::chrono::nanoseconds(step.tv_nsec));
-  }();
-  return resolution;
-}
 
 bool tsc_counter_usable() {
   static const bool usable = counter_usable_uncached();

@@ -46,15 +46,6 @@ inline constexpr double kMaxTscRateChange = 1e-3;
 // This many interrupted pairs in a row: the counter is given up (see slow_now()).
 inline constexpr int kMaxRejectedTscPairs = 64;
 
-// steady_clock's time as of the kernel's last tick (CLOCK_MONOTONIC_COARSE): a load from the vDSO
-// page, about 5 ns, where even the counter costs 10 to 25 (tsc_clock above). At most one
-// coarse_resolution() behind steady_clock::now(), never ahead. For the times of operations too
-// short for the counter's cost to be worth it (a communicator's tiny collectives): differences of
-// two readings are a tick or 0, right on average over many operations. Thread-safe.
-Clock::time_point coarse_now();
-// The coarse clock's step (the kernel's tick: 1 to 10 ms). Thread-safe.
-Clock::duration coarse_resolution();
-
 // Whether this machine's counter can stand in for steady_clock (see above): x86-64, CPUID's
 // invariant counter bit, and the kernel's current clocksource "tsc". Reads sysfs on the first
 // call and caches the answer; thread-safe.
