@@ -283,7 +283,8 @@ class TaskSupervisor {
   Status stop_tasks(const std::vector<std::shared_ptr<Task>>& tasks, const std::string& what);
   // Unlinks the shared-memory segment names (options_.shared_memory_dir) that reaped process
   // `pid`, running as `uid`, created and its peers never mapped: those `uid` owns, older than
-  // `reaped_at`.
+  // `reaped_at`. Not removed: names made by a rank that changed its own user after the launch
+  // (an entrypoint that drops root itself), or from inside another user or pid namespace.
   void remove_orphaned_segments(pid_t pid, uid_t uid, std::chrono::system_clock::time_point reaped_at) const;
   // Whether the task's exit was reported. Non-blocking.
   bool exit_recorded(const std::shared_ptr<Task>& task) const;
