@@ -73,49 +73,31 @@ for line in sorted(lines):
     print(line)
 )";
 
-// The recorder is a ring of `capacity` slots: the last operations stay, oldest first, a finish for
-// an operation that fell out is ignored, and an OK outcome leaves no error behind in a reused slot.
-TEST(FlightRecorderTest, TheWindowKeepsTheLastOperationsOldestFirst) {
-  FlightRecorder recorder(3);
-  std::vector<uint64_t> ids;
-  for (uint64_t sequence = 0; sequence < 5; ++sequence) {
-    OpInfo info;
-    info.op = sequence % 2 == 0 ? "allreduce" : "broadcast";
-    info.dtype = static_cast<int>(DataType::kFloat32);
-    info.count = 8 * (sequence + 1);
-    ids.push_back(recorder.start(sequence, info));
-    // Operation 1 fails; its slot is reused by operation 4, which succeeds.
-    if (sequence != 3) recorder.finish(ids.back(), sequence == 1 ? internal_error("boom") : ok_status());
+// Operations of one lane of `recorder` (capacity 3): started and finished through the ring's
+// lock (start/finish) or through the one-at-a-time lane (start_exclusive/finish_exclusive).
+class Lane {
+ public:
+  Lane(FlightRecorder& recorder, bool exclusive) : recorder_(recorder), exclusive_(exclusive) {}
+  uint64_t start(uint64_t sequence, const OpInfo& info) {
+    return exclusive_ ? recorder_.start_exclusive(sequence, info, Clock::now()) : recorder_.start(sequence, info);
   }
-  recorder.finish(ids[0], internal_error("late finish of an evicted operation"));
-  const std::string dump = recorder.dump();
-  EXPECT_EQ(dump.find("#0 "), std::string::npos) << dump;
-  EXPECT_EQ(dump.find("#1 "), std::string::npos) << dump;
-  EXPECT_EQ(dump.find("boom"), std::string::npos) << dump;
-  EXPECT_EQ(dump.find("evicted"), std::string::npos) << dump;
-  const size_t second = dump.find("  #2 allreduce f32 x 24: OK after ");
-  const size_t third = dump.find("  #3 broadcast f32 x 32: RUNNING for ");
-  const size_t fourth = dump.find("  #4 allreduce f32 x 40: OK after ");
-  ASSERT_NE(second, std::string::npos) << dump;
-  ASSERT_NE(third, std::string::npos) << dump;
-  ASSERT_NE(fourth, std::string::npos) << dump;
-  EXPECT_LT(second, third) << dump;
-  EXPECT_LT(third, fourth) << dump;
-  // The running operation still finishes; an error outcome is kept.
-  recorder.finish(ids[3], deadline_exceeded_error("stuck"));
-  EXPECT_NE(recorder.dump().find("#3 broadcast f32 x 32: DEADLINE_EXCEEDED: stuck after "), std::string::npos)
-      << recorder.dump();
+  void finish(uint64_t id, const Status& status) {
+    if (exclusive_) {
+      recorder_.finish_exclusive(id, status, Clock::now());
+    } else {
+      recorder_.finish(id, status);
+    }
+  }
 
-  FlightRecorder none(0);
-  none.finish(none.start(0, OpInfo{"barrier"}), ok_status());
-  EXPECT_EQ(none.dump(), "");
-}
+ private:
+  FlightRecorder& recorder_;
+  const bool exclusive_;
+};
 
-// The one-at-a-time lane (a communicator's collectives) keeps the same window: the last
-// operations oldest first, late finishes of evicted ones ignored, errors kept while in the window
-// and dropped with it.
-TEST(FlightRecorderTest, TheExclusiveLaneKeepsTheSameWindow) {
-  FlightRecorder recorder(3);
+// The recorder keeps `capacity` slots a lane: the last operations stay, oldest first, a finish for
+// an operation that fell out is ignored, and an OK outcome leaves no error behind in a reused
+// slot. Leaves operation 3 running; returns its id.
+uint64_t expect_window_keeps_the_last_operations(FlightRecorder& recorder, Lane lane) {
   std::vector<uint64_t> ids;
   for (uint64_t sequence = 0; sequence < 5; ++sequence) {
     OpInfo info;
@@ -124,13 +106,11 @@ TEST(FlightRecorderTest, TheExclusiveLaneKeepsTheSameWindow) {
     info.count = 8 * (sequence + 1);
     info.reduce_op = sequence % 2 == 0 ? static_cast<int>(ReduceOp::kMax) : -1;
     info.root = sequence % 2 == 0 ? -1 : 1;
-    ids.push_back(recorder.start_exclusive(sequence, info, Clock::now()));
-    if (sequence != 3) {
-      recorder.finish_exclusive(ids.back(), sequence == 1 ? internal_error("boom") : ok_status(),
-                                Clock::now());
-    }
+    ids.push_back(lane.start(sequence, info));
+    // Operation 1 fails; its slot is reused by operation 4, which succeeds.
+    if (sequence != 3) lane.finish(ids.back(), sequence == 1 ? internal_error("boom") : ok_status());
   }
-  recorder.finish_exclusive(ids[0], internal_error("late finish of an evicted operation"), Clock::now());
+  lane.finish(ids[0], internal_error("late finish of an evicted operation"));
   const std::string dump = recorder.dump();
   EXPECT_EQ(dump.find("#0 "), std::string::npos) << dump;
   EXPECT_EQ(dump.find("#1 "), std::string::npos) << dump;
@@ -139,16 +119,34 @@ TEST(FlightRecorderTest, TheExclusiveLaneKeepsTheSameWindow) {
   const size_t second = dump.find("  #2 allreduce f32 x 24, max: OK after ");
   const size_t third = dump.find("  #3 broadcast f32 x 32, root 1: RUNNING for ");
   const size_t fourth = dump.find("  #4 allreduce f32 x 40, max: OK after ");
-  ASSERT_NE(second, std::string::npos) << dump;
-  ASSERT_NE(third, std::string::npos) << dump;
-  ASSERT_NE(fourth, std::string::npos) << dump;
+  EXPECT_NE(second, std::string::npos) << dump;
+  EXPECT_NE(third, std::string::npos) << dump;
+  EXPECT_NE(fourth, std::string::npos) << dump;
   EXPECT_LT(second, third) << dump;
   EXPECT_LT(third, fourth) << dump;
-  recorder.finish_exclusive(ids[3], deadline_exceeded_error("stuck"), Clock::now());
-  EXPECT_EQ(recorder.exclusive_errors_kept(), 1u);
+  // The running operation still finishes; an error outcome is kept.
+  lane.finish(ids[3], deadline_exceeded_error("stuck"));
   EXPECT_NE(recorder.dump().find("#3 broadcast f32 x 32, root 1: DEADLINE_EXCEEDED: stuck after "),
             std::string::npos)
       << recorder.dump();
+  return ids[3];
+}
+
+TEST(FlightRecorderTest, TheWindowKeepsTheLastOperationsOldestFirst) {
+  FlightRecorder recorder(3);
+  expect_window_keeps_the_last_operations(recorder, Lane(recorder, /*exclusive=*/false));
+
+  FlightRecorder none(0);
+  none.finish(none.start(0, OpInfo{"barrier"}), ok_status());
+  EXPECT_EQ(none.dump(), "");
+}
+
+// The one-at-a-time lane (a communicator's collectives) keeps the same window, and an error
+// outcome only while its operation is in the window.
+TEST(FlightRecorderTest, TheExclusiveLaneKeepsTheSameWindow) {
+  FlightRecorder recorder(3);
+  expect_window_keeps_the_last_operations(recorder, Lane(recorder, /*exclusive=*/true));
+  EXPECT_EQ(recorder.exclusive_errors_kept(), 1u);
   // Three more operations push the failed one out: its error goes with it.
   for (uint64_t sequence = 5; sequence < 8; ++sequence) {
     recorder.finish_exclusive(recorder.start_exclusive(sequence, OpInfo{"barrier"}, Clock::now()),
