@@ -544,17 +544,14 @@ bool Communicator::try_take_run_token() {
 }
 
 void Communicator::return_run_token() {
-  if (!executor_started_.load(std::memory_order_acquire) || plain_token_return_for_testing_) {
-    // No executor to hand the token to: a plain store. Should the executor start meanwhile and
-    // look at the token before this store shows, it looks again by itself (kExecutorTokenRecheck)
-    // instead of waiting for a notification that will not come.
-    running_.store(false, std::memory_order_release);
-    return;
-  }
-  // The executor checks the token under queue_mutex_: the store comes before this thread takes
-  // the mutex, so the executor either sees the token back at its check or is already waiting and
-  // gets the notification.
   running_.store(false, std::memory_order_release);
+  // No executor to hand the token to: nothing more. Should the executor start meanwhile and look
+  // at the token before this store shows, it looks again by itself (kExecutorTokenRecheck)
+  // instead of waiting for a notification that will not come.
+  if (!executor_started_.load(std::memory_order_acquire) || plain_token_return_for_testing_) return;
+  // The executor checks the token under queue_mutex_: the store came before this thread takes the
+  // mutex, so the executor either sees the token back at its check or is already waiting and gets
+  // the notification.
   { std::lock_guard<std::mutex> lock(queue_mutex_); }
   queue_cv_.notify_all();
 }
@@ -569,8 +566,7 @@ std::shared_ptr<Work> Communicator::submit(const OpInfo& info, const CallOptions
     const Clock::time_point start = clock_.now();
     Clock::time_point end;
     Status status = run_recorded(sequence_, info, timeout, start, body, &end);
-    // Under the token: see inline_blocked_ns_.
-    // Never negative: clock_ never goes back.
+    // Under the token (see inline_blocked_ns_); never negative, as clock_ never goes back.
     inline_blocked_ns_.store(inline_blocked_ns_.load(std::memory_order_relaxed) +
                                  std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count(),
                              std::memory_order_relaxed);
@@ -612,8 +608,8 @@ void Communicator::executor_loop() {
       if (queue_.empty()) {
         queue_cv_.wait(lock);
       } else {
-        queue_cv_.wait_for(lock,
-                           Clock::now() < recheck_until ? Duration(kExecutorTokenRecheck) : kExecutorTokenRecheckLater);
+        const bool new_thread = Clock::now() < recheck_until;
+        queue_cv_.wait_for(lock, new_thread ? kExecutorTokenRecheck : kExecutorTokenRecheckLater);
       }
     }
     if (queue_.empty()) return;  // stopping
