@@ -106,7 +106,7 @@ void print_row(std::FILE* out, const TableRow& row, const std::string& op, int r
   double algbw = row.time_us > 0 ? row.bytes / (row.time_us * 1e3) : 0;  // bytes/us/1e3 = GB/s
   double busbw = algbw * bus_bandwidth_factor(op, ranks);
   std::string wrong = row.wrong < 0 ? "N/A" : std::to_string(row.wrong);
-  std::fprintf(out, " %13zu %13zu %8s %7s %6d %11.2f %8.2f %8.2f %7s\n", row.bytes, row.count,
+  std::fprintf(out, " %13zu %13zu %8s %7s %6d %11.3f %8.2f %8.2f %7s\n", row.bytes, row.count,
                row.type.c_str(), row.redop.c_str(), row.root, row.time_us, algbw, busbw, wrong.c_str());
   std::fflush(out);
 }

@@ -171,7 +171,7 @@ function label(b) {
   if (b >= 1024 && b % 1024 == 0) return (b / 1024) " KiB"
   return b " B"
 }
-function us(t) { return t < 100 ? sprintf("%.2f", t) : sprintf("%.0f", t) }
+function us(t) { return t < 10 ? sprintf("%.3f", t) : t < 100 ? sprintf("%.2f", t) : sprintf("%.0f", t) }
 function factor(op, n) {
   if (op == "allreduce") return 2 * (n - 1) / n
   if (op == "allgather" || op == "reduce_scatter" || op == "alltoall") return (n - 1) / n
