@@ -24,15 +24,6 @@ namespace {
 constexpr const char* kContextCounterKey = "cohort/comm/next_context_id";
 // Fixed size of a collective's signature in COHORT_DEBUG=detail cross-checks.
 constexpr size_t kSignatureBytes = 160;
-// How often the executor looks at a run token it waits for without a notification (see
-// return_run_token()): every kExecutorTokenRecheck in its first kExecutorTokenRecheckWindow, when
-// a blocking call that did not see it start may be giving the token back, then every
-// kExecutorTokenRecheckLater (that call's thread may have been stopped in between, for as long as
-// anyone likes). Only while work is queued behind a blocking call that holds the token.
-constexpr std::chrono::milliseconds kExecutorTokenRecheck{1};
-constexpr std::chrono::seconds kExecutorTokenRecheckWindow{2};
-constexpr std::chrono::milliseconds kExecutorTokenRecheckLater{100};
-
 std::string describe(DataType dtype, size_t count) {
   return fmt::format("{} x {}", data_type_name(dtype), count);
 }
@@ -407,7 +398,10 @@ Communicator::Communicator(std::string kind, std::shared_ptr<CommWorld> world, s
       options_(options),
       algorithm_(options.algorithm),
       debug_checks_(options.debug_checks || env_debug_detail()),
-      recorder_(std::make_shared<FlightRecorder>(options.flight_recorder_size)) {
+      recorder_(std::make_shared<FlightRecorder>(options.flight_recorder_size)),
+      // Device memory queries and pinned allocations on the executor then use the rank's GPU's
+      // context (cuda_device_ is set below, before any collective is issued).
+      runner_([this] { set_current_cuda_device(cuda_device_); }) {
   cuda_device_ = options.cuda_device >= 0 ? options.cuda_device : default_cuda_device();
   description_ =
       fmt::format("{} communicator (context {}, rank {} of {})", kind_, context_id_, rank_, size());
@@ -441,15 +435,7 @@ Communicator::Communicator(std::string kind, std::shared_ptr<CommWorld> world, s
 
 Communicator::~Communicator() { stop_executor(); }
 
-void Communicator::stop_executor() {
-  {
-    std::lock_guard<std::mutex> lock(queue_mutex_);
-    stopping_ = true;
-  }
-  queue_cv_.notify_all();
-  // The executor drains what is queued first: every queued operation has a deadline.
-  if (executor_.joinable()) executor_.join();
-}
+void Communicator::stop_executor() { runner_.stop(); }
 
 const std::string& Communicator::description() const { return description_; }
 
@@ -534,34 +520,13 @@ Status Communicator::check_counts(const std::vector<size_t>& counts, const char*
 }
 
 // ---------------------------------------------------------------------------------------------
-// Execution: queue, run token, recording and error context.
-
-bool Communicator::try_take_run_token() {
-  // A plain load first: a busy token costs no atomic write.
-  if (running_.load(std::memory_order_relaxed)) return false;
-  bool expected = false;
-  return running_.compare_exchange_strong(expected, true, std::memory_order_acquire);
-}
-
-void Communicator::return_run_token() {
-  running_.store(false, std::memory_order_release);
-  // No executor to hand the token to: nothing more. Should the executor start meanwhile and look
-  // at the token before this store shows, it looks again by itself (kExecutorTokenRecheck)
-  // instead of waiting for a notification that will not come.
-  if (!executor_started_.load(std::memory_order_acquire) || plain_token_return_for_testing_) return;
-  // The executor checks the token under queue_mutex_: the store came before this thread takes the
-  // mutex, so the executor either sees the token back at its check or is already waiting and gets
-  // the notification.
-  { std::lock_guard<std::mutex> lock(queue_mutex_); }
-  queue_cv_.notify_all();
-}
+// Execution: inline or queued (runner_), recording and error context.
 
 template <typename Body>
 std::shared_ptr<Work> Communicator::submit(const OpInfo& info, const CallOptions& call, Body&& body) {
   const Duration timeout = call.timeout.value_or(options_.timeout);
-  // A blocking call with nothing queued runs here. An operation this thread queued earlier is
-  // either still counted in queued_ or holds the token, so issue order holds.
-  if (call.blocking && queued_.load(std::memory_order_acquire) == 0 && try_take_run_token()) {
+  // A blocking call with nothing queued runs here (see ordered_runner.h for why issue order holds).
+  if (call.blocking && runner_.try_run_inline()) {
     // One clock reading starts the deadline, the record and the blocked time; one ends them.
     const Clock::time_point start = clock_.now();
     Clock::time_point end;
@@ -570,7 +535,7 @@ std::shared_ptr<Work> Communicator::submit(const OpInfo& info, const CallOptions
     inline_blocked_ns_.store(inline_blocked_ns_.load(std::memory_order_relaxed) +
                                  std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count(),
                              std::memory_order_relaxed);
-    return_run_token();
+    runner_.end_inline();
     return status.ok() ? completed_ok_work() : completed_work(std::move(status));
   }
   // The deadline starts when the operation starts running, not when it is queued: a bucket queued
@@ -579,51 +544,11 @@ std::shared_ptr<Work> Communicator::submit(const OpInfo& info, const CallOptions
   std::function<Status()> task = [this, info, timeout, body = std::forward<Body>(body)] {
     return run_recorded(sequence_, info, timeout, clock_.now(), body, nullptr);
   };
-  {
-    std::lock_guard<std::mutex> lock(queue_mutex_);
-    queue_.push_back(Task{std::move(task), work});
-    queued_.fetch_add(1, std::memory_order_release);
-    if (!executor_.joinable()) {
-      executor_started_.store(true, std::memory_order_release);
-      executor_ = std::thread([this] { executor_loop(); });
-    }
+  if (Status queued = runner_.enqueue(std::move(task), work); !queued.ok()) {
+    return completed_work(queued.with_context(fmt::format("{} ({}) on {}", info.op, info.detail(), description())));
   }
-  queue_cv_.notify_all();
   if (call.blocking) work->wait().ignore_error();
   return work;
-}
-
-void Communicator::executor_loop() {
-  // Device memory queries and pinned allocations here then use the rank's GPU's context.
-  set_current_cuda_device(cuda_device_);
-  std::unique_lock<std::mutex> lock(queue_mutex_);
-  // The token is taken here, under the mutex: see return_run_token().
-  auto ready = [this] { return (!queue_.empty() && try_take_run_token()) || (stopping_ && queue_.empty()); };
-  const Clock::time_point recheck_until = Clock::now() + kExecutorTokenRecheckWindow;
-  while (true) {
-    while (!ready()) {
-      // Work waiting for the token looks again now and then: a blocking call that did not see
-      // this thread start may give the token back without a notification (see
-      // return_run_token()), soon after the start or, were its thread stopped, any time later.
-      if (queue_.empty()) {
-        queue_cv_.wait(lock);
-      } else {
-        const bool new_thread = Clock::now() < recheck_until;
-        queue_cv_.wait_for(lock, new_thread ? kExecutorTokenRecheck : kExecutorTokenRecheckLater);
-      }
-    }
-    if (queue_.empty()) return;  // stopping
-    Task task = std::move(queue_.front());
-    queue_.pop_front();
-    queued_.fetch_sub(1, std::memory_order_release);
-    lock.unlock();
-    Status status = task.body();
-    // Back before the waiter wakes, so its next blocking call can run on its own thread. Only
-    // this thread waits for the token on queue_cv_: nobody to notify.
-    running_.store(false, std::memory_order_release);
-    task.work->complete(status);
-    lock.lock();
-  }
 }
 
 template <typename Body>

@@ -32,15 +32,12 @@
 #include <array>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "worker/base/status.h"
@@ -48,6 +45,7 @@
 #include "worker/comm/algorithms/collective_context.h"
 #include "worker/comm/deadline.h"
 #include "worker/comm/flight_recorder.h"
+#include "worker/comm/ordered_runner.h"
 #include "worker/comm/store/store.h"
 #include "worker/comm/transport/transport.h"
 #include "worker/comm/tsc_clock.h"
@@ -277,11 +275,6 @@ class Communicator {
   Algorithm algorithm_for(Collective collective) const;
 
  private:
-  struct Task {
-    std::function<Status()> body;
-    std::shared_ptr<CompletionWork> work;
-  };
-
   // Validates nothing; records, queues or runs `body` per `call`, wrapping failures with context.
   // Runs `body` on this thread (blocking calls, nothing queued) or queues it for the executor.
   // Templates (defined in communicator.cc, their only user) so the blocking path allocates nothing
@@ -293,7 +286,6 @@ class Communicator {
   template <typename Body>
   Status run_recorded(uint64_t sequence_hint, const OpInfo& info, Duration timeout, Clock::time_point start,
                       const Body& body, Clock::time_point* end);
-  void executor_loop();
   // The bodies of allgather(v) and reduce_scatter(v), after the checks that only the v forms need.
   class RankCounts;
   std::shared_ptr<Work> allgather_of(const void* send, void* recv, RankCounts counts, size_t total,
@@ -358,25 +350,11 @@ class Communicator {
   // plain load and store do (the token orders one holder's store before the next one's load).
   std::atomic<int64_t> inline_blocked_ns_{0};
 
-  // The run token and the queue: exactly one thread runs collectives at a time, in issue order.
-  // The token is an atomic so that a blocking call with nothing queued takes it with one atomic
-  // operation, and returns it with a plain store until the executor exists (the common
-  // small-collective path), without the mutex; the queue, and the executor's wait for the token,
-  // are under queue_mutex_.
-  bool try_take_run_token();
-  void return_run_token();
-  std::mutex queue_mutex_;
-  std::condition_variable queue_cv_;
-  std::deque<Task> queue_;
-  std::atomic<size_t> queued_{0};     // queue_.size(), readable without the mutex
-  std::atomic<bool> running_{false};  // the run token: held while a collective runs
-  bool stopping_ = false;
-  std::atomic<bool> executor_started_{false};  // set (under the mutex) when executor_ starts
-  // Tests (CommunicatorTestPeer): blocking calls return the run token without notifying the
-  // executor even once it has started, as one that raced its start does.
-  bool plain_token_return_for_testing_ = false;
+  // The run token, the queue and the executor: exactly one thread runs collectives at a time, in
+  // issue order (ordered_runner.h). Stopped in the destructor, before any member a queued body
+  // uses goes.
+  OrderedRunner runner_;
   friend class CommunicatorTestPeer;
-  std::thread executor_;                       // started on the first asynchronous call
 };
 
 }  // namespace cohort::comm

@@ -456,7 +456,7 @@ namespace cohort::comm {
 class CommunicatorTestPeer {
  public:
   // Before any collective: blocking calls return the run token without notifying the executor.
-  static void return_token_plainly(Communicator& comm) { comm.plain_token_return_for_testing_ = true; }
+  static void return_token_plainly(Communicator& comm) { comm.runner_.return_token_plainly_for_testing(); }
 };
 
 }  // namespace cohort::comm
