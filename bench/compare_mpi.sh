@@ -9,7 +9,11 @@
 # mpirun) over the same sizes, alternating which goes first, plus a single-core memcpy of the
 # bandwidth size; each side's number per size is its best (lowest) time over the repetitions. It
 # prints Markdown tables: time cohort / time MPI per op, rank count and size (> 1: cohort slower),
-# the best times behind them, and bus bandwidth at the bandwidth size against memcpy.
+# the best times behind them, and bus bandwidth at the bandwidth size against memcpy. It then
+# names every repetition that ran 3x or more of its side's best at each size from 64 KiB up: on a
+# shared machine that is a slow spell, not the code, and a point whose repetitions all fell in one
+# has a meaningless best. `--from-results DIR/results.tsv` prints the tables of a `--keep DIR` run
+# again without running anything.
 #
 # Exit status: 0 when every run produced its table (and, with --check, no wrong element);
 # 1 otherwise, naming the run. Speed is reported, never asserted.
@@ -32,6 +36,8 @@ usage: compare_mpi.sh [options]
   --bw-size SIZE    size of the bus bandwidth vs memcpy table and of the memcpy (default 16M)
   --check           both sides verify every element (#wrong must be 0)
   --keep DIR        keep every run's raw output in DIR (default: a temporary directory, removed)
+  --from-results F  run nothing: print the tables of an earlier run's results.tsv (from --keep DIR),
+                    with the same --ranks, --ops and --bw-size as that run
   --timeout S       seconds one run may take before it is killed (default 300)
   -h, --help        this help
 EOF
@@ -50,6 +56,7 @@ kind="flat"
 bw_size="16M"
 check=0
 keep=""
+from_results=""
 limit=300
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -65,6 +72,7 @@ while [[ $# -gt 0 ]]; do
     --bw-size) bw_size="$2"; shift 2 ;;
     --check) check=1; shift ;;
     --keep) keep="$2"; shift 2 ;;
+    --from-results) from_results="$2"; shift 2 ;;
     --timeout) limit="$2"; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "compare_mpi.sh: unknown or incomplete argument '$1'" >&2; usage >&2; exit 2 ;;
@@ -73,22 +81,29 @@ done
 if [[ $# -ne 0 ]]; then usage >&2; exit 2; fi
 [[ "${reps}" =~ ^[1-9][0-9]*$ ]] || { echo "compare_mpi.sh: --reps must be a positive integer, not '${reps}'" >&2; exit 2; }
 
-if [[ -z "${bin_dir}" ]]; then
+if [[ -n "${from_results}" ]]; then
+  [[ -f "${from_results}" ]] || { echo "compare_mpi.sh: --from-results ${from_results}: no such file (it is DIR/results.tsv of a --keep DIR run)" >&2; exit 2; }
+elif [[ -z "${bin_dir}" ]]; then
   if [[ -x "${script_dir}/cohort-bench" ]]; then bin_dir="${script_dir}"; else bin_dir="bazel-bin/bench"; fi
 fi
 for b in cohort-bench mpi_baseline memcpy_bandwidth; do
-  if [[ ! -x "${bin_dir}/${b}" ]]; then
+  if [[ -z "${from_results}" && ! -x "${bin_dir}/${b}" ]]; then
     echo "compare_mpi.sh: ${bin_dir}/${b} is missing; build it first:" >&2
     echo "  bazel build --config=opt --platform_suffix=bench //bench:cohort-bench //bench:mpi_baseline //bench:memcpy_bandwidth" >&2
     echo "  and pass --bin-dir bazel-out/k8-optbench/bin/bench" >&2
     exit 2
   fi
 done
-if ! command -v mpirun > /dev/null; then
+if [[ -z "${from_results}" ]] && ! command -v mpirun > /dev/null; then
   echo "compare_mpi.sh: mpirun not found; install openmpi-bin (deploy/install-deps.sh)" >&2
   exit 2
 fi
 
+if [[ -n "${from_results}" ]]; then
+  results="${from_results}"
+  failed=0
+  echo "# cohort-bench vs OpenMPI: the tables of ${from_results} (nothing was run)"
+else
 if [[ -n "${keep}" ]]; then
   work="${keep}"
   mkdir -p "${work}"
@@ -163,6 +178,7 @@ for ((rep = 1; rep <= reps; ++rep)); do
   done
 done
 echo "- load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+fi
 
 bw_bytes="$(numfmt --from=iec "${bw_size}" 2> /dev/null || echo "${bw_size}")"
 awk -v ranks="${ranks}" -v ops="${ops}" -v bw_bytes="${bw_bytes}" -v check="${check}" '
@@ -184,6 +200,8 @@ $1 == "memcpy" {
 {
   k = $1 SUBSEP $3 SUBSEP $2 SUBSEP $5
   if (!(k in best) || $6 < best[k]) best[k] = $6
+  ++nrows; row_rep[nrows] = $1 SUBSEP $3 SUBSEP $2 SUBSEP $4; row_point[nrows] = k; row_time[nrows] = $6; row_size[nrows] = $5
+  if ($4 + 0 > max_rep) max_rep = $4 + 0
   if ($8 != "N/A" && $8 != 0) { wrong[k] += $8; bad = 1 }
   seen_size[$3 SUBSEP $2 SUBSEP $5] = 1
   if (!($3 SUBSEP $2 SUBSEP $5 in order)) { order[$3 SUBSEP $2 SUBSEP $5] = 1; sizes[$3 SUBSEP $2, ++nsizes[$3 SUBSEP $2]] = $5 }
@@ -230,6 +248,27 @@ END {
       printf "| %s | %d | %.2f | %.2f | %.2f | %.2f |\n", op, n, cb, mb, (mem_bw > 0 ? cb / mem_bw : 0), (mem_bw > 0 ? mb / mem_bw : 0)
     }
   }
+  # A repetition 3x or more slower than its side best at every size from 64 KiB up: a slow spell
+  # of the machine (bench/README.md, session 15) rather than the code, most likely. Best-of-N
+  # hides it only where another repetition of the same point ran normally.
+  for (i = 1; i <= nrows; ++i) {
+    if (row_size[i] < 65536 || best[row_point[i]] <= 0) continue
+    r = row_rep[i]; if (!(r in large)) ++nlarge; ++large[r]
+    x = row_time[i] / best[row_point[i]]
+    if (x >= 3) { ++slow[r]; if (!(r in lo) || x < lo[r]) lo[r] = x; if (x > hi[r]) hi[r] = x }
+  }
+  nflagged = 0; lines = ""
+  for (sd = 1; sd <= 2; ++sd) for (i = 1; i <= no; ++i) for (j = 1; j <= nr; ++j) for (rp = 1; rp <= max_rep; ++rp) {
+    side = sd == 1 ? "cohort" : "mpi"
+    r = side SUBSEP O[i] SUBSEP R[j] SUBSEP rp
+    if (!(r in large) || slow[r] != large[r]) continue
+    ++nflagged
+    lines = lines sprintf("- %s %s on %d ranks, repetition %d: %.1f-%.1fx its best at each of those sizes\n", side, O[i], R[j], rp, lo[r], hi[r])
+  }
+  if (nlarge > 0) {
+    printf "\n### slow repetitions (3x or more of their side best at every size from 64 KiB up): %d\n\n", nflagged
+    if (nflagged > 0) printf "%s\nA whole repetition that slow is more likely a slow spell of the machine than the code; where a point has no normal repetition left, its best is one too: rerun.\n", lines
+  }
   if (check) {
     if (bad) {
       print "\nWRONG ELEMENTS (--check):"
@@ -240,5 +279,5 @@ END {
   }
 }' "${results}" || failed=1
 
-if [[ -n "${keep}" ]]; then echo; echo "raw output: ${work}"; fi
+if [[ -n "${keep}" && -z "${from_results}" ]]; then echo; echo "raw output: ${work}"; fi
 exit ${failed}
