@@ -83,101 +83,100 @@ if [[ $# -ne 0 ]]; then usage >&2; exit 2; fi
 
 if [[ -n "${from_results}" ]]; then
   [[ -f "${from_results}" ]] || { echo "compare_mpi.sh: --from-results ${from_results}: no such file (it is DIR/results.tsv of a --keep DIR run)" >&2; exit 2; }
-elif [[ -z "${bin_dir}" ]]; then
-  if [[ -x "${script_dir}/cohort-bench" ]]; then bin_dir="${script_dir}"; else bin_dir="bazel-bin/bench"; fi
-fi
-for b in cohort-bench mpi_baseline memcpy_bandwidth; do
-  if [[ -z "${from_results}" && ! -x "${bin_dir}/${b}" ]]; then
-    echo "compare_mpi.sh: ${bin_dir}/${b} is missing; build it first:" >&2
-    echo "  bazel build --config=opt --platform_suffix=bench //bench:cohort-bench //bench:mpi_baseline //bench:memcpy_bandwidth" >&2
-    echo "  and pass --bin-dir bazel-out/k8-optbench/bin/bench" >&2
-    exit 2
-  fi
-done
-if [[ -z "${from_results}" ]] && ! command -v mpirun > /dev/null; then
-  echo "compare_mpi.sh: mpirun not found; install openmpi-bin (deploy/install-deps.sh)" >&2
-  exit 2
-fi
-
-if [[ -n "${from_results}" ]]; then
   results="${from_results}"
   failed=0
   echo "# cohort-bench vs OpenMPI: the tables of ${from_results} (nothing was run)"
 else
-if [[ -n "${keep}" ]]; then
-  work="${keep}"
-  mkdir -p "${work}"
-else
-  work="$(mktemp -d "${TMPDIR:-/tmp}/compare-mpi.XXXXXX")"
-  trap 'rm -rf "${work}"' EXIT
-fi
-results="${work}/results.tsv"  # side np op rep size time_us busbw wrong
-: > "${results}"
-failed=0
+  if [[ -z "${bin_dir}" ]]; then
+    if [[ -x "${script_dir}/cohort-bench" ]]; then bin_dir="${script_dir}"; else bin_dir="bazel-bin/bench"; fi
+  fi
+  for b in cohort-bench mpi_baseline memcpy_bandwidth; do
+    if [[ ! -x "${bin_dir}/${b}" ]]; then
+      echo "compare_mpi.sh: ${bin_dir}/${b} is missing; build it first:" >&2
+      echo "  bazel build --config=opt --platform_suffix=bench //bench:cohort-bench //bench:mpi_baseline //bench:memcpy_bandwidth" >&2
+      echo "  and pass --bin-dir bazel-out/k8-optbench/bin/bench" >&2
+      exit 2
+    fi
+  done
+  if ! command -v mpirun > /dev/null; then
+    echo "compare_mpi.sh: mpirun not found; install openmpi-bin (deploy/install-deps.sh)" >&2
+    exit 2
+  fi
 
-cohort_args=(--kind "${kind}" --algo "${algo}" --sizes "${sizes}" -n "${iters}" -w "${warmup}" --timeout "${limit}")
-mpi_args=(--sizes "${sizes}" -n "${iters}" -w "${warmup}")
-if [[ ${check} -eq 1 ]]; then
-  cohort_args+=(--check)
-  mpi_args+=(--check)
-fi
-# As root (CI, tests) mpirun needs --allow-run-as-root; --oversubscribe lets 4 ranks share 2 cores.
-mpirun_cmd=(mpirun --allow-run-as-root --oversubscribe)
-
-# run_side SIDE NP OP REP: one run, its table rows appended to ${results}.
-run_side() {
-  local side="$1" np="$2" op="$3" rep="$4"
-  local log="${work}/${side}-np${np}-${op}-rep${rep}.out"
-  local rc=0
-  if [[ "${side}" == cohort ]]; then
-    timeout -k 5 "${limit}" "${bin_dir}/cohort-bench" -np "${np}" --op "${op}" "${cohort_args[@]}" > "${log}" 2>&1 || rc=$?
+  if [[ -n "${keep}" ]]; then
+    work="${keep}"
+    mkdir -p "${work}"
   else
-    timeout -k 5 "${limit}" "${mpirun_cmd[@]}" -np "${np}" "${bin_dir}/mpi_baseline" --op "${op}" "${mpi_args[@]}" \
-      > "${log}" 2>&1 || rc=$?
+    work="$(mktemp -d "${TMPDIR:-/tmp}/compare-mpi.XXXXXX")"
+    trap 'rm -rf "${work}"' EXIT
   fi
-  local rows
-  rows="$(grep -E '^ +[0-9]+ ' "${log}" | awk -v s="${side}" -v n="${np}" -v o="${op}" -v r="${rep}" \
-    '{ print s, n, o, r, $1, $6, $8, $9 }')"
-  if [[ ${rc} -ne 0 || -z "${rows}" ]]; then
-    echo "compare_mpi.sh: ${side} ${op} on ${np} ranks (repetition ${rep}) exited ${rc} with $(echo -n "${rows}" | grep -c .) rows; its output:" >&2
-    tail -n 20 "${log}" >&2
-    failed=1
+  results="${work}/results.tsv"  # side np op rep size time_us busbw wrong
+  : > "${results}"
+  failed=0
+
+  cohort_args=(--kind "${kind}" --algo "${algo}" --sizes "${sizes}" -n "${iters}" -w "${warmup}" --timeout "${limit}")
+  mpi_args=(--sizes "${sizes}" -n "${iters}" -w "${warmup}")
+  if [[ ${check} -eq 1 ]]; then
+    cohort_args+=(--check)
+    mpi_args+=(--check)
   fi
-  [[ -n "${rows}" ]] && echo "${rows}" >> "${results}"
-}
+  # As root (CI, tests) mpirun needs --allow-run-as-root; --oversubscribe lets 4 ranks share 2 cores.
+  mpirun_cmd=(mpirun --allow-run-as-root --oversubscribe)
 
-memcpy_best=""
-run_memcpy() {
-  local line
-  line="$("${bin_dir}/memcpy_bandwidth" -s "${bw_size}" 2>&1)" || { echo "compare_mpi.sh: memcpy_bandwidth failed: ${line}" >&2; failed=1; return; }
-  echo "memcpy ${line}" >> "${work}/memcpy.out"
-  # "memcpy <bytes> B: <us> us, <GB/s> GB/s"
-  echo "memcpy - - - $(awk '{ print $2, $4, $6 }' <<< "${line}") 0" >> "${results}"
-}
+  # run_side SIDE NP OP REP: one run, its table rows appended to ${results}.
+  run_side() {
+    local side="$1" np="$2" op="$3" rep="$4"
+    local log="${work}/${side}-np${np}-${op}-rep${rep}.out"
+    local rc=0
+    if [[ "${side}" == cohort ]]; then
+      timeout -k 5 "${limit}" "${bin_dir}/cohort-bench" -np "${np}" --op "${op}" "${cohort_args[@]}" > "${log}" 2>&1 || rc=$?
+    else
+      timeout -k 5 "${limit}" "${mpirun_cmd[@]}" -np "${np}" "${bin_dir}/mpi_baseline" --op "${op}" "${mpi_args[@]}" \
+        > "${log}" 2>&1 || rc=$?
+    fi
+    local rows
+    rows="$(grep -E '^ +[0-9]+ ' "${log}" | awk -v s="${side}" -v n="${np}" -v o="${op}" -v r="${rep}" \
+      '{ print s, n, o, r, $1, $6, $8, $9 }')"
+    if [[ ${rc} -ne 0 || -z "${rows}" ]]; then
+      echo "compare_mpi.sh: ${side} ${op} on ${np} ranks (repetition ${rep}) exited ${rc} with $(echo -n "${rows}" | grep -c .) rows; its output:" >&2
+      tail -n 20 "${log}" >&2
+      failed=1
+    fi
+    [[ -n "${rows}" ]] && echo "${rows}" >> "${results}"
+  }
 
-echo "# cohort-bench vs OpenMPI ($(mpirun --version 2>&1 | head -n 1)), $(date -u '+%Y-%m-%d %H:%M UTC')"
-echo
-echo "- machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "- cohort: \`${bin_dir}/cohort-bench -np N --op OP ${cohort_args[*]}\`${COHORT_ALGO:+ with COHORT_ALGO=${COHORT_ALGO}}"
-echo "- MPI: \`${mpirun_cmd[*]} -np N ${bin_dir}/mpi_baseline --op OP ${mpi_args[*]}\`"
-echo "- memcpy: \`${bin_dir}/memcpy_bandwidth -s ${bw_size}\` before every pair"
-echo "- ${reps} alternating repetitions per side (odd: cohort first, even: MPI first); each number is the best of ${reps}; float32 SUM, root 0"
+  memcpy_best=""
+  run_memcpy() {
+    local line
+    line="$("${bin_dir}/memcpy_bandwidth" -s "${bw_size}" 2>&1)" || { echo "compare_mpi.sh: memcpy_bandwidth failed: ${line}" >&2; failed=1; return; }
+    echo "memcpy ${line}" >> "${work}/memcpy.out"
+    # "memcpy <bytes> B: <us> us, <GB/s> GB/s"
+    echo "memcpy - - - $(awk '{ print $2, $4, $6 }' <<< "${line}") 0" >> "${results}"
+  }
 
-for ((rep = 1; rep <= reps; ++rep)); do
-  for np in ${ranks}; do
-    for op in ${ops}; do
-      run_memcpy
-      if ((rep % 2 == 1)); then
-        run_side cohort "${np}" "${op}" "${rep}"
-        run_side mpi "${np}" "${op}" "${rep}"
-      else
-        run_side mpi "${np}" "${op}" "${rep}"
-        run_side cohort "${np}" "${op}" "${rep}"
-      fi
+  echo "# cohort-bench vs OpenMPI ($(mpirun --version 2>&1 | head -n 1)), $(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo
+  echo "- machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "- cohort: \`${bin_dir}/cohort-bench -np N --op OP ${cohort_args[*]}\`${COHORT_ALGO:+ with COHORT_ALGO=${COHORT_ALGO}}"
+  echo "- MPI: \`${mpirun_cmd[*]} -np N ${bin_dir}/mpi_baseline --op OP ${mpi_args[*]}\`"
+  echo "- memcpy: \`${bin_dir}/memcpy_bandwidth -s ${bw_size}\` before every pair"
+  echo "- ${reps} alternating repetitions per side (odd: cohort first, even: MPI first); each number is the best of ${reps}; float32 SUM, root 0"
+
+  for ((rep = 1; rep <= reps; ++rep)); do
+    for np in ${ranks}; do
+      for op in ${ops}; do
+        run_memcpy
+        if ((rep % 2 == 1)); then
+          run_side cohort "${np}" "${op}" "${rep}"
+          run_side mpi "${np}" "${op}" "${rep}"
+        else
+          run_side mpi "${np}" "${op}" "${rep}"
+          run_side cohort "${np}" "${op}" "${rep}"
+        fi
+      done
     done
   done
-done
-echo "- load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "- load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 fi
 
 bw_bytes="$(numfmt --from=iec "${bw_size}" 2> /dev/null || echo "${bw_size}")"
